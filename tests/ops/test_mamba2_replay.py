@@ -1,0 +1,114 @@
+"""ReplaySSM Mamba2 decode step against the fp64 recurrence, on small shapes.
+
+Each scenario runs >= 3 full cycles (several flushes per row) with staggered cursors, a
+padding row and unused slots (see ``mamba2_harness``).
+"""
+
+import pytest
+import torch
+
+from mamba2_harness import DEVICE, SLOTS, Scenario, run_replay, tolerance
+from trtllm_replayssm.cache import Mamba2Geometry
+
+GEOM = Mamba2Geometry(nheads=4, headdim=16, dstate=16, ngroups=2)
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def cycles(L: int, n: int = 3) -> int:
+    return n * L + 2
+
+
+@pytest.mark.parametrize("route", ["output_only", "state_and_output"])
+@pytest.mark.parametrize("L", [1, 4, 16])
+def test_replay_matches_recurrence_over_cycles(route, L):
+    res = run_replay(Scenario(GEOM, L), cycles(L), route=route)
+    real_rows = [r for r, s in enumerate(SLOTS) if s >= 0]
+    assert all(res.flushes_per_row[r] >= 3 for r in real_rows), res.flushes_per_row
+
+
+@pytest.mark.parametrize("act_dtype", DTYPES)
+@pytest.mark.parametrize("state_dtype", DTYPES)
+def test_replay_dtype_pairs(state_dtype, act_dtype):
+    run_replay(Scenario(GEOM, 4, state_dtype, act_dtype, seed=1), cycles(4))
+
+
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+def test_state_and_output_route_low_precision_state(state_dtype):
+    run_replay(Scenario(GEOM, 4, state_dtype, torch.bfloat16, seed=2), cycles(4), route="state_and_output")
+
+
+@pytest.mark.parametrize("has_d,has_z", [(False, False), (True, False), (False, True)])
+def test_optional_d_and_z(has_d, has_z):
+    run_replay(Scenario(GEOM, 4, has_d=has_d, has_z=has_z, seed=3), cycles(4))
+
+
+def test_headdim_not_power_of_two_and_tied_parameters():
+    """Nano-4B's headdim 80, with A/D/dt_bias/dt expanded with stride 0 as TensorRT-LLM passes them."""
+    geom = Mamba2Geometry(nheads=2, headdim=80, dstate=16, ngroups=1)
+    run_replay(Scenario(geom, 4, tied_params=True, seed=4), cycles(4))
+
+
+def test_always_flush_route_equals_recurrence():
+    run_replay(Scenario(GEOM, 4, seed=5), 6, route="always_flush")
+
+
+def test_force_flush_rows():
+    L = 8
+    run_replay(Scenario(GEOM, L, seed=6), cycles(L), force_flush_at={2: [0], 5: [2, 3], 11: [0, 3]})
+
+
+def test_routes_agree():
+    outs = {}
+    for route in ("output_only", "state_and_output"):
+        sc = Scenario(GEOM, 4, seed=7)
+        outs[route] = run_replay(sc, cycles(4), route=route).max_err
+    # Both are within tolerance of the same fp64 reference, so within 2x of each other's budget.
+    assert max(outs.values()) <= tolerance(torch.float32, torch.float32)
+
+
+def _corrupt_latest(name):
+    """Tamper with the most recent cached entry of row 0's slot at step 3."""
+    def corrupt(t, cache):
+        if t != 3:
+            return
+        slot = SLOTS[0]
+        w = int(cache.write_pos[slot])
+        assert w >= 1, "the scenario must have something cached to corrupt"
+        getattr(cache, name)[0, slot, 0, w - 1] += 50.0
+    return corrupt
+
+
+@pytest.mark.parametrize("name", ["x_cache", "dt_cache", "B_cache"])
+@pytest.mark.parametrize("route", ["output_only", "state_and_output"])
+def test_corrupted_cache_entry_is_detected(name, route):
+    with pytest.raises(AssertionError, match="error"):
+        run_replay(Scenario(GEOM, 8, seed=8), 12, route=route, corrupt=_corrupt_latest(name))
+
+
+def test_corrupted_checkpoint_is_detected():
+    def corrupt(t, cache):
+        if t == 2:
+            cache.ssm_state[0, SLOTS[0]] *= 1.5
+    with pytest.raises(AssertionError, match="error"):
+        run_replay(Scenario(GEOM, 8, seed=9), 6, corrupt=corrupt)
+
+
+def test_flush_checkpoint_equals_standard_state():
+    """Both kernels from the same start: after a flush the checkpoint equals the standard state."""
+    import trtllm_replayssm as rs
+    from trtllm_replayssm.cache import Mamba2ReplayCache
+
+    L, batch = 4, 3
+    sc = Scenario(GEOM, L, seed=10)
+    cache = Mamba2ReplayCache(GEOM, 1, batch, L, device=DEVICE, act_dtype=torch.float32)
+    cache.ssm_state.normal_()
+    std_state = cache.ssm_state[0].clone()
+    for t in range(2 * L):
+        kw = sc.kernel_kwargs(sc.step_inputs(batch))
+        y_rep = rs.selective_state_update_replayssm(cache.ssm_state[0], **kw, **cache.ring_kwargs(0))
+        y_std = rs.selective_state_update(std_state, **kw)
+        cache.advance(batch=batch)
+        torch.testing.assert_close(y_rep, y_std, rtol=1e-4, atol=1e-4)
+        if (t + 1) % L == 0:
+            assert int(cache.write_pos.max()) == 0
+            torch.testing.assert_close(cache.ssm_state[0], std_state, rtol=1e-5, atol=1e-5)

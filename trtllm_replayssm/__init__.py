@@ -1,0 +1,28 @@
+"""trtllm_replayssm: ReplaySSM decode kernels for hybrid SSM models in TensorRT-LLM.
+
+ReplaySSM keeps one checkpoint state per request and a small ring of recent step inputs,
+so a decode step reads the state and writes it back only once every L steps.
+"""
+
+from . import _runtime  # noqa: F401  (settles TRITON_INTERPRET before kernels are defined)
+from .cache import Mamba2Geometry, Mamba2LayerCache, Mamba2ReplayCache, mamba2_bytes_per_slot
+from .ops.cursors import advance_write_pos, reset_write_pos
+from .ops.mamba2 import (
+    ROUTES,
+    LaunchConfig,
+    choose_route,
+    mamba2_step_ref,
+    selective_state_update,
+    selective_state_update_replayssm,
+    selective_state_update_replayssm_output_only,
+    selective_state_update_replayssm_state_and_output,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "LaunchConfig", "Mamba2Geometry", "Mamba2LayerCache", "Mamba2ReplayCache", "ROUTES",
+    "advance_write_pos", "choose_route", "mamba2_bytes_per_slot", "mamba2_step_ref", "reset_write_pos",
+    "selective_state_update", "selective_state_update_replayssm",
+    "selective_state_update_replayssm_output_only", "selective_state_update_replayssm_state_and_output",
+]

@@ -1,0 +1,67 @@
+"""Argument checks shared by every op wrapper.
+
+Each check raises before any kernel runs, naming the argument and what was expected, so a
+wrong layout is an error rather than a silently corrupted recurrent state. Nothing here
+reads device memory (no host synchronisation): shapes, dtypes and strides only.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional, Sequence
+
+import torch
+
+FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def _dtype_names(dtypes: Iterable[torch.dtype]) -> str:
+    return ", ".join(str(d).replace("torch.", "") for d in dtypes)
+
+
+def check_tensor(
+    name: str,
+    t: torch.Tensor,
+    shape: Sequence[Optional[int]],
+    dtypes: Sequence[torch.dtype],
+    device: Optional[torch.device] = None,
+) -> None:
+    """Check type, rank, sizes (``None`` = any size), dtype and device of ``t``."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != len(shape) or any(s is not None and s != d for s, d in zip(shape, t.shape)):
+        want = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
+        raise ValueError(f"{name} must have shape {want}, got {tuple(t.shape)}")
+    if t.dtype not in dtypes:
+        raise TypeError(f"{name} must have dtype in ({_dtype_names(dtypes)}), got {t.dtype}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{name} must be on {device}, got {t.device}")
+
+
+def check_last_dim_contiguous(name: str, t: torch.Tensor) -> None:
+    """Vector loads need unit stride along the innermost dimension."""
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(f"{name} must have stride 1 along its last dimension, got strides {t.stride()}")
+
+
+def check_contiguous(name: str, t: torch.Tensor) -> None:
+    """Cache tensors are indexed with their own packed strides."""
+    if not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous (a cache tensor), got strides {t.stride()} for shape {tuple(t.shape)}")
+
+
+def check_broadcast_dims(name: str, t: torch.Tensor, dims: Sequence[int], why: str) -> None:
+    """The given dimensions must be expanded views (stride 0) or of size 1."""
+    for d in dims:
+        if t.shape[d] > 1 and t.stride(d) != 0:
+            raise ValueError(f"{name} must not vary along dimension {d} ({why}); got shape {tuple(t.shape)}, strides {t.stride()}")
+
+
+def check_same_dtype(name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -> None:
+    if t.dtype != ref.dtype:
+        raise TypeError(f"{name} must have the dtype of {ref_name} ({ref.dtype}), got {t.dtype}")
+
+
+def check_buffer_len(buffer_len: int, max_len: int = 64) -> None:
+    if not 1 <= buffer_len <= max_len:
+        raise ValueError(f"ring buffer length L must be in [1, {max_len}], got {buffer_len}")

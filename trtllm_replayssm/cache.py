@@ -1,0 +1,105 @@
+"""Replay cache allocation: checkpoints, rings and cursors for layers x slots.
+
+Shapes follow ``replayssm.md`` section 1, one leading layer dimension added:
+
+| tensor      | shape                 | dtype        |
+|-------------|-----------------------|--------------|
+| ssm_state   | (layers, slots, H, P, N) | state dtype |
+| x_cache     | (layers, slots, H, L, P) | activation dtype |
+| dt_cache    | (layers, slots, H, L)    | fp32 |
+| B_cache     | (layers, slots, G, L, N) | activation dtype |
+| write_pos   | (slots,)                 | int32, shared by all layers |
+
+Everything is zero-initialised; a slot entering decode gets ``write_pos = 0`` and its
+checkpoint is the state prefill wrote.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, NamedTuple
+
+import torch
+
+from ._validation import check_buffer_len
+from .ops.cursors import advance_write_pos, reset_write_pos
+
+
+def _bytes(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+@dataclass(frozen=True)
+class Mamba2Geometry:
+    """One Mamba2 layer: heads ``H``, headdim ``P``, dstate ``N``, groups ``G``."""
+
+    nheads: int
+    headdim: int
+    dstate: int
+    ngroups: int
+
+    def __post_init__(self):
+        if self.ngroups < 1 or self.nheads % self.ngroups != 0:
+            raise ValueError(f"ngroups ({self.ngroups}) must divide nheads ({self.nheads})")
+
+
+class Mamba2LayerCache(NamedTuple):
+    """Views of one layer, as the decode step takes them."""
+
+    ssm_state: torch.Tensor  # (slots, H, P, N)
+    x_cache: torch.Tensor  # (slots, H, L, P)
+    dt_cache: torch.Tensor  # (slots, H, L)
+    B_cache: torch.Tensor  # (slots, G, L, N)
+    write_pos: torch.Tensor  # (slots,)
+
+
+def mamba2_bytes_per_slot(geom: Mamba2Geometry, buffer_len: int, num_layers: int = 1,
+                          state_dtype: torch.dtype = torch.float32,
+                          act_dtype: torch.dtype = torch.bfloat16) -> Dict[str, int]:
+    """Exact bytes one slot holds: the checkpoint (what the standard path holds anyway),
+    the ring (what ReplaySSM adds) and the cursor."""
+    H, P, N, G, L = geom.nheads, geom.headdim, geom.dstate, geom.ngroups, buffer_len
+    checkpoint = num_layers * H * P * N * _bytes(state_dtype)
+    ring = num_layers * (H * L * P * _bytes(act_dtype) + H * L * 4 + G * L * N * _bytes(act_dtype))
+    cursors = 4
+    return {"checkpoint": checkpoint, "ring": ring, "cursors": cursors, "extra": ring + cursors,
+            "total": checkpoint + ring + cursors}
+
+
+class Mamba2ReplayCache:
+    """Checkpoint pool, rings and cursors of ``num_layers`` Mamba2 layers and ``num_slots`` slots."""
+
+    def __init__(self, geom: Mamba2Geometry, num_layers: int, num_slots: int, buffer_len: int,
+                 state_dtype: torch.dtype = torch.float32, act_dtype: torch.dtype = torch.bfloat16,
+                 device: torch.device | str = "cuda"):
+        check_buffer_len(buffer_len)
+        self.geom, self.num_layers, self.num_slots, self.buffer_len = geom, num_layers, num_slots, buffer_len
+        self.state_dtype, self.act_dtype = state_dtype, act_dtype
+        H, P, N, G, L = geom.nheads, geom.headdim, geom.dstate, geom.ngroups, buffer_len
+        kw = dict(device=device)
+        self.ssm_state = torch.zeros(num_layers, num_slots, H, P, N, dtype=state_dtype, **kw)
+        self.x_cache = torch.zeros(num_layers, num_slots, H, L, P, dtype=act_dtype, **kw)
+        self.dt_cache = torch.zeros(num_layers, num_slots, H, L, dtype=torch.float32, **kw)
+        self.B_cache = torch.zeros(num_layers, num_slots, G, L, N, dtype=act_dtype, **kw)
+        self.write_pos = torch.zeros(num_slots, dtype=torch.int32, **kw)
+
+    def layer(self, i: int) -> Mamba2LayerCache:
+        return Mamba2LayerCache(self.ssm_state[i], self.x_cache[i], self.dt_cache[i], self.B_cache[i], self.write_pos)
+
+    def ring_kwargs(self, i: int) -> dict:
+        """Keyword arguments of layer ``i``'s ring for the replay decode step."""
+        return dict(x_cache=self.x_cache[i], dt_cache=self.dt_cache[i], B_cache=self.B_cache[i],
+                    write_pos=self.write_pos)
+
+    def bytes_per_slot(self) -> Dict[str, int]:
+        return mamba2_bytes_per_slot(self.geom, self.buffer_len, self.num_layers, self.state_dtype, self.act_dtype)
+
+    def advance(self, state_batch_indices=None, force_flush=None, route: str = "output_only",
+                pad_slot_id: int = -1, batch=None) -> None:
+        """After all layers of a step ran: move the cursors (see :func:`advance_write_pos`)."""
+        advance_write_pos(self.write_pos, self.buffer_len, state_batch_indices, force_flush,
+                          flush_all=route == "always_flush", pad_slot_id=pad_slot_id, batch=batch)
+
+    def reset(self, slots: torch.Tensor, pad_slot_id: int = -1) -> None:
+        """Slots entering decode: empty their rings."""
+        reset_write_pos(self.write_pos, slots, pad_slot_id)

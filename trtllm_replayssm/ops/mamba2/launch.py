@@ -1,0 +1,94 @@
+"""Launch decisions for the Mamba2 decode kernels, kept apart from the launches.
+
+A launch is a grid plus a :class:`LaunchConfig`; the config comes from a table measured
+on the GPU (``tuned/*.json``, written by ``benchmarks/bench_mamba2_ar.py --tune``) keyed
+by architecture, kernel, state dtype, headdim, dstate and batch. Nothing here touches
+device memory, so the same decisions serve JIT launches, CUDA-graph capture and the
+ahead-of-time build.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Optional
+
+import torch
+import triton
+
+# Replay kernels fold with tl.dot, whose operands need at least 16 rows.
+MIN_REPLAY_BLOCK_P = 16
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Compile-time tile choice of one launch: rows of headdim per program, warps."""
+
+    block_p: int
+    num_warps: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def grid(batch: int, nheads: int, headdim: int, cfg: LaunchConfig) -> tuple:
+    """Programs: (headdim blocks, heads, batch rows). Heads of one slot run adjacently,
+    which keeps a group's ring entries in L2 for the heads that share them."""
+    return (triton.cdiv(headdim, cfg.block_p), nheads, batch)
+
+
+def _dtype_key(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+@lru_cache(maxsize=None)
+def _load_table(arch: str) -> dict:
+    try:
+        text = resources.files("trtllm_replayssm").joinpath(f"tuned/mamba2_{arch}.json").read_text()
+    except (FileNotFoundError, ModuleNotFoundError):
+        return {}
+    return json.loads(text)
+
+
+def table_key(kernel: str, state_dtype: torch.dtype, act_dtype: torch.dtype, headdim: int, dstate: int) -> str:
+    return f"{kernel}|{_dtype_key(state_dtype)}|{_dtype_key(act_dtype)}|P{headdim}|N{dstate}"
+
+
+def _lookup(arch: str, key: str, batch: int) -> Optional[dict]:
+    """Entry measured at the nearest batch size (in log scale) for this key."""
+    rows = _load_table(arch).get(key)
+    if not rows:
+        return None
+    import math
+
+    return min(rows, key=lambda r: abs(math.log2(r["batch"]) - math.log2(max(batch, 1))))
+
+
+def default_config(kernel: str, headdim: int, batch: int) -> LaunchConfig:
+    """Used where no measured entry exists (new GPU, CPU interpreter)."""
+    p2 = triton.next_power_of_2(headdim)
+    if kernel == "standard":
+        return LaunchConfig(block_p=min(16, p2), num_warps=4)
+    return LaunchConfig(block_p=max(MIN_REPLAY_BLOCK_P, min(32, p2)), num_warps=4)
+
+
+def select_config(kernel: str, arch: str, state_dtype: torch.dtype, act_dtype: torch.dtype,
+                  headdim: int, dstate: int, batch: int) -> LaunchConfig:
+    """Config for ``kernel`` in {standard, output_only, state_and_output}."""
+    row = _lookup(arch, table_key(kernel, state_dtype, act_dtype, headdim, dstate), batch)
+    if row is None:
+        return default_config(kernel, headdim, batch)
+    return LaunchConfig(block_p=row["block_p"], num_warps=row["num_warps"])
+
+
+def select_route(arch: str, state_dtype: torch.dtype, act_dtype: torch.dtype,
+                 headdim: int, dstate: int, batch: int) -> str:
+    """Fastest replay route measured at this batch size: ``output_only``,
+    ``state_and_output``, or ``always_flush`` where replay would not beat the standard
+    kernel (small batches, where a launch costs more than the state transfer)."""
+    row = _lookup(arch, table_key("route", state_dtype, act_dtype, headdim, dstate), batch)
+    if row is None:
+        return "output_only"
+    return row["route"]

@@ -1,0 +1,239 @@
+"""ReplaySSM Mamba2 decode step (``replayssm.md`` section 1).
+
+Per slot the pool keeps a checkpoint ``S_0`` and a ring of the last ``w = write_pos``
+step inputs (``x``, processed ``dt``, ``B``). A step with ``c_j`` the running sum of dt
+(current token included) and ``T = c_w`` computes
+
+    S_w = exp(A T) S_0 + sum_{j<=w} dt_j exp(A (T - c_j)) x_j B_j^T
+    y   = S_w C + D x          (gated by silu(z))
+
+and writes the state back only on a flush (``w == L - 1``, a per-row force-flush flag, or
+the ``always_flush`` route); otherwise it appends the step's inputs at ``w``.
+
+Routes, one kernel (``OUTPUT_ONLY`` is a compile-time switch):
+- ``output_only``: non-flush steps never build ``S``; they need ``S_0 C`` (one pass over
+  the checkpoint), the dots ``B_j . C`` and the x window.
+- ``state_and_output``: every step rebuilds the ``S`` tile with a small matmul
+  ``(P x w) @ (w x N)`` and takes ``y = S C``.
+- ``always_flush``: every step folds and stores, costing what the standard kernel costs;
+  the dispatcher takes it where replay cannot win (batch 1). Cursors must then be
+  advanced with ``flush_all=True``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ..._runtime import INTERPRETED, device_arch
+from ..._validation import check_buffer_len, check_contiguous, check_tensor
+from ._common import finish_output, load_dt, load_slot, store_nan_output
+from .launch import MIN_REPLAY_BLOCK_P, LaunchConfig, grid, select_config, select_route
+from .step_inputs import Mamba2Step, check_state_pool, parse_mamba2_step
+
+ROUTES = ("output_only", "state_and_output", "always_flush")
+
+
+@triton.jit
+def _replay_step_kernel(
+    state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr, write_pos_ptr, force_flush_ptr,
+    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr,
+    num_slots, headdim, dstate, heads_per_group, buffer_len, pad_slot_id,
+    stride_state_slot, stride_state_h, stride_state_p,
+    stride_xc_slot, stride_xc_h, stride_xc_l,
+    stride_dtc_slot, stride_dtc_h,
+    stride_Bc_slot, stride_Bc_g, stride_Bc_l,
+    stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h,
+    stride_B_b, stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p,
+    stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
+    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
+    HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
+    HAS_FORCE_FLUSH: tl.constexpr, FLUSH_ALL: tl.constexpr, OUTPUT_ONLY: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    pid_p = tl.program_id(0)
+    pid_h = tl.program_id(1)
+    pid_b = tl.program_id(2)
+    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_l = tl.arange(0, BLOCK_L)
+    mask_p = offs_p < headdim
+    mask_n = offs_n < dstate
+
+    slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
+    if is_pad:
+        return
+    if is_bad:
+        store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
+        return
+    w = tl.load(write_pos_ptr + slot)
+    if (w < 0) | (w >= buffer_len):
+        store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
+        return
+    is_flush = w == buffer_len - 1
+    if HAS_FORCE_FLUSH:
+        is_flush = is_flush | (tl.load(force_flush_ptr + pid_b) != 0)
+    if FLUSH_ALL:
+        is_flush = w >= 0
+    g = pid_h // heads_per_group
+
+    # Current token.
+    x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0)
+    xf = x.to(tl.float32)
+    dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h, HAS_DT_BIAS, DT_SOFTPLUS)
+    A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
+    B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n, other=0.0)
+    Bf = B.to(tl.float32)
+    C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+
+    # Decay weights of the cached steps j < w; the current token's weight is dt itself.
+    mask_l = offs_l < w
+    dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
+    dt_hist = tl.load(dtc_base + offs_l, mask=mask_l, other=0.0)
+    total = tl.sum(dt_hist, axis=0) + dt
+    after_j = total - tl.cumsum(dt_hist, axis=0)  # sum of dt over steps after j
+    coef = tl.where(mask_l, dt_hist * tl.exp(tl.minimum(A * after_j, 0.0)), 0.0)
+    decay0 = tl.exp(tl.minimum(A * total, 0.0))
+
+    xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
+    Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
+    X_hist = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
+                     mask=mask_p[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [P, L]
+    B_hist = tl.load(Bc_base + offs_l[:, None] * stride_Bc_l + offs_n[None, :],
+                     mask=mask_l[:, None] & mask_n[None, :], other=0.0).to(tl.float32)  # [L, N]
+
+    state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+                  + offs_p[:, None] * stride_state_p + offs_n[None, :])
+    mask_pn = mask_p[:, None] & mask_n[None, :]
+    S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
+
+    if is_flush | (not OUTPUT_ONLY):
+        S = S0 * decay0 + (dt * xf)[:, None] * Bf[None, :]
+        S += tl.dot(X_hist * coef[None, :], B_hist, input_precision=DOT_PRECISION)
+        y = tl.sum(S * C[None, :], axis=1)
+        if is_flush:
+            tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
+    else:
+        bc = tl.sum(B_hist * C[None, :], axis=1)  # B_j . C, [L]
+        y = (decay0 * tl.sum(S0 * C[None, :], axis=1)
+             + tl.sum(X_hist * (coef * bc)[None, :], axis=1)
+             + (dt * tl.sum(Bf * C, axis=0)) * xf)
+
+    if not is_flush:
+        tl.store(xc_base + w * stride_xc_l + offs_p, x.to(x_cache_ptr.dtype.element_ty), mask=mask_p)
+        if pid_p == 0:
+            tl.store(dtc_base + w, dt)
+            if pid_h % heads_per_group == 0:  # one head per group appends the shared B
+                tl.store(Bc_base + w * stride_Bc_l + offs_n, B.to(B_cache_ptr.dtype.element_ty), mask=mask_n)
+
+    finish_output(y, xf, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
+                  stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+
+
+def check_ring(step: Mamba2Step, state: torch.Tensor, x_cache: torch.Tensor, dt_cache: torch.Tensor,
+               B_cache: torch.Tensor, write_pos: torch.Tensor) -> int:
+    """Check one layer's ring against the step; returns the buffer length L."""
+    slots, H, P, N, G = state.shape[0], step.nheads, step.headdim, step.dstate, step.ngroups
+    dev = step.x.device
+    check_tensor("x_cache", x_cache, (slots, H, None, P), (step.x.dtype,), dev)
+    L = x_cache.shape[2]
+    check_buffer_len(L)
+    check_tensor("dt_cache", dt_cache, (slots, H, L), (torch.float32,), dev)
+    check_tensor("B_cache", B_cache, (slots, G, L, N), (step.B.dtype,), dev)
+    check_tensor("write_pos", write_pos, (slots,), (torch.int32,), dev)
+    for name, t in (("x_cache", x_cache), ("dt_cache", dt_cache), ("B_cache", B_cache), ("write_pos", write_pos)):
+        check_contiguous(name, t)
+    return L
+
+
+def choose_route(state: torch.Tensor, x: torch.Tensor, B: torch.Tensor) -> str:
+    """Route the measured table picks for this batch size and geometry."""
+    return select_route(device_arch(x.device), state.dtype, x.dtype, x.shape[2], B.shape[2], x.shape[0])
+
+
+def selective_state_update_replayssm(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    state_batch_indices: Optional[torch.Tensor] = None,
+    pad_slot_id: int = -1,
+    out: Optional[torch.Tensor] = None,
+    *,
+    x_cache: torch.Tensor,
+    dt_cache: torch.Tensor,
+    B_cache: torch.Tensor,
+    write_pos: torch.Tensor,
+    force_flush: Optional[torch.Tensor] = None,
+    route: str = "auto",
+    config: Optional[LaunchConfig] = None,
+) -> torch.Tensor:
+    """One ReplaySSM Mamba2 decode step for a batch (one layer).
+
+    Same step arguments as :func:`selective_state_update`; ``state`` is the checkpoint pool
+    ``(slots, H, P, N)``. Ring of this layer: ``x_cache (slots, H, L, P)`` in x's dtype,
+    ``dt_cache (slots, H, L)`` fp32, ``B_cache (slots, G, L, N)`` in B's dtype; cursors
+    ``write_pos (slots,)`` int32 in ``[0, L)``, shared by all layers and advanced once per
+    step by :func:`advance_write_pos` after every layer ran. ``force_flush (B,)``: rows
+    whose ring is folded into the checkpoint at this step.
+
+    A padding row (slot ``pad_slot_id``) changes nothing. A row whose slot or cursor is out
+    of range gets NaN outputs and changes nothing (checked on device: no host sync).
+    ``route="auto"`` takes :func:`choose_route`; pass the same route to the cursor advance.
+    """
+    step = parse_mamba2_step(x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices, pad_slot_id, out)
+    check_state_pool("state", state, step)
+    L = check_ring(step, state, x_cache, dt_cache, B_cache, write_pos)
+    if force_flush is not None:
+        check_tensor("force_flush", force_flush, (step.batch,),
+                     (torch.bool, torch.int8, torch.uint8, torch.int32), x.device)
+    if route == "auto":
+        route = choose_route(state, x, B)
+    if route not in ROUTES:
+        raise ValueError(f"route must be one of {ROUTES + ('auto',)}, got {route!r}")
+    if config is None:
+        config = select_config(route, device_arch(x.device), state.dtype, x.dtype, step.headdim, step.dstate, step.batch)
+    if config.block_p < MIN_REPLAY_BLOCK_P:
+        raise ValueError(f"replay kernels need config.block_p >= {MIN_REPLAY_BLOCK_P}, got {config.block_p}")
+    if step.batch == 0:
+        return step.out
+    _replay_step_kernel[grid(step.batch, step.nheads, step.headdim, config)](
+        state_ptr=state, x_cache_ptr=x_cache, dt_cache_ptr=dt_cache, B_cache_ptr=B_cache,
+        write_pos_ptr=write_pos, force_flush_ptr=force_flush if force_flush is not None else write_pos,
+        num_slots=state.shape[0], headdim=step.headdim, dstate=step.dstate,
+        heads_per_group=step.nheads // step.ngroups, buffer_len=L,
+        stride_state_slot=state.stride(0), stride_state_h=state.stride(1), stride_state_p=state.stride(2),
+        stride_xc_slot=x_cache.stride(0), stride_xc_h=x_cache.stride(1), stride_xc_l=x_cache.stride(2),
+        stride_dtc_slot=dt_cache.stride(0), stride_dtc_h=dt_cache.stride(1),
+        stride_Bc_slot=B_cache.stride(0), stride_Bc_g=B_cache.stride(1), stride_Bc_l=B_cache.stride(2),
+        **step.kernel_args(),
+        HAS_FORCE_FLUSH=force_flush is not None, FLUSH_ALL=route == "always_flush",
+        OUTPUT_ONLY=route != "state_and_output",
+        BLOCK_P=config.block_p, BLOCK_N=max(16, triton.next_power_of_2(step.dstate)),
+        BLOCK_L=max(16, triton.next_power_of_2(L)),
+        # fp32-accurate matmul for the fold (plain TF32 drifts ~1e-2); the interpreter
+        # computes dots in fp32 whatever is asked.
+        DOT_PRECISION="ieee" if INTERPRETED else "tf32x3",
+        num_warps=config.num_warps,
+    )
+    return step.out
+
+
+def selective_state_update_replayssm_output_only(*args, **kwargs) -> torch.Tensor:
+    """:func:`selective_state_update_replayssm` on the ``output_only`` route."""
+    return selective_state_update_replayssm(*args, route="output_only", **kwargs)
+
+
+def selective_state_update_replayssm_state_and_output(*args, **kwargs) -> torch.Tensor:
+    """:func:`selective_state_update_replayssm` on the ``state_and_output`` route."""
+    return selective_state_update_replayssm(*args, route="state_and_output", **kwargs)

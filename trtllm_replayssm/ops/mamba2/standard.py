@@ -1,0 +1,113 @@
+"""Standard Mamba2 decode step: read the state, update it, write it back, every step.
+
+The baseline ReplaySSM is measured against and the fallback it can always take. Same
+call as TensorRT-LLM's ``selective_state_update``; launch configs come from the table
+measured on the GPU (see :mod:`.launch`), not from a fixed default.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ..._runtime import device_arch
+from ._common import finish_output, load_dt, load_slot, store_nan_output
+from .launch import LaunchConfig, grid, select_config
+from .step_inputs import check_state_pool, parse_mamba2_step
+
+
+@triton.jit
+def _selective_state_update_kernel(
+    state_ptr, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr,
+    num_slots, headdim, dstate, heads_per_group, pad_slot_id,
+    stride_state_slot, stride_state_h, stride_state_p,
+    stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h,
+    stride_B_b, stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p,
+    stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
+    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
+    HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    pid_p = tl.program_id(0)
+    pid_h = tl.program_id(1)
+    pid_b = tl.program_id(2)
+    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    offs_n = tl.arange(0, BLOCK_N)
+    mask_p = offs_p < headdim
+    mask_n = offs_n < dstate
+
+    slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
+    if is_pad:
+        return
+    if is_bad:
+        store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
+        return
+    g = pid_h // heads_per_group
+
+    state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+                  + offs_p[:, None] * stride_state_p + offs_n[None, :])
+    mask_pn = mask_p[:, None] & mask_n[None, :]
+    S = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
+
+    x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0).to(tl.float32)
+    dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h, HAS_DT_BIAS, DT_SOFTPLUS)
+    A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
+    B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+
+    S = S * tl.exp(A * dt) + (dt * x)[:, None] * B[None, :]
+    tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
+    y = tl.sum(S * C[None, :], axis=1)
+    finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
+                  stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+
+
+def selective_state_update(
+    state: torch.Tensor,
+    x: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    C: torch.Tensor,
+    D: Optional[torch.Tensor] = None,
+    z: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    dt_softplus: bool = False,
+    state_batch_indices: Optional[torch.Tensor] = None,
+    pad_slot_id: int = -1,
+    out: Optional[torch.Tensor] = None,
+    config: Optional[LaunchConfig] = None,
+) -> torch.Tensor:
+    """One standard Mamba2 decode step, updating ``state`` in place.
+
+    Args:
+        state: ``(slots, H, P, N)`` state pool, fp32/bf16/fp16, contiguous.
+        x: ``(B, H, P)``; ``dt``: ``(B, H)`` or ``(B, H, P)`` with stride 0 along P.
+        A: ``(H,)`` or ``(H, P, N)`` with stride 0 along P and N; ``dt_bias``: ``(H,)`` or
+            ``(H, P)`` with stride 0; ``D``: ``(H,)`` or ``(H, P)``.
+        B, C: ``(B, G, N)``; ``z``: optional ``(B, H, P)`` gate.
+        state_batch_indices: ``(B,)`` slot per row; rows equal to ``pad_slot_id`` are skipped.
+        out: ``(B, H, P)``, written for non-padding rows.
+        config: launch config; by default the one measured for this shape.
+    Returns:
+        ``out``.
+    """
+    step = parse_mamba2_step(x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices, pad_slot_id, out)
+    check_state_pool("state", state, step)
+    if config is None:
+        config = select_config("standard", device_arch(x.device), state.dtype, x.dtype,
+                               step.headdim, step.dstate, step.batch)
+    if step.batch == 0:
+        return step.out
+    _selective_state_update_kernel[grid(step.batch, step.nheads, step.headdim, config)](
+        state_ptr=state, num_slots=state.shape[0], headdim=step.headdim, dstate=step.dstate,
+        heads_per_group=step.nheads // step.ngroups,
+        stride_state_slot=state.stride(0), stride_state_h=state.stride(1), stride_state_p=state.stride(2),
+        **step.kernel_args(),
+        BLOCK_P=config.block_p, BLOCK_N=triton.next_power_of_2(step.dstate),
+        num_warps=config.num_warps,
+    )
+    return step.out

@@ -1,0 +1,62 @@
+"""Timing on the GPU: whole cycles captured in CUDA graphs, cold L2, medians.
+
+Method (``replayssm.md`` section 6): capture the work in a CUDA graph, replay it many
+times timed with CUDA events, take the median; rotate over enough distinct layer
+states that the L2 never holds them; measure copy bandwidth in the same process.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Callable, List
+
+import torch
+
+L2_BYTES_H200 = 60 * 2**20
+
+
+def layers_for_cold_l2(bytes_per_layer: int, min_layers: int = 2, l2_bytes: int = L2_BYTES_H200) -> int:
+    """How many distinct layer states to rotate over so each step misses the L2."""
+    need = -(-4 * l2_bytes // max(bytes_per_layer, 1))
+    return max(min_layers, need)
+
+
+def capture(fn: Callable[[], None], warmup: int = 1) -> torch.cuda.CUDAGraph:
+    """Capture ``fn`` in a graph after ``warmup`` eager runs on a side stream."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    torch.cuda.synchronize()
+    return g
+
+
+def time_graph_ms(g: torch.cuda.CUDAGraph, replays: int = 20, warmup: int = 3) -> float:
+    """Median milliseconds of one replay."""
+    for _ in range(warmup):
+        g.replay()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
+    for s, e in zip(starts, ends):
+        s.record()
+        g.replay()
+        e.record()
+    torch.cuda.synchronize()
+    times: List[float] = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    return statistics.median(times)
+
+
+def copy_bandwidth_gbps(nbytes: int = 2 * 2**30, replays: int = 20) -> float:
+    """Device-to-device copy bandwidth, bytes read plus bytes written, in GB/s."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    g = capture(lambda: dst.copy_(src))
+    ms = time_graph_ms(g, replays)
+    del src, dst
+    return 2 * nbytes / (ms * 1e-3) / 1e9

@@ -70,11 +70,6 @@ def warm_compile(groups, workers: int) -> None:
     print(f"warm compile: {n} launches in {len(groups)} groups, {time.time() - t:.0f}s", flush=True)
 
 
-def spec_batch(batch: int) -> int:
-    """Batch sizes that share a Triton specialisation (1, not a multiple of 16, multiple of 16)."""
-    return 1 if batch == 1 else (batch if batch % 16 else 32)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["nemotron-3-nano-4b", "nemotron-3-super"])
@@ -98,9 +93,9 @@ def main() -> None:
     table = json.loads(table_path.read_text()) if table_path.exists() else {}
     commit = git_commit()
 
-    cases = [(m, sd, b, args.buffer_len) for m in args.models for sd in args.state_dtypes for b in args.batches]
+    cases = [(m, sd, b, args.buffer_len) for sd in args.state_dtypes for m in args.models for b in args.batches]
     cases += [(m, "fp32", args.l_sweep_batch, L) for m in args.models for L in args.l_sweep if L != args.buffer_len]
-    groups = sorted({(m, sd, L, spec_batch(b)) for m, sd, b, L in cases})
+    groups = sorted({(m, sd, L, 8) for m, sd, b, L in cases})
     if args.warm_workers > 1:
         warm_compile(groups, args.warm_workers)
 

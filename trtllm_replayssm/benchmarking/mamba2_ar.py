@@ -15,7 +15,7 @@ import torch
 
 from ..cache import Mamba2Geometry, Mamba2ReplayCache
 from ..ops.mamba2 import selective_state_update, selective_state_update_replayssm
-from ..ops.mamba2.launch import MIN_REPLAY_BLOCK_P, LaunchConfig
+from ..ops.mamba2.launch import LaunchConfig
 from .timing import capture, layers_for_cold_l2, time_graph_ms
 
 KERNELS = ("standard", "output_only", "state_and_output", "always_flush")
@@ -45,12 +45,8 @@ class Mamba2Case:
 def candidate_configs(kernel: str, headdim: int) -> List[LaunchConfig]:
     """The launch configs a tuning sweep tries for ``kernel`` at this headdim."""
     cap = 1 << (headdim - 1).bit_length()
-    if kernel == "standard":
-        blocks, warps = (4, 8, 16, 32), (1, 2, 4, 8)
-    else:
-        blocks, warps = (16, 32, 64, 128), (2, 4, 8)
-    return [LaunchConfig(b, w) for b, w in itertools.product(blocks, warps)
-            if b <= max(cap, MIN_REPLAY_BLOCK_P if kernel != "standard" else 1)]
+    blocks = (4, 8, 16, 32) if kernel == "standard" else (8, 16, 32, 64)
+    return [LaunchConfig(b, w) for b, w in itertools.product(blocks, (1, 2, 4, 8)) if b <= cap]
 
 
 class Mamba2Rig:

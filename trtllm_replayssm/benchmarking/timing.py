@@ -52,11 +52,18 @@ def time_graph_ms(g: torch.cuda.CUDAGraph, replays: int = 20, warmup: int = 3) -
     return statistics.median(times)
 
 
-def copy_bandwidth_gbps(nbytes: int = 2 * 2**30, replays: int = 20) -> float:
-    """Device-to-device copy bandwidth, bytes read plus bytes written, in GB/s."""
-    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
-    dst = torch.empty_like(src)
-    g = capture(lambda: dst.copy_(src))
-    ms = time_graph_ms(g, replays)
-    del src, dst
-    return 2 * nbytes / (ms * 1e-3) / 1e9
+def copy_bandwidth_gbps(sizes=(256 * 2**20, 1 * 2**30), copies: int = 8, replays: int = 20) -> float:
+    """Device-to-device copy bandwidth, bytes read plus bytes written, in GB/s: the best
+    over a few buffer sizes (each well past the L2), copies rotating over buffers."""
+    best = 0.0
+    for nbytes in sizes:
+        bufs = [torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_() for _ in range(2)]
+
+        def run():
+            for i in range(copies):
+                bufs[(i + 1) % 2].copy_(bufs[i % 2])
+
+        ms = time_graph_ms(capture(run), replays)
+        best = max(best, 2 * nbytes * copies / (ms * 1e-3) / 1e9)
+        del bufs
+    return best

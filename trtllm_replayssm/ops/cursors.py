@@ -19,7 +19,7 @@ from .._validation import INDEX_DTYPES, check_buffer_len, check_contiguous, chec
 _BLOCK = 128
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["batch", "num_slots"])
 def _advance_kernel(write_pos_ptr, slot_idx_ptr, force_flush_ptr, batch, num_slots, buffer_len, pad_slot_id,
                     HAS_SLOT_IDX: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr, FLUSH_ALL: tl.constexpr,
                     BLOCK: tl.constexpr):
@@ -40,7 +40,7 @@ def _advance_kernel(write_pos_ptr, slot_idx_ptr, force_flush_ptr, batch, num_slo
     tl.store(write_pos_ptr + slot, tl.where(flush, 0, w + 1), mask=valid)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n", "num_slots"])
 def _reset_kernel(write_pos_ptr, slots_ptr, n, num_slots, pad_slot_id, BLOCK: tl.constexpr):
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     in_range = rows < n

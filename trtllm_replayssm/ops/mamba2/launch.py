@@ -18,9 +18,6 @@ from typing import Optional
 import torch
 import triton
 
-# Replay kernels fold with tl.dot, whose operands need at least 16 rows.
-MIN_REPLAY_BLOCK_P = 16
-
 
 @dataclass(frozen=True)
 class LaunchConfig:
@@ -68,10 +65,7 @@ def _lookup(arch: str, key: str, batch: int) -> Optional[dict]:
 
 def default_config(kernel: str, headdim: int, batch: int) -> LaunchConfig:
     """Used where no measured entry exists (new GPU, CPU interpreter)."""
-    p2 = triton.next_power_of_2(headdim)
-    if kernel == "standard":
-        return LaunchConfig(block_p=min(16, p2), num_warps=4)
-    return LaunchConfig(block_p=max(MIN_REPLAY_BLOCK_P, min(32, p2)), num_warps=4)
+    return LaunchConfig(block_p=min(16, triton.next_power_of_2(headdim)), num_warps=4)
 
 
 def select_config(kernel: str, arch: str, state_dtype: torch.dtype, act_dtype: torch.dtype,

@@ -13,8 +13,8 @@ the ``always_flush`` route); otherwise it appends the step's inputs at ``w``.
 Routes, one kernel (``OUTPUT_ONLY`` is a compile-time switch):
 - ``output_only``: non-flush steps never build ``S``; they need ``S_0 C`` (one pass over
   the checkpoint), the dots ``B_j . C`` and the x window.
-- ``state_and_output``: every step rebuilds the ``S`` tile with a small matmul
-  ``(P x w) @ (w x N)`` and takes ``y = S C``.
+- ``state_and_output``: every step rebuilds the ``S`` tile (``w`` rank-1 updates on top
+  of ``exp(A T) S_0``, the ``(P x w) @ (w x N)`` product) and takes ``y = S C``.
 - ``always_flush``: every step folds and stores, costing what the standard kernel costs;
   the dispatcher takes it where replay cannot win (batch 1). Cursors must then be
   advanced with ``flush_all=True``.
@@ -28,16 +28,17 @@ import torch
 import triton
 import triton.language as tl
 
-from ..._runtime import INTERPRETED, device_arch
+from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_tensor
 from ._common import finish_output, load_dt, load_slot, store_nan_output
-from .launch import MIN_REPLAY_BLOCK_P, LaunchConfig, grid, select_config, select_route
+from .launch import LaunchConfig, grid, select_config, select_route
 from .step_inputs import Mamba2Step, check_state_pool, parse_mamba2_step
 
 ROUTES = ("output_only", "state_and_output", "always_flush")
 
 
-@triton.jit
+# Batch-dependent sizes are not specialised on, so one compile serves every batch.
+@triton.jit(do_not_specialize=["num_slots"])
 def _replay_step_kernel(
     state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr, write_pos_ptr, force_flush_ptr,
     x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr,
@@ -53,7 +54,6 @@ def _replay_step_kernel(
     HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
     HAS_FORCE_FLUSH: tl.constexpr, FLUSH_ALL: tl.constexpr, OUTPUT_ONLY: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -93,31 +93,44 @@ def _replay_step_kernel(
     # Decay weights of the cached steps j < w; the current token's weight is dt itself.
     mask_l = offs_l < w
     dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
-    dt_hist = tl.load(dtc_base + offs_l, mask=mask_l, other=0.0)
-    total = tl.sum(dt_hist, axis=0) + dt
-    after_j = total - tl.cumsum(dt_hist, axis=0)  # sum of dt over steps after j
-    coef = tl.where(mask_l, dt_hist * tl.exp(tl.minimum(A * after_j, 0.0)), 0.0)
-    decay0 = tl.exp(tl.minimum(A * total, 0.0))
-
     xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
     Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
-    X_hist = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
-                     mask=mask_p[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [P, L]
-    B_hist = tl.load(Bc_base + offs_l[:, None] * stride_Bc_l + offs_n[None, :],
-                     mask=mask_l[:, None] & mask_n[None, :], other=0.0).to(tl.float32)  # [L, N]
+    dt_hist = tl.load(dtc_base + offs_l, mask=mask_l, other=0.0)
+    total = tl.sum(dt_hist, axis=0) + dt
+    decay0 = tl.exp(tl.minimum(A * total, 0.0))
 
     state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
                   + offs_p[:, None] * stride_state_p + offs_n[None, :])
     mask_pn = mask_p[:, None] & mask_n[None, :]
     S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
 
+    # Everything stays in the blocked layout the checkpoint is loaded in: a tl.dot here
+    # would pull the checkpoint load into the MMA layout and halve its bandwidth.
     if is_flush | (not OUTPUT_ONLY):
+        # Rebuild S with w rank-1 updates (fp32 FMAs, no TF32 rounding).
         S = S0 * decay0 + (dt * xf)[:, None] * Bf[None, :]
-        S += tl.dot(X_hist * coef[None, :], B_hist, input_precision=DOT_PRECISION)
+        seen = dt * 0.0
+        # A constant trip count with a uniform branch: the interpreter cannot loop to a
+        # loaded bound, and skipped iterations cost only the branch on the GPU.
+        for j in range(0, BLOCK_L):
+            if j < w:
+                dt_j = tl.load(dtc_base + j)
+                seen += dt_j
+                coef_j = dt_j * tl.exp(tl.minimum(A * (total - seen), 0.0))
+                x_j = tl.load(xc_base + j * stride_xc_l + offs_p, mask=mask_p, other=0.0).to(tl.float32)
+                B_j = tl.load(Bc_base + j * stride_Bc_l + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+                S += (coef_j * x_j)[:, None] * B_j[None, :]
         y = tl.sum(S * C[None, :], axis=1)
         if is_flush:
             tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
     else:
+        # y = exp(A T) S_0 C + sum_j coef_j (B_j . C) x_j + dt (B . C) x, never forming S.
+        after_j = total - tl.cumsum(dt_hist, axis=0)  # sum of dt over the steps after j
+        coef = tl.where(mask_l, dt_hist * tl.exp(tl.minimum(A * after_j, 0.0)), 0.0)
+        B_hist = tl.load(Bc_base + offs_l[:, None] * stride_Bc_l + offs_n[None, :],
+                         mask=mask_l[:, None] & mask_n[None, :], other=0.0).to(tl.float32)  # [L, N]
+        X_hist = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
+                         mask=mask_p[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [P, L]
         bc = tl.sum(B_hist * C[None, :], axis=1)  # B_j . C, [L]
         y = (decay0 * tl.sum(S0 * C[None, :], axis=1)
              + tl.sum(X_hist * (coef * bc)[None, :], axis=1)
@@ -203,8 +216,6 @@ def selective_state_update_replayssm(
         raise ValueError(f"route must be one of {ROUTES + ('auto',)}, got {route!r}")
     if config is None:
         config = select_config(route, device_arch(x.device), state.dtype, x.dtype, step.headdim, step.dstate, step.batch)
-    if config.block_p < MIN_REPLAY_BLOCK_P:
-        raise ValueError(f"replay kernels need config.block_p >= {MIN_REPLAY_BLOCK_P}, got {config.block_p}")
     if step.batch == 0:
         return step.out
     _replay_step_kernel[grid(step.batch, step.nheads, step.headdim, config)](
@@ -219,11 +230,8 @@ def selective_state_update_replayssm(
         **step.kernel_args(),
         HAS_FORCE_FLUSH=force_flush is not None, FLUSH_ALL=route == "always_flush",
         OUTPUT_ONLY=route != "state_and_output",
-        BLOCK_P=config.block_p, BLOCK_N=max(16, triton.next_power_of_2(step.dstate)),
-        BLOCK_L=max(16, triton.next_power_of_2(L)),
-        # fp32-accurate matmul for the fold (plain TF32 drifts ~1e-2); the interpreter
-        # computes dots in fp32 whatever is asked.
-        DOT_PRECISION="ieee" if INTERPRETED else "tf32x3",
+        BLOCK_P=config.block_p, BLOCK_N=triton.next_power_of_2(step.dstate),
+        BLOCK_L=max(2, triton.next_power_of_2(L)),
         num_warps=config.num_warps,
     )
     return step.out

@@ -19,7 +19,8 @@ from .launch import LaunchConfig, grid, select_config
 from .step_inputs import check_state_pool, parse_mamba2_step
 
 
-@triton.jit
+# Batch-dependent sizes are not specialised on, so one compile serves every batch.
+@triton.jit(do_not_specialize=["num_slots"])
 def _selective_state_update_kernel(
     state_ptr, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr,
     num_slots, headdim, dstate, heads_per_group, pad_slot_id,

@@ -53,7 +53,7 @@ def _replay_step_kernel(
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
     HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
     HAS_FORCE_FLUSH: tl.constexpr, FLUSH_ALL: tl.constexpr, OUTPUT_ONLY: tl.constexpr,
-    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr, FOLD_CHUNK: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -70,6 +70,12 @@ def _replay_step_kernel(
     if is_bad:
         store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
         return
+    # Issue the checkpoint load first: it is the stream that sets the speed, and nothing
+    # it depends on waits for the cursor.
+    state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+                  + offs_p[:, None] * stride_state_p + offs_n[None, :])
+    mask_pn = mask_p[:, None] & mask_n[None, :]
+    S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
     w = tl.load(write_pos_ptr + slot)
     if (w < 0) | (w >= buffer_len):
         store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
@@ -99,27 +105,26 @@ def _replay_step_kernel(
     total = tl.sum(dt_hist, axis=0) + dt
     decay0 = tl.exp(tl.minimum(A * total, 0.0))
 
-    state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
-                  + offs_p[:, None] * stride_state_p + offs_n[None, :])
-    mask_pn = mask_p[:, None] & mask_n[None, :]
-    S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
-
     # Everything stays in the blocked layout the checkpoint is loaded in: a tl.dot here
     # would pull the checkpoint load into the MMA layout and halve its bandwidth.
     if is_flush | (not OUTPUT_ONLY):
         # Rebuild S with w rank-1 updates (fp32 FMAs, no TF32 rounding).
         S = S0 * decay0 + (dt * xf)[:, None] * Bf[None, :]
         seen = dt * 0.0
-        # A constant trip count with a uniform branch: the interpreter cannot loop to a
-        # loaded bound, and skipped iterations cost only the branch on the GPU.
-        for j in range(0, BLOCK_L):
-            if j < w:
-                dt_j = tl.load(dtc_base + j)
-                seen += dt_j
-                coef_j = dt_j * tl.exp(tl.minimum(A * (total - seen), 0.0))
-                x_j = tl.load(xc_base + j * stride_xc_l + offs_p, mask=mask_p, other=0.0).to(tl.float32)
-                B_j = tl.load(Bc_base + j * stride_Bc_l + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-                S += (coef_j * x_j)[:, None] * B_j[None, :]
+        # Chunks of FOLD_CHUNK steps: the loads of a chunk are independent and issue
+        # together; a chunk past w is skipped by a uniform branch. (The trip count is a
+        # constant: the interpreter cannot loop to a loaded bound.)
+        for c in range(0, BLOCK_L // FOLD_CHUNK):
+            if c * FOLD_CHUNK < w:
+                for i in tl.static_range(FOLD_CHUNK):
+                    j = c * FOLD_CHUNK + i
+                    m = j < w
+                    dt_j = tl.load(dtc_base + j, mask=m, other=0.0)
+                    seen += dt_j
+                    coef_j = dt_j * tl.exp(tl.minimum(A * (total - seen), 0.0))
+                    x_j = tl.load(xc_base + j * stride_xc_l + offs_p, mask=mask_p & m, other=0.0).to(tl.float32)
+                    B_j = tl.load(Bc_base + j * stride_Bc_l + offs_n, mask=mask_n & m, other=0.0).to(tl.float32)
+                    S += (coef_j * x_j)[:, None] * B_j[None, :]
         y = tl.sum(S * C[None, :], axis=1)
         if is_flush:
             tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
@@ -231,7 +236,7 @@ def selective_state_update_replayssm(
         HAS_FORCE_FLUSH=force_flush is not None, FLUSH_ALL=route == "always_flush",
         OUTPUT_ONLY=route != "state_and_output",
         BLOCK_P=config.block_p, BLOCK_N=triton.next_power_of_2(step.dstate),
-        BLOCK_L=max(2, triton.next_power_of_2(L)),
+        BLOCK_L=max(2, triton.next_power_of_2(L)), FOLD_CHUNK=min(4, max(2, triton.next_power_of_2(L))),
         num_warps=config.num_warps,
     )
     return step.out

@@ -3,10 +3,10 @@
 
 Method: ``replayssm.md`` section 6 (whole L-step cycles, cold L2, CUDA graphs, median,
 copy bandwidth in the same run). Every kernel is tuned over its launch configs for each
-case; the winners become the dispatcher's table (``--table-out``) and the ``auto`` rows
-measure the dispatcher itself.
+case; the winners become the dispatcher's table (the package's ``tuned/mamba2_<arch>.json``)
+and the ``auto`` rows time the dispatcher itself, reading that table.
 
-    python benchmarks/bench_mamba2_ar.py                      # full run (H200: ~6 min)
+    python benchmarks/bench_mamba2_ar.py                      # full run (H200: ~8 min)
     python benchmarks/bench_mamba2_ar.py --models nemotron-3-super --batches 128 --state-dtypes fp32
 """
 
@@ -25,10 +25,11 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from trtllm_replayssm.benchmarking.mamba2_ar import KERNELS, Mamba2Case, Mamba2Rig, candidate_configs, make_rig, tune
+from trtllm_replayssm.benchmarking.mamba2_ar import (CANDIDATES, ROUTES, Launch, Mamba2Case, Mamba2Rig,
+                                                     candidate_configs, make_rig, tune_case)
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.models import mamba2_model
-from trtllm_replayssm.ops.mamba2 import launch
+from trtllm_replayssm.ops.mamba2 import launch as launch_table
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 REPO = Path(__file__).resolve().parents[1]
@@ -42,21 +43,21 @@ def git_commit() -> str:
         return os.environ.get("REPLAYSSM_COMMIT", "unknown")
 
 
-def _warm_group(args):
-    """Compile every candidate of one specialisation group (a worker process)."""
-    model, state_dtype, L, batch = args
-    import torch  # noqa: F401  (fresh process)
-    case = Mamba2Case(model, mamba2_model(model).geom, batch, L, DTYPES[state_dtype])
+def _warm_group(args) -> int:
+    """Compile every candidate of one (model, state dtype, L) group: a worker process."""
+    model, state_dtype, L = args
+    case = Mamba2Case(model, mamba2_model(model).geom, 8, L, DTYPES[state_dtype])
     rig = Mamba2Rig(case, 1)
     n = 0
-    for kernel in KERNELS:
+    for kernel in CANDIDATES:
         for cfg in candidate_configs(kernel, case.geom.headdim):
+            launches = {"fold": Launch("output_only", None, cfg)}.get(kernel, Launch(kernel, cfg))
             try:
-                rig.layer_step(kernel, 0, cfg)
-                rig.cache.advance(rig.slot_idx, route=kernel) if kernel != "standard" else None
+                rig.layer_step(launches, 0)
                 n += 1
             except Exception:
                 pass
+    rig.cache.advance(rig.slot_idx)
     torch.cuda.synchronize()
     return n
 
@@ -64,10 +65,21 @@ def _warm_group(args):
 def warm_compile(groups, workers: int) -> None:
     """Triton compiles one kernel at a time per process; fill its disk cache in parallel."""
     t = time.time()
-    ctx = mp.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as ex:
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
         n = sum(ex.map(_warm_group, groups))
     print(f"warm compile: {n} launches in {len(groups)} groups, {time.time() - t:.0f}s", flush=True)
+
+
+def update_table(table: dict, case: Mamba2Case, best: dict, route: str) -> None:
+    """Record this case's winners at its batch size (replacing an older entry)."""
+    def put(kernel, entry):
+        key = launch_table.table_key(kernel, case.state_dtype, case.act_dtype, case.geom.headdim, case.geom.dstate)
+        rows = [e for e in table.get(key, []) if e["batch"] != case.batch]
+        table[key] = sorted(rows + [{"batch": case.batch, **entry}], key=lambda e: e["batch"])
+
+    for kernel, b in best.items():
+        put(kernel, {**b["config"].to_dict(), "us": round(b["us"], 2)})
+    put("route", {"route": route})
 
 
 def main() -> None:
@@ -81,7 +93,6 @@ def main() -> None:
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--warm-workers", type=int, default=min(14, os.cpu_count() or 1))
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/mamba2_ar.json"))
-    ap.add_argument("--table-out", default=None, help="tuned table (default: the package's tuned/mamba2_<arch>.json)")
     args = ap.parse_args()
 
     if not torch.cuda.is_available():
@@ -89,15 +100,14 @@ def main() -> None:
     dev = torch.device("cuda")
     gpu = torch.cuda.get_device_name(dev)
     arch = f"sm{''.join(map(str, torch.cuda.get_device_capability(dev)))}"
-    table_path = Path(args.table_out) if args.table_out else REPO / f"trtllm_replayssm/tuned/mamba2_{arch}.json"
+    table_path = REPO / f"trtllm_replayssm/tuned/mamba2_{arch}.json"
     table = json.loads(table_path.read_text()) if table_path.exists() else {}
     commit = git_commit()
 
     cases = [(m, sd, b, args.buffer_len) for sd in args.state_dtypes for m in args.models for b in args.batches]
     cases += [(m, "fp32", args.l_sweep_batch, L) for m in args.models for L in args.l_sweep if L != args.buffer_len]
-    groups = sorted({(m, sd, L, 8) for m, sd, b, L in cases})
     if args.warm_workers > 1:
-        warm_compile(groups, args.warm_workers)
+        warm_compile(sorted({(m, sd, L) for m, sd, _, L in cases}), args.warm_workers)
 
     copy_gbps = copy_bandwidth_gbps()
     print(f"{gpu} ({arch}): copy bandwidth {copy_gbps:.0f} GB/s", flush=True)
@@ -109,61 +119,51 @@ def main() -> None:
         case = Mamba2Case(model, mamba2_model(model).geom, batch, L, DTYPES[sd])
         rig = make_rig(case)
         t0 = time.time()
-        best = {k: tune(rig, k, candidate_configs(k, case.geom.headdim)) for k in KERNELS}
-        base_us = best["standard"]["us"]
-        route = min(("output_only", "state_and_output", "always_flush"), key=lambda k: best[k]["us"])
+        best = tune_case(rig)
+        launches = {"standard": Launch("standard", best["standard"]["config"]),
+                    "output_only": Launch("output_only", best["output_only"]["config"], best["fold"]["config"]),
+                    "state_and_output": Launch("state_and_output", best["state_and_output"]["config"]),
+                    "always_flush": Launch("always_flush", best["always_flush"]["config"])}
+        cycle_us = {k: rig.time_cycle_us(lc, args.replays) for k, lc in launches.items()}
+        base_us = cycle_us["standard"]
+        route = min(ROUTES, key=cycle_us.__getitem__)
         if L == args.buffer_len:  # the dispatcher's table is for the default L
-            for k in KERNELS:
-                key = launch.table_key(k, case.state_dtype, case.act_dtype, case.geom.headdim, case.geom.dstate)
-                entries = [e for e in table.get(key, []) if e["batch"] != batch]
-                table[key] = sorted(entries + [{"batch": batch, **best[k]["config"].to_dict(), "us": round(best[k]["us"], 2)}],
-                                    key=lambda e: e["batch"])
-            key = launch.table_key("route", case.state_dtype, case.act_dtype, case.geom.headdim, case.geom.dstate)
-            entries = [e for e in table.get(key, []) if e["batch"] != batch]
-            table[key] = sorted(entries + [{"batch": batch, "route": route}], key=lambda e: e["batch"])
+            update_table(table, case, best, route)
             table_path.parent.mkdir(parents=True, exist_ok=True)
-            table_path.write_text(json.dumps(table, indent=1, sort_keys=True))
-            launch._load_table.cache_clear()
+            table_path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+            launch_table._load_table.cache_clear()
+            auto_route = launch_table.select_route(arch, case.state_dtype, case.act_dtype, case.geom.headdim,
+                                                   case.geom.dstate, batch)
+            cycle_us["auto"] = rig.time_cycle_us(Launch(auto_route), args.replays)
+            launches["auto"] = Launch(auto_route)
 
-        def record(kernel, us, cfg, chosen=None, nonflush_us=None):
-            moved = case.moved_bytes_per_cycle(chosen or kernel)
-            gbps = moved / (us * 1e-6 * L) / 1e9
-            rec = dict(gpu=gpu, model=model, state_dtype=sd, act_dtype="bf16", batch=batch, L=L,
-                       route=kernel if kernel != "auto" else "auto", chosen_route=chosen or kernel,
-                       us_per_step=round(us, 3), baseline_us_per_step=round(base_us, 3),
-                       speedup=round(base_us / us, 3), achieved_gbps=round(gbps, 1), copy_gbps=round(copy_gbps, 1),
-                       config=cfg.to_dict() if cfg else None, commit=commit)
-            if nonflush_us is not None:
-                rec["nonflush_us_per_step"] = round(nonflush_us, 3)
-                rec["nonflush_read_gbps"] = round(case.state_bytes / (nonflush_us * 1e-6) / 1e9, 1)
+        for k, us in cycle_us.items():
+            lc = launches[k]
+            chosen = lc.kernel
+            rec = dict(gpu=gpu, model=model, state_dtype=sd, act_dtype="bf16", batch=batch, L=L, route=k,
+                       chosen_route=chosen, us_per_step=round(us, 3), baseline_us_per_step=round(base_us, 3),
+                       speedup=round(base_us / us, 3),
+                       achieved_gbps=round(case.moved_bytes_per_cycle(chosen) / (us * 1e-6 * L) / 1e9, 1),
+                       copy_gbps=round(copy_gbps, 1),
+                       config=lc.config.to_dict() if lc.config else None,
+                       fold_config=lc.fold_config.to_dict() if lc.fold_config else None, commit=commit)
+            if k == "output_only":
+                nf = rig.time_step_us(lc, L // 2, args.replays)
+                rec["nonflush_us_per_step"] = round(nf, 3)
+                rec["nonflush_read_gbps"] = round(case.state_bytes / (nf * 1e-6) / 1e9, 1)
                 rec["nonflush_read_share_of_copy"] = round(rec["nonflush_read_gbps"] / copy_gbps, 3)
+                rec["flush_us_per_step"] = round(rig.time_step_us(lc, L - 1, args.replays), 3)
             records.append(rec)
-            return rec
-
-        for k in KERNELS:
-            cfg = best[k]["config"]
-            us = rig.time_cycle_us(k, cfg, args.replays)
-            nf = rig.time_nonflush_us(k, cfg, args.replays) if k in ("output_only", "state_and_output") else None
-            if k == "standard":
-                base_us = us
-            record(k, us, cfg, nonflush_us=nf)
-        if L == args.buffer_len:
-            # The dispatcher end to end: route and config from the table just written.
-            auto_route = launch.select_route(arch, case.state_dtype, case.act_dtype, case.geom.headdim,
-                                             case.geom.dstate, batch)
-            rec = record("auto", rig.time_cycle_us(auto_route, None, args.replays), None, chosen=auto_route)
-            rows.append([model, sd, batch, L, f"{base_us:.1f}"] +
-                        [f"{r['speedup']:.2f}" for r in records[-5:-1][1:]] + [f"{rec['speedup']:.2f} ({auto_route})"])
-        print(f"{model} {sd} bs{batch} L{L}: " + ", ".join(f"{r['route']} {r['us_per_step']:.1f}us x{r['speedup']:.2f}"
-                                                        for r in records if r['model'] == model and r['state_dtype'] == sd
-                                                        and r['batch'] == batch and r['L'] == L)
+        if "auto" in cycle_us:
+            rows.append([model, sd, batch, L, f"{base_us:.1f}"] + [f"{base_us / cycle_us[k]:.2f}" for k in ROUTES]
+                        + [f"{base_us / cycle_us['auto']:.2f} ({launches['auto'].kernel})"])
+        print(f"{model} {sd} bs{batch} L{L}: " + ", ".join(f"{k} {us:.1f}us x{base_us / us:.2f}" for k, us in cycle_us.items())
               + f" [{time.time() - t0:.0f}s]", flush=True)
-        out_path.write_text(json.dumps(records, indent=1))
+        out_path.write_text(json.dumps(records, indent=1) + "\n")
         del rig
         torch.cuda.empty_cache()
 
-    print(tabulate(rows, headers=["model", "state", "batch", "L", "standard us", "output_only", "state_and_output",
-                                  "always_flush", "auto"]))
+    print(tabulate(rows, headers=["model", "state", "batch", "L", "standard us", *ROUTES, "auto"]))
     print(f"wrote {out_path} and {table_path}")
 
 

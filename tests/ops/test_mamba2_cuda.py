@@ -29,14 +29,14 @@ def test_standard_real_shapes(model, state_dtype):
 def test_replay_step_captures_in_cuda_graph():
     """Replay step + cursor advance inside one CUDA graph equal the eager run."""
     import trtllm_replayssm as rs
-    from trtllm_replayssm.benchmarking.mamba2_ar import Mamba2Case, Mamba2Rig
+    from trtllm_replayssm.benchmarking.mamba2_ar import Launch, Mamba2Case, Mamba2Rig
     from trtllm_replayssm.benchmarking.timing import capture
 
     geom = MAMBA2_MODELS["nemotron-3-super"].geom
     case = Mamba2Case("super", geom, 8, 4, torch.float32)
     eager, graphed = Mamba2Rig(case, 2, seed=1), Mamba2Rig(case, 2, seed=1)
-    eager.cycle_fn("output_only", None)()
-    g = capture(lambda: graphed.cycle_fn("output_only", None)(), warmup=0)
+    eager.cycle_fn(Launch("output_only"))()
+    g = capture(graphed.cycle_fn(Launch("output_only")), warmup=0)
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(eager.cache.ssm_state, graphed.cache.ssm_state)

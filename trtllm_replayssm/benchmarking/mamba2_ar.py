@@ -7,7 +7,6 @@ a model would. Results are per layer-step: cycle time / (L x layers).
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional
 
@@ -18,7 +17,25 @@ from ..ops.mamba2 import selective_state_update, selective_state_update_replayss
 from ..ops.mamba2.launch import LaunchConfig
 from .timing import capture, layers_for_cold_l2, time_graph_ms
 
-KERNELS = ("standard", "output_only", "state_and_output", "always_flush")
+ROUTES = ("output_only", "state_and_output", "always_flush")
+KERNELS = ("standard",) + ROUTES
+
+# Tuning candidates: (block_p, num_warps, fold_chunk, ring_tiles). Pruned with ptxas's
+# register counts (sm_90): tiles that need > ~170 registers a thread lose on occupancy.
+CANDIDATES = {
+    "standard": [(4, 1), (8, 1), (16, 1), (32, 1), (8, 2), (16, 2), (16, 4), (32, 4)],
+    "output_only": [(8, 1), (16, 1), (16, 1, 4), (32, 1), (32, 1, 4), (32, 4), (64, 4),
+                    (16, 1, 1, 1), (32, 2, 1, 1), (32, 4, 1, 1), (64, 4, 1, 1)],
+    "fold": [(8, 1), (8, 1, 2), (16, 1), (16, 2), (32, 4), (32, 4, 2), (64, 8)],
+    "state_and_output": [(8, 1), (8, 1, 2), (16, 1), (32, 2), (32, 4), (32, 4, 2)],
+    "always_flush": [(4, 1), (8, 1), (16, 1), (8, 2), (16, 2), (32, 4)],
+}
+
+
+def candidate_configs(kernel: str, headdim: int) -> List[LaunchConfig]:
+    """The launch configs a tuning sweep tries for ``kernel`` at this headdim."""
+    cap = 1 << (headdim - 1).bit_length()
+    return [LaunchConfig(*c) for c in CANDIDATES[kernel] if c[0] <= cap]
 
 
 @dataclass(frozen=True)
@@ -42,11 +59,13 @@ class Mamba2Case:
         return 2 * L * self.state_bytes if kernel in ("standard", "always_flush") else (L + 1) * self.state_bytes
 
 
-def candidate_configs(kernel: str, headdim: int) -> List[LaunchConfig]:
-    """The launch configs a tuning sweep tries for ``kernel`` at this headdim."""
-    cap = 1 << (headdim - 1).bit_length()
-    blocks = (4, 8, 16, 32) if kernel == "standard" else (8, 16, 32, 64)
-    return [LaunchConfig(b, w) for b, w in itertools.product(blocks, (1, 2, 4, 8)) if b <= cap]
+@dataclass(frozen=True)
+class Launch:
+    """A kernel (or replay route) with its launch configs (``None``: the tuned table)."""
+
+    kernel: str
+    config: Optional[LaunchConfig] = None
+    fold_config: Optional[LaunchConfig] = None
 
 
 class Mamba2Rig:
@@ -79,43 +98,42 @@ class Mamba2Rig:
             out=torch.empty(B, H, P, device=device, dtype=a),
         )
 
-    def layer_step(self, kernel: str, layer: int, config: Optional[LaunchConfig]) -> None:
-        if kernel == "standard":
-            selective_state_update(self.cache.ssm_state[layer], **self.step, config=config)
+    def layer_step(self, launch: Launch, layer: int) -> None:
+        if launch.kernel == "standard":
+            selective_state_update(self.cache.ssm_state[layer], **self.step, config=launch.config)
         else:
-            selective_state_update_replayssm(self.cache.ssm_state[layer], **self.step, route=kernel,
-                                             config=config, **self.cache.ring_kwargs(layer))
+            selective_state_update_replayssm(self.cache.ssm_state[layer], **self.step, route=launch.kernel,
+                                             config=launch.config, fold_config=launch.fold_config,
+                                             **self.cache.ring_kwargs(layer))
 
-    def cycle_fn(self, kernel: str, config: Optional[LaunchConfig]) -> Callable[[], None]:
+    def cycle_fn(self, launch: Launch) -> Callable[[], None]:
         """L steps x all layers (+ one cursor advance per step for replay routes)."""
         def run():
             for _ in range(self.case.buffer_len):
                 for layer in range(self.n_layers):
-                    self.layer_step(kernel, layer, config)
-                if kernel != "standard":
-                    self.cache.advance(self.slot_idx, route=kernel)
+                    self.layer_step(launch, layer)
+                if launch.kernel != "standard":
+                    self.cache.advance(self.slot_idx, route=launch.kernel)
         return run
 
-    def nonflush_fn(self, kernel: str, config: Optional[LaunchConfig]) -> Callable[[], None]:
-        """One non-flush step over all layers, cursors parked mid-ring (not advanced)."""
+    def step_fn(self, launch: Launch) -> Callable[[], None]:
+        """One step over all layers, cursors not advanced (parked where the caller put them)."""
         def run():
             for layer in range(self.n_layers):
-                self.layer_step(kernel, layer, config)
+                self.layer_step(launch, layer)
         return run
 
-    def time_cycle_us(self, kernel: str, config: Optional[LaunchConfig], replays: int = 20) -> float:
+    def time_cycle_us(self, launch: Launch, replays: int = 20) -> float:
         """Median microseconds per layer-step over whole cycles."""
         self.cache.write_pos.zero_()
-        g = capture(self.cycle_fn(kernel, config))
-        ms = time_graph_ms(g, replays)
-        del g
+        ms = time_graph_ms(capture(self.cycle_fn(launch)), replays)
         return ms * 1e3 / (self.case.buffer_len * self.n_layers)
 
-    def time_nonflush_us(self, kernel: str, config: Optional[LaunchConfig], replays: int = 20) -> float:
-        self.cache.write_pos.fill_(self.case.buffer_len // 2)
-        g = capture(self.nonflush_fn(kernel, config))
-        ms = time_graph_ms(g, replays)
-        del g
+    def time_step_us(self, launch: Launch, write_pos: int, replays: int = 20) -> float:
+        """Median microseconds per layer of one step with every cursor at ``write_pos``
+        (``L - 1``: a flush step; less: a non-flush step)."""
+        self.cache.write_pos.fill_(write_pos)
+        ms = time_graph_ms(capture(self.step_fn(launch)), replays)
         self.cache.write_pos.zero_()
         return ms * 1e3 / self.n_layers
 
@@ -124,12 +142,11 @@ def make_rig(case: Mamba2Case) -> Mamba2Rig:
     return Mamba2Rig(case, layers_for_cold_l2(case.state_bytes))
 
 
-def tune(rig: Mamba2Rig, kernel: str, configs: Iterable[LaunchConfig], replays: int = 5) -> Dict:
-    """Fastest config for ``kernel`` on this rig: ``{"config", "us", "tried"}``."""
+def _best(time_fn: Callable[[LaunchConfig], float], configs: Iterable[LaunchConfig]) -> Dict:
     best, tried = None, []
     for cfg in configs:
         try:
-            us = rig.time_cycle_us(kernel, cfg, replays)
+            us = time_fn(cfg)
         except Exception as e:  # a config the compiler rejects (resources) is skipped
             tried.append({**cfg.to_dict(), "error": type(e).__name__})
             continue
@@ -137,5 +154,24 @@ def tune(rig: Mamba2Rig, kernel: str, configs: Iterable[LaunchConfig], replays: 
         if best is None or us < best[1]:
             best = (cfg, us)
     if best is None:
-        raise RuntimeError(f"no launch config of {kernel} ran: {tried}")
+        raise RuntimeError(f"no launch config ran: {tried}")
     return {"config": best[0], "us": best[1], "tried": tried}
+
+
+def tune_case(rig: Mamba2Rig, replays: int = 5) -> Dict[str, Dict]:
+    """Fastest launch configs of every kernel for this case.
+
+    The standard kernel, ``state_and_output`` and ``always_flush`` are tuned on whole
+    cycles. ``output_only`` has two launches: its fold launch is tuned on a flush step,
+    then its non-flush launch on a non-flush step (mid-ring) with that fold config.
+    """
+    L, hd = rig.case.buffer_len, rig.case.geom.headdim
+    best = {}
+    for k in ("standard", "state_and_output", "always_flush"):
+        best[k] = _best(lambda c: rig.time_cycle_us(Launch(k, c), replays), candidate_configs(k, hd))
+    best["fold"] = _best(lambda c: rig.time_step_us(Launch("output_only", None, c), L - 1, replays),
+                         candidate_configs("fold", hd))
+    fold = best["fold"]["config"]
+    best["output_only"] = _best(lambda c: rig.time_step_us(Launch("output_only", c, fold), L // 2, replays),
+                                candidate_configs("output_only", hd))
+    return best

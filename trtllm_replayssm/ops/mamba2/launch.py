@@ -21,10 +21,14 @@ import triton
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """Compile-time tile choice of one launch: rows of headdim per program, warps."""
+    """Compile-time choices of one launch: rows of headdim per program, warps, and for
+    the replay kernel how many ring entries are loaded together (``fold_chunk``) or
+    whether the whole window is loaded as two tiles (``ring_tiles``, non-flush launch)."""
 
     block_p: int
     num_warps: int
+    fold_chunk: int = 1
+    ring_tiles: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -70,11 +74,12 @@ def default_config(kernel: str, headdim: int, batch: int) -> LaunchConfig:
 
 def select_config(kernel: str, arch: str, state_dtype: torch.dtype, act_dtype: torch.dtype,
                   headdim: int, dstate: int, batch: int) -> LaunchConfig:
-    """Config for ``kernel`` in {standard, output_only, state_and_output}."""
+    """Config for ``kernel`` in {standard, output_only (its non-flush launch), fold,
+    state_and_output}."""
     row = _lookup(arch, table_key(kernel, state_dtype, act_dtype, headdim, dstate), batch)
     if row is None:
         return default_config(kernel, headdim, batch)
-    return LaunchConfig(block_p=row["block_p"], num_warps=row["num_warps"])
+    return LaunchConfig(**{k: row[k] for k in ("block_p", "num_warps", "fold_chunk", "ring_tiles") if k in row})
 
 
 def select_route(arch: str, state_dtype: torch.dtype, act_dtype: torch.dtype,

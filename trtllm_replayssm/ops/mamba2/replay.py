@@ -10,9 +10,11 @@ step inputs (``x``, processed ``dt``, ``B``). A step with ``c_j`` the running su
 and writes the state back only on a flush (``w == L - 1``, a per-row force-flush flag, or
 the ``always_flush`` route); otherwise it appends the step's inputs at ``w``.
 
-Routes, one kernel (``OUTPUT_ONLY`` is a compile-time switch):
-- ``output_only``: non-flush steps never build ``S``; they need ``S_0 C`` (one pass over
-  the checkpoint), the dots ``B_j . C`` and the x window.
+Routes (one kernel; ``MODE`` is a compile-time switch):
+- ``output_only``: non-flush rows never build ``S``; they need ``S_0 C`` (one pass over
+  the checkpoint), the dots ``B_j . C`` and the x window. Flush rows are served by a
+  second launch (``FOLD``), compiled and tuned apart so the fold does not set the
+  register budget of the common step.
 - ``state_and_output``: every step rebuilds the ``S`` tile (``w`` rank-1 updates on top
   of ``exp(A T) S_0``, the ``(P x w) @ (w x N)`` product) and takes ``y = S C``.
 - ``always_flush``: every step folds and stores, costing what the standard kernel costs;
@@ -37,6 +39,26 @@ from .step_inputs import Mamba2Step, check_state_pool, parse_mamba2_step
 ROUTES = ("output_only", "state_and_output", "always_flush")
 
 
+@triton.jit
+def _ring_entry(j, w, seen, total, A, dtc_base, xc_base, Bc_base, stride_xc_l, stride_Bc_l,
+                offs_p, offs_n, mask_p, mask_n):
+    """Ring entry ``j`` (zeros past ``w``) and its weight ``dt_j exp(A (T - c_j))``;
+    ``seen`` carries ``c_j``, the running sum of dt."""
+    m = j < w
+    dt_j = tl.load(dtc_base + j, mask=m, other=0.0)
+    seen += dt_j
+    coef_j = dt_j * tl.exp(tl.minimum(A * (total - seen), 0.0))
+    x_j = tl.load(xc_base + j * stride_xc_l + offs_p, mask=mask_p & m, other=0.0).to(tl.float32)
+    B_j = tl.load(Bc_base + j * stride_Bc_l + offs_n, mask=mask_n & m, other=0.0).to(tl.float32)
+    return seen, coef_j, x_j, B_j
+
+
+# Kernel modes: which rows a launch serves and how it forms the output.
+NONFLUSH = tl.constexpr(1)  # rows that do not flush: output only, never forms S; appends
+FOLD = tl.constexpr(2)  # rows that flush: fold the ring into S, store it, output S C
+REBUILD = tl.constexpr(3)  # every row: rebuild S each step, store it on flush, else append
+
+
 # Batch-dependent sizes are not specialised on, so one compile serves every batch.
 @triton.jit(do_not_specialize=["num_slots"])
 def _replay_step_kernel(
@@ -52,15 +74,15 @@ def _replay_step_kernel(
     stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
     HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
-    HAS_FORCE_FLUSH: tl.constexpr, FLUSH_ALL: tl.constexpr, OUTPUT_ONLY: tl.constexpr,
-    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr, FOLD_CHUNK: tl.constexpr,
+    HAS_FORCE_FLUSH: tl.constexpr, FLUSH_ALL: tl.constexpr, MODE: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr,
+    FOLD_CHUNK: tl.constexpr, RING_TILES: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
     pid_h = tl.program_id(1)
     pid_b = tl.program_id(2)
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
-    offs_l = tl.arange(0, BLOCK_L)
     mask_p = offs_p < headdim
     mask_n = offs_n < dstate
 
@@ -68,78 +90,90 @@ def _replay_step_kernel(
     if is_pad:
         return
     if is_bad:
-        store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
+        if MODE != FOLD:  # one launch of a step reports the error
+            store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
         return
-    # Issue the checkpoint load first: it is the stream that sets the speed, and nothing
-    # it depends on waits for the cursor.
-    state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
-                  + offs_p[:, None] * stride_state_p + offs_n[None, :])
-    mask_pn = mask_p[:, None] & mask_n[None, :]
-    S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
     w = tl.load(write_pos_ptr + slot)
     if (w < 0) | (w >= buffer_len):
-        store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
+        if MODE != FOLD:
+            store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
         return
     is_flush = w == buffer_len - 1
     if HAS_FORCE_FLUSH:
         is_flush = is_flush | (tl.load(force_flush_ptr + pid_b) != 0)
     if FLUSH_ALL:
         is_flush = w >= 0
-    g = pid_h // heads_per_group
+    # The non-flush and the flush work are separate launches so that each is compiled
+    # (registers) and tuned (tile) for itself: the fold would otherwise set the register
+    # budget of every step. A launch returns at once for the other kind of row.
+    if MODE == NONFLUSH:
+        if is_flush:
+            return
+    if MODE == FOLD:
+        if not is_flush:
+            return
 
-    # Current token.
+    g = pid_h // heads_per_group
+    state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+                  + offs_p[:, None] * stride_state_p + offs_n[None, :])
+    mask_pn = mask_p[:, None] & mask_n[None, :]
+    S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
+    C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
     x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0)
     xf = x.to(tl.float32)
     dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h, HAS_DT_BIAS, DT_SOFTPLUS)
     A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
     B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n, other=0.0)
     Bf = B.to(tl.float32)
-    C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
 
-    # Decay weights of the cached steps j < w; the current token's weight is dt itself.
-    mask_l = offs_l < w
     dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
     xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
     Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
-    dt_hist = tl.load(dtc_base + offs_l, mask=mask_l, other=0.0)
-    total = tl.sum(dt_hist, axis=0) + dt
+    offs_l = tl.arange(0, BLOCK_L)
+    dt_hist = tl.load(dtc_base + offs_l, mask=offs_l < w, other=0.0)
+    total = tl.sum(dt_hist, axis=0) + dt  # T: dt summed over the cached steps and this one
     decay0 = tl.exp(tl.minimum(A * total, 0.0))
+    seen = dt * 0.0
 
-    # Everything stays in the blocked layout the checkpoint is loaded in: a tl.dot here
-    # would pull the checkpoint load into the MMA layout and halve its bandwidth.
-    if is_flush | (not OUTPUT_ONLY):
-        # Rebuild S with w rank-1 updates (fp32 FMAs, no TF32 rounding).
+    # The ring is walked in chunks of FOLD_CHUNK entries: a chunk's loads are independent
+    # and issue together, and a chunk past w is skipped by a uniform branch. (The trip
+    # count is a constant: the interpreter cannot loop to a loaded bound.) Everything
+    # stays in the blocked layout of the checkpoint: a tl.dot would pull the checkpoint
+    # load into the MMA layout and halve its bandwidth.
+    if MODE == NONFLUSH:
+        # y = exp(A T) S_0 C + sum_j coef_j (B_j . C) x_j + dt (B . C) x, never forming S.
+        y = decay0 * tl.sum(S0 * C[None, :], axis=1) + (dt * tl.sum(Bf * C, axis=0)) * xf
+        if RING_TILES:
+            # The whole window in two tile loads: fewer dependent round trips, more registers.
+            mask_l = offs_l < w
+            after_j = total - tl.cumsum(dt_hist, axis=0)  # dt summed over the steps after j
+            coef = tl.where(mask_l, dt_hist * tl.exp(tl.minimum(A * after_j, 0.0)), 0.0)
+            B_hist = tl.load(Bc_base + offs_l[:, None] * stride_Bc_l + offs_n[None, :],
+                             mask=mask_l[:, None] & mask_n[None, :], other=0.0).to(tl.float32)  # [L, N]
+            X_hist = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
+                             mask=mask_p[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [P, L]
+            y += tl.sum(X_hist * (coef * tl.sum(B_hist * C[None, :], axis=1))[None, :], axis=1)
+        else:
+            for c in range(0, BLOCK_L // FOLD_CHUNK):
+                if c * FOLD_CHUNK < w:
+                    for i in tl.static_range(FOLD_CHUNK):
+                        seen, coef_j, x_j, B_j = _ring_entry(c * FOLD_CHUNK + i, w, seen, total, A, dtc_base,
+                                                             xc_base, Bc_base, stride_xc_l, stride_Bc_l, offs_p,
+                                                             offs_n, mask_p, mask_n)
+                        y += (coef_j * tl.sum(B_j * C, axis=0)) * x_j
+    else:
+        # S = exp(A T) S_0 + sum_j coef_j x_j B_j^T + dt x B^T, as w rank-1 updates (fp32 FMAs).
         S = S0 * decay0 + (dt * xf)[:, None] * Bf[None, :]
-        seen = dt * 0.0
-        # Chunks of FOLD_CHUNK steps: the loads of a chunk are independent and issue
-        # together; a chunk past w is skipped by a uniform branch. (The trip count is a
-        # constant: the interpreter cannot loop to a loaded bound.)
         for c in range(0, BLOCK_L // FOLD_CHUNK):
             if c * FOLD_CHUNK < w:
                 for i in tl.static_range(FOLD_CHUNK):
-                    j = c * FOLD_CHUNK + i
-                    m = j < w
-                    dt_j = tl.load(dtc_base + j, mask=m, other=0.0)
-                    seen += dt_j
-                    coef_j = dt_j * tl.exp(tl.minimum(A * (total - seen), 0.0))
-                    x_j = tl.load(xc_base + j * stride_xc_l + offs_p, mask=mask_p & m, other=0.0).to(tl.float32)
-                    B_j = tl.load(Bc_base + j * stride_Bc_l + offs_n, mask=mask_n & m, other=0.0).to(tl.float32)
+                    seen, coef_j, x_j, B_j = _ring_entry(c * FOLD_CHUNK + i, w, seen, total, A, dtc_base, xc_base,
+                                                         Bc_base, stride_xc_l, stride_Bc_l, offs_p, offs_n,
+                                                         mask_p, mask_n)
                     S += (coef_j * x_j)[:, None] * B_j[None, :]
         y = tl.sum(S * C[None, :], axis=1)
         if is_flush:
             tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
-    else:
-        # y = exp(A T) S_0 C + sum_j coef_j (B_j . C) x_j + dt (B . C) x, never forming S.
-        after_j = total - tl.cumsum(dt_hist, axis=0)  # sum of dt over the steps after j
-        coef = tl.where(mask_l, dt_hist * tl.exp(tl.minimum(A * after_j, 0.0)), 0.0)
-        B_hist = tl.load(Bc_base + offs_l[:, None] * stride_Bc_l + offs_n[None, :],
-                         mask=mask_l[:, None] & mask_n[None, :], other=0.0).to(tl.float32)  # [L, N]
-        X_hist = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
-                         mask=mask_p[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [P, L]
-        bc = tl.sum(B_hist * C[None, :], axis=1)  # B_j . C, [L]
-        y = (decay0 * tl.sum(S0 * C[None, :], axis=1)
-             + tl.sum(X_hist * (coef * bc)[None, :], axis=1)
-             + (dt * tl.sum(Bf * C, axis=0)) * xf)
 
     if not is_flush:
         tl.store(xc_base + w * stride_xc_l + offs_p, x.to(x_cache_ptr.dtype.element_ty), mask=mask_p)
@@ -195,6 +229,7 @@ def selective_state_update_replayssm(
     force_flush: Optional[torch.Tensor] = None,
     route: str = "auto",
     config: Optional[LaunchConfig] = None,
+    fold_config: Optional[LaunchConfig] = None,
 ) -> torch.Tensor:
     """One ReplaySSM Mamba2 decode step for a batch (one layer).
 
@@ -208,6 +243,8 @@ def selective_state_update_replayssm(
     A padding row (slot ``pad_slot_id``) changes nothing. A row whose slot or cursor is out
     of range gets NaN outputs and changes nothing (checked on device: no host sync).
     ``route="auto"`` takes :func:`choose_route`; pass the same route to the cursor advance.
+    ``config`` / ``fold_config``: launch configs of the main and the fold launch (by
+    default the ones measured for this shape).
     """
     step = parse_mamba2_step(x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices, pad_slot_id, out)
     check_state_pool("state", state, step)
@@ -219,11 +256,19 @@ def selective_state_update_replayssm(
         route = choose_route(state, x, B)
     if route not in ROUTES:
         raise ValueError(f"route must be one of {ROUTES + ('auto',)}, got {route!r}")
-    if config is None:
-        config = select_config(route, device_arch(x.device), state.dtype, x.dtype, step.headdim, step.dstate, step.batch)
     if step.batch == 0:
         return step.out
-    _replay_step_kernel[grid(step.batch, step.nheads, step.headdim, config)](
+    arch = device_arch(x.device)
+
+    def pick(kernel: str, given: Optional[LaunchConfig]) -> LaunchConfig:
+        return given or select_config(kernel, arch, state.dtype, x.dtype, step.headdim, step.dstate, step.batch)
+
+    launches = {
+        "output_only": [(NONFLUSH.value, pick("output_only", config)), (FOLD.value, pick("fold", fold_config))],
+        "state_and_output": [(REBUILD.value, pick("state_and_output", config))],
+        "always_flush": [(FOLD.value, pick("always_flush", config))],
+    }[route]
+    args = dict(
         state_ptr=state, x_cache_ptr=x_cache, dt_cache_ptr=dt_cache, B_cache_ptr=B_cache,
         write_pos_ptr=write_pos, force_flush_ptr=force_flush if force_flush is not None else write_pos,
         num_slots=state.shape[0], headdim=step.headdim, dstate=step.dstate,
@@ -234,11 +279,14 @@ def selective_state_update_replayssm(
         stride_Bc_slot=B_cache.stride(0), stride_Bc_g=B_cache.stride(1), stride_Bc_l=B_cache.stride(2),
         **step.kernel_args(),
         HAS_FORCE_FLUSH=force_flush is not None, FLUSH_ALL=route == "always_flush",
-        OUTPUT_ONLY=route != "state_and_output",
-        BLOCK_P=config.block_p, BLOCK_N=triton.next_power_of_2(step.dstate),
-        BLOCK_L=max(2, triton.next_power_of_2(L)), FOLD_CHUNK=min(4, max(2, triton.next_power_of_2(L))),
-        num_warps=config.num_warps,
+        BLOCK_N=triton.next_power_of_2(step.dstate), BLOCK_L=max(2, triton.next_power_of_2(L)),
     )
+    for mode, cfg in launches:
+        _replay_step_kernel[grid(step.batch, step.nheads, step.headdim, cfg)](
+            **args, MODE=mode, BLOCK_P=cfg.block_p,
+            FOLD_CHUNK=min(cfg.fold_chunk, args["BLOCK_L"]), RING_TILES=cfg.ring_tiles,
+            num_warps=cfg.num_warps,
+        )
     return step.out
 
 

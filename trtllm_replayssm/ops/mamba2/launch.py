@@ -22,13 +22,11 @@ import triton
 @dataclass(frozen=True)
 class LaunchConfig:
     """Compile-time choices of one launch: rows of headdim per program, warps, and for
-    the replay kernel how many ring entries are loaded together (``fold_chunk``) or
-    whether the whole window is loaded as two tiles (``ring_tiles``, non-flush launch)."""
+    the replay kernel how many ring entries are loaded together (``fold_chunk``)."""
 
     block_p: int
     num_warps: int
     fold_chunk: int = 1
-    ring_tiles: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -79,7 +77,7 @@ def select_config(kernel: str, arch: str, state_dtype: torch.dtype, act_dtype: t
     row = _lookup(arch, table_key(kernel, state_dtype, act_dtype, headdim, dstate), batch)
     if row is None:
         return default_config(kernel, headdim, batch)
-    return LaunchConfig(**{k: row[k] for k in ("block_p", "num_warps", "fold_chunk", "ring_tiles") if k in row})
+    return LaunchConfig(**{k: row[k] for k in ("block_p", "num_warps", "fold_chunk") if k in row})
 
 
 def select_route(arch: str, state_dtype: torch.dtype, act_dtype: torch.dtype,

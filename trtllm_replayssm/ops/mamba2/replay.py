@@ -76,7 +76,7 @@ def _replay_step_kernel(
     HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
     HAS_FORCE_FLUSH: tl.constexpr, FLUSH_ALL: tl.constexpr, MODE: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr,
-    FOLD_CHUNK: tl.constexpr, RING_TILES: tl.constexpr,
+    FOLD_CHUNK: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -90,12 +90,19 @@ def _replay_step_kernel(
     if is_pad:
         return
     if is_bad:
-        if MODE != FOLD:  # one launch of a step reports the error
+        if (MODE != FOLD) or FLUSH_ALL:  # one launch of a step reports the error
             store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
         return
+    state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+                  + offs_p[:, None] * stride_state_p + offs_n[None, :])
+    mask_pn = mask_p[:, None] & mask_n[None, :]
+    if FLUSH_ALL:
+        # Every row is served: start the checkpoint stream before the cursor arrives, so a
+        # step costs the standard kernel's one dependent round trip, not two.
+        S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
     w = tl.load(write_pos_ptr + slot)
     if (w < 0) | (w >= buffer_len):
-        if MODE != FOLD:
+        if (MODE != FOLD) or FLUSH_ALL:
             store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
         return
     is_flush = w == buffer_len - 1
@@ -114,10 +121,8 @@ def _replay_step_kernel(
             return
 
     g = pid_h // heads_per_group
-    state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
-                  + offs_p[:, None] * stride_state_p + offs_n[None, :])
-    mask_pn = mask_p[:, None] & mask_n[None, :]
-    S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
+    if not FLUSH_ALL:
+        S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
     C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
     x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0)
     xf = x.to(tl.float32)
@@ -143,24 +148,13 @@ def _replay_step_kernel(
     if MODE == NONFLUSH:
         # y = exp(A T) S_0 C + sum_j coef_j (B_j . C) x_j + dt (B . C) x, never forming S.
         y = decay0 * tl.sum(S0 * C[None, :], axis=1) + (dt * tl.sum(Bf * C, axis=0)) * xf
-        if RING_TILES:
-            # The whole window in two tile loads: fewer dependent round trips, more registers.
-            mask_l = offs_l < w
-            after_j = total - tl.cumsum(dt_hist, axis=0)  # dt summed over the steps after j
-            coef = tl.where(mask_l, dt_hist * tl.exp(tl.minimum(A * after_j, 0.0)), 0.0)
-            B_hist = tl.load(Bc_base + offs_l[:, None] * stride_Bc_l + offs_n[None, :],
-                             mask=mask_l[:, None] & mask_n[None, :], other=0.0).to(tl.float32)  # [L, N]
-            X_hist = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
-                             mask=mask_p[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [P, L]
-            y += tl.sum(X_hist * (coef * tl.sum(B_hist * C[None, :], axis=1))[None, :], axis=1)
-        else:
-            for c in range(0, BLOCK_L // FOLD_CHUNK):
-                if c * FOLD_CHUNK < w:
-                    for i in tl.static_range(FOLD_CHUNK):
-                        seen, coef_j, x_j, B_j = _ring_entry(c * FOLD_CHUNK + i, w, seen, total, A, dtc_base,
-                                                             xc_base, Bc_base, stride_xc_l, stride_Bc_l, offs_p,
-                                                             offs_n, mask_p, mask_n)
-                        y += (coef_j * tl.sum(B_j * C, axis=0)) * x_j
+        for c in range(0, BLOCK_L // FOLD_CHUNK):
+            if c * FOLD_CHUNK < w:
+                for i in tl.static_range(FOLD_CHUNK):
+                    seen, coef_j, x_j, B_j = _ring_entry(c * FOLD_CHUNK + i, w, seen, total, A, dtc_base,
+                                                         xc_base, Bc_base, stride_xc_l, stride_Bc_l, offs_p,
+                                                         offs_n, mask_p, mask_n)
+                    y += (coef_j * tl.sum(B_j * C, axis=0)) * x_j
     else:
         # S = exp(A T) S_0 + sum_j coef_j x_j B_j^T + dt x B^T, as w rank-1 updates (fp32 FMAs).
         S = S0 * decay0 + (dt * xf)[:, None] * Bf[None, :]
@@ -284,7 +278,7 @@ def selective_state_update_replayssm(
     for mode, cfg in launches:
         _replay_step_kernel[grid(step.batch, step.nheads, step.headdim, cfg)](
             **args, MODE=mode, BLOCK_P=cfg.block_p,
-            FOLD_CHUNK=min(cfg.fold_chunk, args["BLOCK_L"]), RING_TILES=cfg.ring_tiles,
+            FOLD_CHUNK=min(cfg.fold_chunk, args["BLOCK_L"]),
             num_warps=cfg.num_warps,
         )
     return step.out

@@ -1,0 +1,50 @@
+"""Launch decisions: the measured table, its fallbacks, the route dispatcher."""
+
+import json
+from importlib import resources
+
+import pytest
+import torch
+
+from trtllm_replayssm.ops.mamba2 import launch
+from trtllm_replayssm.ops.mamba2.replay import ROUTES
+
+
+def _table():
+    return json.loads(resources.files("trtllm_replayssm").joinpath("tuned/mamba2_sm90.json").read_text())
+
+
+def test_table_covers_benchmarked_shapes():
+    table = _table()
+    for sd in (torch.float32, torch.bfloat16):
+        for P in (64, 80):
+            for kernel in ("standard", "output_only", "fold", "state_and_output", "always_flush", "route"):
+                rows = table[launch.table_key(kernel, sd, torch.bfloat16, P, 128)]
+                assert [r["batch"] for r in rows] == [1, 8, 32, 128, 256, 512]
+
+
+def test_routes_in_table_are_known():
+    for key, rows in _table().items():
+        if key.startswith("route|"):
+            assert all(r["route"] in ROUTES for r in rows)
+
+
+def test_nearest_batch_lookup():
+    table = _table()
+    key = launch.table_key("standard", torch.float32, torch.bfloat16, 64, 128)
+    want = {r["batch"]: r for r in table[key]}
+    cfg = launch.select_config("standard", "sm90", torch.float32, torch.bfloat16, 64, 128, 100)
+    assert (cfg.block_p, cfg.num_warps) == (want[128]["block_p"], want[128]["num_warps"])
+
+
+def test_small_batch_never_takes_a_losing_replay_route():
+    """At batch 1 the dispatcher falls back to the always-flush route (standard cost)."""
+    for sd in (torch.float32, torch.bfloat16):
+        assert launch.select_route("sm90", sd, torch.bfloat16, 64, 128, 1) == "always_flush"
+
+
+@pytest.mark.parametrize("arch", ["cpu", "sm120"])
+def test_unknown_device_falls_back(arch):
+    assert launch.select_route(arch, torch.float32, torch.float32, 16, 16, 4) == "output_only"
+    cfg = launch.select_config("output_only", arch, torch.float32, torch.float32, 80, 128, 4)
+    assert cfg == launch.default_config("output_only", 80, 4)

@@ -1,0 +1,117 @@
+"""``trtllm-replayssm``: the command-line entry point.
+
+    trtllm-replayssm decode          # standard vs ReplaySSM on a built-in geometry
+
+On a machine without a CUDA device the kernels run in Triton's interpreter on a tiny
+geometry; on a GPU the default is Nemotron-3-Super's SSM layer and the run also times
+both kernels (whole cycles, CUDA graphs, cold L2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+import torch
+from tabulate import tabulate
+from tqdm import tqdm
+
+from . import _runtime
+from .cache import Mamba2ReplayCache
+from .models import MAMBA2_MODELS, TINY_MAMBA2, mamba2_model
+from .ops.mamba2 import ROUTES, choose_route, selective_state_update, selective_state_update_replayssm
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
+
+
+def decode(args: argparse.Namespace) -> int:
+    """Decode ``--steps`` steps through every layer with both kernels and compare."""
+    dev = _runtime.default_device()
+    model = mamba2_model(args.model or ("nemotron-3-super" if dev.type == "cuda" else TINY_MAMBA2.name))
+    layers = args.layers or (model.num_ssm_layers if dev.type == "cuda" else 2)
+    batch = args.batch or (128 if dev.type == "cuda" else 3)
+    L = args.buffer_len or (16 if dev.type == "cuda" else 4)
+    steps = args.steps or 3 * L + 1
+    sd, ad = DTYPES[args.state_dtype], DTYPES[args.act_dtype]
+    g = model.geom
+    torch.manual_seed(0)
+
+    cache = Mamba2ReplayCache(g, layers, batch, L, sd, ad, dev)
+    cache.ssm_state.normal_()
+    standard_state = cache.ssm_state.clone()
+    A = -torch.rand(layers, g.nheads, device=dev) - 0.5
+    D = torch.randn(layers, g.nheads, device=dev)
+    dt_bias = torch.randn(layers, g.nheads, device=dev) - 1.0
+    probe = torch.empty(batch, g.nheads, g.headdim, dtype=ad, device=dev)
+    route = args.route if args.route != "auto" else choose_route(cache.ssm_state[0], probe, cache.B_cache[0, :, :, 0])
+
+    out_err = state_err = 0.0
+    flushes = 0
+    for t in tqdm(range(steps), desc=f"decode {model.name} ({route})", disable=args.quiet):
+        for layer in range(layers):
+            step = dict(x=torch.randn(batch, g.nheads, g.headdim, device=dev, dtype=ad),
+                        dt=torch.randn(batch, g.nheads, device=dev, dtype=ad), A=A[layer],
+                        B=torch.randn(batch, g.ngroups, g.dstate, device=dev, dtype=ad),
+                        C=torch.randn(batch, g.ngroups, g.dstate, device=dev, dtype=ad), D=D[layer],
+                        z=torch.randn(batch, g.nheads, g.headdim, device=dev, dtype=ad),
+                        dt_bias=dt_bias[layer], dt_softplus=True)
+            y_std = selective_state_update(standard_state[layer], **step)
+            y_rep = selective_state_update_replayssm(cache.ssm_state[layer], **step, route=route,
+                                                     **cache.ring_kwargs(layer))
+            out_err = max(out_err, _rel(y_rep, y_std))
+        cache.advance(route=route)
+        if route == "always_flush" or (t + 1) % L == 0:  # every row flushed at this step
+            flushes += 1
+            state_err = max(state_err, _rel(cache.ssm_state, standard_state))
+
+    tol = 1e-4 if sd == torch.float32 and ad == torch.float32 else 3e-2
+    ok = out_err <= tol and state_err <= tol
+    rows = [["model", model.name], ["device", str(dev) + (" (Triton interpreter)" if _runtime.INTERPRETED else "")],
+            ["layers x batch", f"{layers} x {batch}"], ["buffer length L", L], ["route", route],
+            ["steps (flushes)", f"{steps} ({flushes})"],
+            ["max rel. diff of outputs", f"{out_err:.2e}"], ["max rel. diff of checkpoint at flushes", f"{state_err:.2e}"],
+            ["agree", "yes" if ok else f"NO (tolerance {tol:g})"]]
+    if dev.type == "cuda" and not args.no_timing:
+        rows += _timing_rows(model.name, g, batch, L, sd, ad)
+    print(tabulate(rows, tablefmt="simple_outline"))
+    return 0 if ok else 1
+
+
+def _timing_rows(name, geom, batch, L, sd, ad) -> List[list]:
+    from .benchmarking.mamba2_ar import Launch, Mamba2Case, make_rig
+
+    rig = make_rig(Mamba2Case(name, geom, batch, L, sd, ad))
+    std = rig.time_cycle_us(Launch("standard"))
+    route = choose_route(rig.cache.ssm_state[0], rig.step["x"], rig.step["B"])
+    rep = rig.time_cycle_us(Launch(route))
+    return [["standard us / layer-step", f"{std:.1f}"], [f"ReplaySSM ({route}) us / layer-step", f"{rep:.1f}"],
+            ["speedup (whole cycles, CUDA graphs, cold L2)", f"{std / rep:.2f}x"]]
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="trtllm-replayssm", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("decode", help="decode with the standard kernel and with ReplaySSM; check they agree")
+    d.add_argument("--model", choices=sorted(MAMBA2_MODELS) + [TINY_MAMBA2.name],
+                   help="geometry (default: nemotron-3-super on a GPU, tiny on the CPU)")
+    d.add_argument("--batch", type=int, help="rows (default: 128 on a GPU, 3 on the CPU)")
+    d.add_argument("--layers", type=int, help="SSM layers (default: the model's on a GPU, 2 on the CPU)")
+    d.add_argument("--buffer-len", type=int, help="ring length L (default: 16 on a GPU, 4 on the CPU)")
+    d.add_argument("--steps", type=int, help="decode steps (default: 3 cycles + 1)")
+    d.add_argument("--state-dtype", choices=list(DTYPES), default="fp32")
+    d.add_argument("--act-dtype", choices=list(DTYPES), default="bf16")
+    d.add_argument("--route", choices=list(ROUTES) + ["auto"], default="auto")
+    d.add_argument("--no-timing", action="store_true", help="skip the GPU timing")
+    d.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = ap.parse_args(argv)
+    return {"decode": decode}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -57,6 +57,17 @@ def test_force_flush_rows():
     run_replay(Scenario(GEOM, L, seed=6), cycles(L), force_flush_at={2: [0], 5: [2, 3], 11: [0, 3]})
 
 
+@pytest.mark.parametrize("route", ["output_only", "state_and_output", "always_flush"])
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+def test_fold_with_matmul(route, state_dtype):
+    """The fold as one tl.dot over the ring (a launch-config option) equals the recurrence."""
+    from trtllm_replayssm.ops.mamba2.launch import LaunchConfig
+
+    cfg = LaunchConfig(block_p=16, num_warps=2, fold_dot=1)
+    kw = {"fold_config": cfg} if route == "output_only" else {"config": cfg}
+    run_replay(Scenario(GEOM, 4, state_dtype, torch.bfloat16, seed=13), cycles(4), route=route, **kw)
+
+
 def test_routes_agree():
     outs = {}
     for route in ("output_only", "state_and_output"):

@@ -22,11 +22,13 @@ import triton
 @dataclass(frozen=True)
 class LaunchConfig:
     """Compile-time choices of one launch: rows of headdim per program, warps, and for
-    the replay kernel how many ring entries are loaded together (``fold_chunk``)."""
+    the replay kernel how many ring entries are loaded together (``fold_chunk``) or
+    whether a fold uses one matmul over the ring instead (``fold_dot``)."""
 
     block_p: int
     num_warps: int
     fold_chunk: int = 1
+    fold_dot: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -77,7 +79,7 @@ def select_config(kernel: str, arch: str, state_dtype: torch.dtype, act_dtype: t
     row = _lookup(arch, table_key(kernel, state_dtype, act_dtype, headdim, dstate), batch)
     if row is None:
         return default_config(kernel, headdim, batch)
-    return LaunchConfig(**{k: row[k] for k in ("block_p", "num_warps", "fold_chunk") if k in row})
+    return LaunchConfig(**{k: row[k] for k in ("block_p", "num_warps", "fold_chunk", "fold_dot") if k in row})
 
 
 def select_route(arch: str, state_dtype: torch.dtype, act_dtype: torch.dtype,

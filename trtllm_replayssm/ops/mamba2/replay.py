@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..._runtime import device_arch
+from ..._runtime import INTERPRETED, device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_tensor
 from ._common import finish_output, load_dt, load_slot, store_nan_output
 from .launch import LaunchConfig, grid, select_config, select_route
@@ -76,7 +76,7 @@ def _replay_step_kernel(
     HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
     HAS_FORCE_FLUSH: tl.constexpr, FLUSH_ALL: tl.constexpr, MODE: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr,
-    FOLD_CHUNK: tl.constexpr,
+    FOLD_CHUNK: tl.constexpr, FOLD_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -155,6 +155,23 @@ def _replay_step_kernel(
                                                          xc_base, Bc_base, stride_xc_l, stride_Bc_l, offs_p,
                                                          offs_n, mask_p, mask_n)
                     y += (coef_j * tl.sum(B_j * C, axis=0)) * x_j
+    elif FOLD_DOT:
+        # S = exp(A T) S_0 + (X * coef) @ B_ring + dt x B^T: the ring as two tile loads (no
+        # chain of dependent loads) and one fp32-accurate matmul. The matmul pulls this
+        # launch's checkpoint load into the MMA layout, which is why it is an option of the
+        # fold launch only.
+        mask_l = offs_l < w
+        after_j = total - tl.cumsum(dt_hist, axis=0)  # dt summed over the steps after j
+        coef = tl.where(mask_l, dt_hist * tl.exp(tl.minimum(A * after_j, 0.0)), 0.0)
+        X_hist = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
+                         mask=mask_p[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [P, L]
+        B_hist = tl.load(Bc_base + offs_l[:, None] * stride_Bc_l + offs_n[None, :],
+                         mask=mask_l[:, None] & mask_n[None, :], other=0.0).to(tl.float32)  # [L, N]
+        S = S0 * decay0 + (dt * xf)[:, None] * Bf[None, :]
+        S += tl.dot(X_hist * coef[None, :], B_hist, input_precision=DOT_PRECISION)
+        y = tl.sum(S * C[None, :], axis=1)
+        if is_flush:
+            tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
     else:
         # S = exp(A T) S_0 + sum_j coef_j x_j B_j^T + dt x B^T, as w rank-1 updates (fp32 FMAs).
         S = S0 * decay0 + (dt * xf)[:, None] * Bf[None, :]
@@ -276,9 +293,15 @@ def selective_state_update_replayssm(
         BLOCK_N=triton.next_power_of_2(step.dstate), BLOCK_L=max(2, triton.next_power_of_2(L)),
     )
     for mode, cfg in launches:
+        fold_dot = bool(cfg.fold_dot) and mode != NONFLUSH.value
+        if fold_dot and (cfg.block_p < 16 or args["BLOCK_N"] < 16):
+            raise ValueError(f"fold_dot needs block_p >= 16 and dstate >= 16, got {cfg} and dstate {step.dstate}")
+        block_l = max(16, args["BLOCK_L"]) if fold_dot else args["BLOCK_L"]  # tl.dot: K >= 16
         _replay_step_kernel[grid(step.batch, step.nheads, step.headdim, cfg)](
-            **args, MODE=mode, BLOCK_P=cfg.block_p,
-            FOLD_CHUNK=min(cfg.fold_chunk, args["BLOCK_L"]),
+            **{**args, "BLOCK_L": block_l}, MODE=mode, BLOCK_P=cfg.block_p,
+            FOLD_CHUNK=min(cfg.fold_chunk, block_l), FOLD_DOT=fold_dot,
+            # fp32-accurate products (plain TF32 drifts ~1e-2); the interpreter has only fp32.
+            DOT_PRECISION="ieee" if INTERPRETED else "tf32x3",
             num_warps=cfg.num_warps,
         )
     return step.out

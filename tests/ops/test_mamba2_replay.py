@@ -26,6 +26,13 @@ def test_replay_matches_recurrence_over_cycles(route, L):
     assert all(res.flushes_per_row[r] >= 3 for r in real_rows), res.flushes_per_row
 
 
+def test_longest_ring():
+    """L = 64, the largest supported: every row flushes at least once from its staggered start."""
+    geom = Mamba2Geometry(nheads=2, headdim=16, dstate=16, ngroups=1)
+    res = run_replay(Scenario(geom, 64, seed=14), 64 + 3)
+    assert all(res.flushes_per_row[r] >= 1 for r, s in enumerate(SLOTS) if s >= 0), res.flushes_per_row
+
+
 @pytest.mark.parametrize("act_dtype", DTYPES)
 @pytest.mark.parametrize("state_dtype", DTYPES)
 def test_replay_dtype_pairs(state_dtype, act_dtype):

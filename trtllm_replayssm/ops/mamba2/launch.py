@@ -22,21 +22,24 @@ import triton
 @dataclass(frozen=True)
 class LaunchConfig:
     """Compile-time choices of one launch: rows of headdim per program, warps, and for
-    the replay kernel how many ring entries are loaded together (``fold_chunk``) or
-    whether a fold uses one matmul over the ring instead (``fold_dot``)."""
+    the replay kernel how many ring entries are loaded together (``fold_chunk``),
+    whether a fold uses one matmul over the ring instead (``fold_dot``), and how many
+    heads one program of the fold launch loops over (``heads_per_prog``)."""
 
     block_p: int
     num_warps: int
     fold_chunk: int = 1
     fold_dot: int = 0
+    heads_per_prog: int = 1
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def grid(batch: int, nheads: int, headdim: int, cfg: LaunchConfig) -> tuple:
-    """Programs: (headdim blocks, heads, batch rows). Heads of one slot run adjacently,
-    which keeps a group's ring entries in L2 for the heads that share them."""
+    """Programs: (headdim blocks, heads (or groups of heads), batch rows). Heads of one
+    slot run adjacently, which keeps a group's ring entries in L2 for the heads that share
+    them."""
     return (triton.cdiv(headdim, cfg.block_p), nheads, batch)
 
 
@@ -79,7 +82,7 @@ def select_config(kernel: str, arch: str, state_dtype: torch.dtype, act_dtype: t
     row = _lookup(arch, table_key(kernel, state_dtype, act_dtype, headdim, dstate), batch)
     if row is None:
         return default_config(kernel, headdim, batch)
-    return LaunchConfig(**{k: row[k] for k in ("block_p", "num_warps", "fold_chunk", "fold_dot") if k in row})
+    return LaunchConfig(**{k: row[k] for k in ("block_p", "num_warps", "fold_chunk", "fold_dot", "heads_per_prog") if k in row})
 
 
 def select_route(arch: str, state_dtype: torch.dtype, act_dtype: torch.dtype,

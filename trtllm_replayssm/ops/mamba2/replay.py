@@ -53,6 +53,15 @@ def _ring_entry(j, w, seen, total, A, dtc_base, xc_base, Bc_base, stride_xc_l, s
     return seen, coef_j, x_j, B_j
 
 
+@triton.jit
+def _store_nan_heads(out_ptr, offs_p, mask_p, pid_b, pid_hg, nheads, stride_out_b, stride_out_h,
+                     HEADS_PER_PROG: tl.constexpr):
+    for hh in range(0, HEADS_PER_PROG):
+        pid_h = pid_hg * HEADS_PER_PROG + hh
+        if pid_h < nheads:
+            store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
+
+
 # Kernel modes: which rows a launch serves and how it forms the output.
 NONFLUSH = tl.constexpr(1)  # rows that do not flush: output only, never forms S; appends
 FOLD = tl.constexpr(2)  # rows that flush: fold the ring into S, store it, output S C
@@ -64,7 +73,7 @@ REBUILD = tl.constexpr(3)  # every row: rebuild S each step, store it on flush, 
 def _replay_step_kernel(
     state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr, write_pos_ptr, force_flush_ptr,
     x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr,
-    num_slots, headdim, dstate, heads_per_group, buffer_len, pad_slot_id,
+    num_slots, nheads, headdim, dstate, heads_per_group, buffer_len, pad_slot_id,
     stride_state_slot, stride_state_h, stride_state_p,
     stride_xc_slot, stride_xc_h, stride_xc_l,
     stride_dtc_slot, stride_dtc_h,
@@ -77,33 +86,31 @@ def _replay_step_kernel(
     HAS_FORCE_FLUSH: tl.constexpr, FLUSH_ALL: tl.constexpr, MODE: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr,
     FOLD_CHUNK: tl.constexpr, FOLD_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    HEADS_PER_PROG: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
-    pid_h = tl.program_id(1)
+    pid_hg = tl.program_id(1)
     pid_b = tl.program_id(2)
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
     mask_p = offs_p < headdim
     mask_n = offs_n < dstate
+    # One launch of a step reports an invalid slot or cursor (NaN outputs).
+    REPORTS: tl.constexpr = (MODE != FOLD) or FLUSH_ALL
 
     slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
     if is_pad:
         return
     if is_bad:
-        if (MODE != FOLD) or FLUSH_ALL:  # one launch of a step reports the error
-            store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
+        if REPORTS:
+            _store_nan_heads(out_ptr, offs_p, mask_p, pid_b, pid_hg, nheads, stride_out_b, stride_out_h,
+                             HEADS_PER_PROG)
         return
-    state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
-                  + offs_p[:, None] * stride_state_p + offs_n[None, :])
-    mask_pn = mask_p[:, None] & mask_n[None, :]
-    if FLUSH_ALL:
-        # Every row is served: start the checkpoint stream before the cursor arrives, so a
-        # step costs the standard kernel's one dependent round trip, not two.
-        S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
     w = tl.load(write_pos_ptr + slot)
     if (w < 0) | (w >= buffer_len):
-        if (MODE != FOLD) or FLUSH_ALL:
-            store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
+        if REPORTS:
+            _store_nan_heads(out_ptr, offs_p, mask_p, pid_b, pid_hg, nheads, stride_out_b, stride_out_h,
+                             HEADS_PER_PROG)
         return
     is_flush = w == buffer_len - 1
     if HAS_FORCE_FLUSH:
@@ -112,7 +119,9 @@ def _replay_step_kernel(
         is_flush = w >= 0
     # The non-flush and the flush work are separate launches so that each is compiled
     # (registers) and tuned (tile) for itself: the fold would otherwise set the register
-    # budget of every step. A launch returns at once for the other kind of row.
+    # budget of every step. A launch returns at once for the other kind of row; a fold
+    # launch may loop over several heads (HEADS_PER_PROG) so that on the many steps where
+    # nothing flushes it is a few programs that return, not one per head.
     if MODE == NONFLUSH:
         if is_flush:
             return
@@ -120,81 +129,86 @@ def _replay_step_kernel(
         if not is_flush:
             return
 
-    g = pid_h // heads_per_group
-    if not FLUSH_ALL:
-        S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
-    C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-    x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0)
-    xf = x.to(tl.float32)
-    dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h, HAS_DT_BIAS, DT_SOFTPLUS)
-    A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
-    B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n, other=0.0)
-    Bf = B.to(tl.float32)
+    for hh in range(0, HEADS_PER_PROG):
+        pid_h = pid_hg * HEADS_PER_PROG + hh
+        if pid_h < nheads:
+            g = pid_h // heads_per_group
+            state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+                          + offs_p[:, None] * stride_state_p + offs_n[None, :])
+            mask_pn = mask_p[:, None] & mask_n[None, :]
+            S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
+            C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+            x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0)
+            xf = x.to(tl.float32)
+            dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h, HAS_DT_BIAS, DT_SOFTPLUS)
+            A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
+            B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n, other=0.0)
+            Bf = B.to(tl.float32)
 
-    dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
-    xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
-    Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
-    offs_l = tl.arange(0, BLOCK_L)
-    dt_hist = tl.load(dtc_base + offs_l, mask=offs_l < w, other=0.0)
-    total = tl.sum(dt_hist, axis=0) + dt  # T: dt summed over the cached steps and this one
-    decay0 = tl.exp(tl.minimum(A * total, 0.0))
-    seen = dt * 0.0
+            dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
+            xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
+            Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
+            offs_l = tl.arange(0, BLOCK_L)
+            dt_hist = tl.load(dtc_base + offs_l, mask=offs_l < w, other=0.0)
+            total = tl.sum(dt_hist, axis=0) + dt  # T: dt summed over the cached steps and this one
+            decay0 = tl.exp(tl.minimum(A * total, 0.0))
+            seen = dt * 0.0
 
-    # The ring is walked in chunks of FOLD_CHUNK entries: a chunk's loads are independent
-    # and issue together, and a chunk past w is skipped by a uniform branch. (The trip
-    # count is a constant: the interpreter cannot loop to a loaded bound.) Everything
-    # stays in the blocked layout of the checkpoint: a tl.dot would pull the checkpoint
-    # load into the MMA layout and halve its bandwidth.
-    if MODE == NONFLUSH:
-        # y = exp(A T) S_0 C + sum_j coef_j (B_j . C) x_j + dt (B . C) x, never forming S.
-        y = decay0 * tl.sum(S0 * C[None, :], axis=1) + (dt * tl.sum(Bf * C, axis=0)) * xf
-        for c in range(0, BLOCK_L // FOLD_CHUNK):
-            if c * FOLD_CHUNK < w:
-                for i in tl.static_range(FOLD_CHUNK):
-                    seen, coef_j, x_j, B_j = _ring_entry(c * FOLD_CHUNK + i, w, seen, total, A, dtc_base,
-                                                         xc_base, Bc_base, stride_xc_l, stride_Bc_l, offs_p,
-                                                         offs_n, mask_p, mask_n)
-                    y += (coef_j * tl.sum(B_j * C, axis=0)) * x_j
-    elif FOLD_DOT:
-        # S = exp(A T) S_0 + (X * coef) @ B_ring + dt x B^T: the ring as two tile loads (no
-        # chain of dependent loads) and one fp32-accurate matmul. The matmul pulls this
-        # launch's checkpoint load into the MMA layout, which is why it is an option of the
-        # fold launch only.
-        mask_l = offs_l < w
-        after_j = total - tl.cumsum(dt_hist, axis=0)  # dt summed over the steps after j
-        coef = tl.where(mask_l, dt_hist * tl.exp(tl.minimum(A * after_j, 0.0)), 0.0)
-        X_hist = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
-                         mask=mask_p[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [P, L]
-        B_hist = tl.load(Bc_base + offs_l[:, None] * stride_Bc_l + offs_n[None, :],
-                         mask=mask_l[:, None] & mask_n[None, :], other=0.0).to(tl.float32)  # [L, N]
-        S = S0 * decay0 + (dt * xf)[:, None] * Bf[None, :]
-        S += tl.dot(X_hist * coef[None, :], B_hist, input_precision=DOT_PRECISION)
-        y = tl.sum(S * C[None, :], axis=1)
-        if is_flush:
-            tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
-    else:
-        # S = exp(A T) S_0 + sum_j coef_j x_j B_j^T + dt x B^T, as w rank-1 updates (fp32 FMAs).
-        S = S0 * decay0 + (dt * xf)[:, None] * Bf[None, :]
-        for c in range(0, BLOCK_L // FOLD_CHUNK):
-            if c * FOLD_CHUNK < w:
-                for i in tl.static_range(FOLD_CHUNK):
-                    seen, coef_j, x_j, B_j = _ring_entry(c * FOLD_CHUNK + i, w, seen, total, A, dtc_base, xc_base,
-                                                         Bc_base, stride_xc_l, stride_Bc_l, offs_p, offs_n,
-                                                         mask_p, mask_n)
-                    S += (coef_j * x_j)[:, None] * B_j[None, :]
-        y = tl.sum(S * C[None, :], axis=1)
-        if is_flush:
-            tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
+            # The ring is walked in chunks of FOLD_CHUNK entries: a chunk's loads are independent
+            # and issue together, and a chunk past w is skipped by a uniform branch. (The trip
+            # count is a constant: the interpreter cannot loop to a loaded bound.) Everything
+            # stays in the blocked layout of the checkpoint: a tl.dot would pull the checkpoint
+            # load into the MMA layout and halve its bandwidth.
+            if MODE == NONFLUSH:
+                # y = exp(A T) S_0 C + sum_j coef_j (B_j . C) x_j + dt (B . C) x, never forming S.
+                y = decay0 * tl.sum(S0 * C[None, :], axis=1) + (dt * tl.sum(Bf * C, axis=0)) * xf
+                for c in range(0, BLOCK_L // FOLD_CHUNK):
+                    if c * FOLD_CHUNK < w:
+                        for i in tl.static_range(FOLD_CHUNK):
+                            seen, coef_j, x_j, B_j = _ring_entry(c * FOLD_CHUNK + i, w, seen, total, A, dtc_base,
+                                                                 xc_base, Bc_base, stride_xc_l, stride_Bc_l, offs_p,
+                                                                 offs_n, mask_p, mask_n)
+                            y += (coef_j * tl.sum(B_j * C, axis=0)) * x_j
+            elif FOLD_DOT:
+                # S = exp(A T) S_0 + (X * coef) @ B_ring + dt x B^T: the ring as two tile loads (no
+                # chain of dependent loads) and one fp32-accurate matmul. The matmul pulls this
+                # launch's checkpoint load into the MMA layout, which is why it is an option of the
+                # fold launch only.
+                mask_l = offs_l < w
+                after_j = total - tl.cumsum(dt_hist, axis=0)  # dt summed over the steps after j
+                coef = tl.where(mask_l, dt_hist * tl.exp(tl.minimum(A * after_j, 0.0)), 0.0)
+                X_hist = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
+                                 mask=mask_p[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [P, L]
+                B_hist = tl.load(Bc_base + offs_l[:, None] * stride_Bc_l + offs_n[None, :],
+                                 mask=mask_l[:, None] & mask_n[None, :], other=0.0).to(tl.float32)  # [L, N]
+                S = S0 * decay0 + (dt * xf)[:, None] * Bf[None, :]
+                S += tl.dot(X_hist * coef[None, :], B_hist, input_precision=DOT_PRECISION)
+                y = tl.sum(S * C[None, :], axis=1)
+                if is_flush:
+                    tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
+            else:
+                # S = exp(A T) S_0 + sum_j coef_j x_j B_j^T + dt x B^T, as w rank-1 updates (fp32 FMAs).
+                S = S0 * decay0 + (dt * xf)[:, None] * Bf[None, :]
+                for c in range(0, BLOCK_L // FOLD_CHUNK):
+                    if c * FOLD_CHUNK < w:
+                        for i in tl.static_range(FOLD_CHUNK):
+                            seen, coef_j, x_j, B_j = _ring_entry(c * FOLD_CHUNK + i, w, seen, total, A, dtc_base, xc_base,
+                                                                 Bc_base, stride_xc_l, stride_Bc_l, offs_p, offs_n,
+                                                                 mask_p, mask_n)
+                            S += (coef_j * x_j)[:, None] * B_j[None, :]
+                y = tl.sum(S * C[None, :], axis=1)
+                if is_flush:
+                    tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
 
-    if not is_flush:
-        tl.store(xc_base + w * stride_xc_l + offs_p, x.to(x_cache_ptr.dtype.element_ty), mask=mask_p)
-        if pid_p == 0:
-            tl.store(dtc_base + w, dt)
-            if pid_h % heads_per_group == 0:  # one head per group appends the shared B
-                tl.store(Bc_base + w * stride_Bc_l + offs_n, B.to(B_cache_ptr.dtype.element_ty), mask=mask_n)
+            if not is_flush:
+                tl.store(xc_base + w * stride_xc_l + offs_p, x.to(x_cache_ptr.dtype.element_ty), mask=mask_p)
+                if pid_p == 0:
+                    tl.store(dtc_base + w, dt)
+                    if pid_h % heads_per_group == 0:  # one head per group appends the shared B
+                        tl.store(Bc_base + w * stride_Bc_l + offs_n, B.to(B_cache_ptr.dtype.element_ty), mask=mask_n)
 
-    finish_output(y, xf, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
-                  stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+            finish_output(y, xf, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
+                          stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
 
 
 def check_ring(step: Mamba2Step, state: torch.Tensor, x_cache: torch.Tensor, dt_cache: torch.Tensor,
@@ -282,7 +296,7 @@ def selective_state_update_replayssm(
     args = dict(
         state_ptr=state, x_cache_ptr=x_cache, dt_cache_ptr=dt_cache, B_cache_ptr=B_cache,
         write_pos_ptr=write_pos, force_flush_ptr=force_flush if force_flush is not None else write_pos,
-        num_slots=state.shape[0], headdim=step.headdim, dstate=step.dstate,
+        num_slots=state.shape[0], nheads=step.nheads, headdim=step.headdim, dstate=step.dstate,
         heads_per_group=step.nheads // step.ngroups, buffer_len=L,
         stride_state_slot=state.stride(0), stride_state_h=state.stride(1), stride_state_p=state.stride(2),
         stride_xc_slot=x_cache.stride(0), stride_xc_h=x_cache.stride(1), stride_xc_l=x_cache.stride(2),
@@ -297,11 +311,12 @@ def selective_state_update_replayssm(
         if fold_dot and (cfg.block_p < 16 or args["BLOCK_N"] < 16):
             raise ValueError(f"fold_dot needs block_p >= 16 and dstate >= 16, got {cfg} and dstate {step.dstate}")
         block_l = max(16, args["BLOCK_L"]) if fold_dot else args["BLOCK_L"]  # tl.dot: K >= 16
-        _replay_step_kernel[grid(step.batch, step.nheads, step.headdim, cfg)](
+        hpp = cfg.heads_per_prog if mode == FOLD.value else 1
+        _replay_step_kernel[grid(step.batch, triton.cdiv(step.nheads, hpp), step.headdim, cfg)](
             **{**args, "BLOCK_L": block_l}, MODE=mode, BLOCK_P=cfg.block_p,
             FOLD_CHUNK=min(cfg.fold_chunk, block_l), FOLD_DOT=fold_dot,
             # fp32-accurate products (plain TF32 drifts ~1e-2); the interpreter has only fp32.
-            DOT_PRECISION="ieee" if INTERPRETED else "tf32x3",
+            DOT_PRECISION="ieee" if INTERPRETED else "tf32x3", HEADS_PER_PROG=hpp,
             num_warps=cfg.num_warps,
         )
     return step.out

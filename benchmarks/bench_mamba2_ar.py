@@ -29,7 +29,7 @@ from trtllm_replayssm.benchmarking.mamba2_ar import (CANDIDATES, ROUTES, Launch,
                                                      candidate_configs, make_rig, tune_case)
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.models import mamba2_model
-from trtllm_replayssm.ops.mamba2 import launch as launch_table
+from trtllm_replayssm.ops import launch as launch_table
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 REPO = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ from tabulate import tabulate
 
 from trtllm_replayssm.benchmarking.mamba2_ar import Launch, Mamba2Case, make_rig
 from trtllm_replayssm.models import mamba2_model
-from trtllm_replayssm.ops.mamba2.launch import LaunchConfig
+from trtllm_replayssm.ops.launch import LaunchConfig
 
 FOLD_OPTIONS = [LaunchConfig(32, 4, fold_dot=1), LaunchConfig(32, 4, fold_dot=1, heads_per_prog=4),
                 LaunchConfig(32, 4, fold_dot=1, heads_per_prog=16), LaunchConfig(64, 4),

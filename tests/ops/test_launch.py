@@ -6,7 +6,7 @@ from importlib import resources
 import pytest
 import torch
 
-from trtllm_replayssm.ops.mamba2 import launch
+from trtllm_replayssm.ops import launch
 from trtllm_replayssm.ops.mamba2.replay import ROUTES
 
 

@@ -23,7 +23,7 @@ def test_replay_real_shapes(model, state_dtype, route):
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
 def test_fold_with_matmul_real_shapes(state_dtype):
     """tf32x3 matmul fold (GPU only) stays within the fp32 tolerance over 3 cycles."""
-    from trtllm_replayssm.ops.mamba2.launch import LaunchConfig
+    from trtllm_replayssm.ops.launch import LaunchConfig
 
     sc = Scenario(MAMBA2_MODELS["nemotron-3-super"].geom, 16, state_dtype, torch.bfloat16, tied_params=True)
     run_replay(sc, 3 * 16 + 2, route="output_only", fold_config=LaunchConfig(32, 4, fold_dot=1))

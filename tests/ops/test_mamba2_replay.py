@@ -68,7 +68,7 @@ def test_force_flush_rows():
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
 def test_fold_with_matmul(route, state_dtype):
     """The fold as one tl.dot over the ring (a launch-config option) equals the recurrence."""
-    from trtllm_replayssm.ops.mamba2.launch import LaunchConfig
+    from trtllm_replayssm.ops.launch import LaunchConfig
 
     cfg = LaunchConfig(block_p=16, num_warps=2, fold_dot=1)
     kw = {"fold_config": cfg} if route == "output_only" else {"config": cfg}

@@ -14,7 +14,7 @@ import torch
 
 from ..cache import Mamba2Geometry, Mamba2ReplayCache
 from ..ops.mamba2 import selective_state_update, selective_state_update_replayssm
-from ..ops.mamba2.launch import LaunchConfig
+from ..ops.launch import LaunchConfig
 from .timing import capture, layers_for_cold_l2, time_graph_ms
 
 ROUTES = ("output_only", "state_and_output", "always_flush")

@@ -1,6 +1,6 @@
 """Mamba2 decode: standard step, ReplaySSM step (two routes + always-flush), reference."""
 
-from .launch import LaunchConfig
+from ..launch import LaunchConfig
 from .naive import mamba2_step_ref, process_dt
 from .replay import (
     ROUTES,

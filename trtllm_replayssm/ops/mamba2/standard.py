@@ -15,7 +15,7 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ._common import finish_output, load_dt, load_slot, store_nan_output
-from .launch import LaunchConfig, grid, select_config
+from ..launch import LaunchConfig, grid, select_config
 from .step_inputs import check_state_pool, parse_mamba2_step
 
 

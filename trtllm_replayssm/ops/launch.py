@@ -1,8 +1,9 @@
-"""Launch decisions for the Mamba2 decode kernels, kept apart from the launches.
+"""Launch decisions for the decode kernels, kept apart from the launches.
 
 A launch is a grid plus a :class:`LaunchConfig`; the config comes from a table measured
-on the GPU (``tuned/*.json``, written by ``benchmarks/bench_mamba2_ar.py --tune``) keyed
-by architecture, kernel, state dtype, headdim, dstate and batch. Nothing here touches
+on the GPU (``tuned/<family>_<arch>.json``, written by the benchmarks, e.g.
+``benchmarks/bench_mamba2_ar.py``) keyed by architecture, kernel, state dtype, activation
+dtype, the two inner state sizes (Mamba2: headdim P, dstate N; GDN: V, K) and batch. Nothing here touches
 device memory, so the same decisions serve JIT launches, CUDA-graph capture and the
 ahead-of-time build.
 """
@@ -48,9 +49,9 @@ def _dtype_key(dtype: torch.dtype) -> str:
 
 
 @lru_cache(maxsize=None)
-def _load_table(arch: str) -> dict:
+def _load_table(arch: str, family: str = "mamba2") -> dict:
     try:
-        text = resources.files("trtllm_replayssm").joinpath(f"tuned/mamba2_{arch}.json").read_text()
+        text = resources.files("trtllm_replayssm").joinpath(f"tuned/{family}_{arch}.json").read_text()
     except (FileNotFoundError, ModuleNotFoundError):
         return {}
     return json.loads(text)
@@ -60,9 +61,9 @@ def table_key(kernel: str, state_dtype: torch.dtype, act_dtype: torch.dtype, hea
     return f"{kernel}|{_dtype_key(state_dtype)}|{_dtype_key(act_dtype)}|P{headdim}|N{dstate}"
 
 
-def _lookup(arch: str, key: str, batch: int) -> Optional[dict]:
+def _lookup(arch: str, key: str, batch: int, family: str = "mamba2") -> Optional[dict]:
     """Entry measured at the nearest batch size (in log scale) for this key."""
-    rows = _load_table(arch).get(key)
+    rows = _load_table(arch, family).get(key)
     if not rows:
         return None
     import math
@@ -76,21 +77,21 @@ def default_config(kernel: str, headdim: int, batch: int) -> LaunchConfig:
 
 
 def select_config(kernel: str, arch: str, state_dtype: torch.dtype, act_dtype: torch.dtype,
-                  headdim: int, dstate: int, batch: int) -> LaunchConfig:
+                  headdim: int, dstate: int, batch: int, family: str = "mamba2") -> LaunchConfig:
     """Config for ``kernel`` in {standard, output_only (its non-flush launch), fold,
-    state_and_output}."""
-    row = _lookup(arch, table_key(kernel, state_dtype, act_dtype, headdim, dstate), batch)
+    state_and_output, always_flush} of a kernel ``family`` (mamba2, gdn)."""
+    row = _lookup(arch, table_key(kernel, state_dtype, act_dtype, headdim, dstate), batch, family)
     if row is None:
         return default_config(kernel, headdim, batch)
     return LaunchConfig(**{k: row[k] for k in ("block_p", "num_warps", "fold_chunk", "fold_dot", "heads_per_prog") if k in row})
 
 
 def select_route(arch: str, state_dtype: torch.dtype, act_dtype: torch.dtype,
-                 headdim: int, dstate: int, batch: int) -> str:
+                 headdim: int, dstate: int, batch: int, family: str = "mamba2") -> str:
     """Fastest replay route measured at this batch size: ``output_only``,
     ``state_and_output``, or ``always_flush`` where replay would not beat the standard
     kernel (small batches, where a launch costs more than the state transfer)."""
-    row = _lookup(arch, table_key("route", state_dtype, act_dtype, headdim, dstate), batch)
+    row = _lookup(arch, table_key("route", state_dtype, act_dtype, headdim, dstate), batch, family)
     if row is None:
         return "output_only"
     return row["route"]

@@ -7,20 +7,6 @@ import triton.language as tl
 
 
 @triton.jit
-def load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX: tl.constexpr):
-    """Cache slot of batch row ``pid_b`` (int64) and whether the row is padding."""
-    if HAS_SLOT_IDX:
-        slot = tl.load(slot_idx_ptr + pid_b).to(tl.int64)
-    else:
-        slot = pid_b.to(tl.int64)
-    is_pad = slot == pad_slot_id
-    # An index outside the pool would write someone else's memory: treat it as an
-    # error row (the caller writes NaN to its output) rather than trusting it.
-    is_bad = (not is_pad) & ((slot < 0) | (slot >= num_slots))
-    return slot, is_pad, is_bad
-
-
-@triton.jit
 def load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h,
             HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr):
     """Processed dt of one head: ``softplus(dt + dt_bias)`` (identity above 20), fp32."""
@@ -45,10 +31,3 @@ def finish_output(y, x, offs_p, mask_p, pid_b, pid_h,
         y *= z * tl.sigmoid(z)
     out_ptrs = out_ptr + pid_b * stride_out_b + pid_h * stride_out_h + offs_p
     tl.store(out_ptrs, y.to(out_ptr.dtype.element_ty), mask=mask_p)
-
-
-@triton.jit
-def store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h):
-    """Mark a row whose slot or cursor was invalid; nothing else is written."""
-    out_ptrs = out_ptr + pid_b * stride_out_b + pid_h * stride_out_h + offs_p
-    tl.store(out_ptrs, tl.full(offs_p.shape, float("nan"), tl.float32).to(out_ptr.dtype.element_ty), mask=mask_p)

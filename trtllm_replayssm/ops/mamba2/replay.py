@@ -32,7 +32,8 @@ import triton.language as tl
 
 from ..._runtime import INTERPRETED, device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_tensor
-from ._common import finish_output, load_dt, load_slot, store_nan_output
+from ..common import load_slot, store_nan_output
+from ._common import finish_output, load_dt
 from ..launch import LaunchConfig, grid, select_config, select_route
 from .step_inputs import Mamba2Step, check_state_pool, parse_mamba2_step
 

@@ -14,7 +14,8 @@ import triton
 import triton.language as tl
 
 from ..._runtime import device_arch
-from ._common import finish_output, load_dt, load_slot, store_nan_output
+from ..common import load_slot, store_nan_output
+from ._common import finish_output, load_dt
 from ..launch import LaunchConfig, grid, select_config
 from .step_inputs import check_state_pool, parse_mamba2_step
 

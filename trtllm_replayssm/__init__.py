@@ -5,8 +5,24 @@ so a decode step reads the state and writes it back only once every L steps.
 """
 
 from . import _runtime  # noqa: F401  (settles TRITON_INTERPRET before kernels are defined)
-from .cache import Mamba2Geometry, Mamba2LayerCache, Mamba2ReplayCache, mamba2_bytes_per_slot
+from .cache import (
+    GDNGeometry,
+    GDNLayerCache,
+    GDNReplayCache,
+    Mamba2Geometry,
+    Mamba2LayerCache,
+    Mamba2ReplayCache,
+    gdn_bytes_per_slot,
+    mamba2_bytes_per_slot,
+)
 from .ops.cursors import advance_write_pos, reset_write_pos
+from .ops.gdn import (
+    choose_gdn_route,
+    fused_recurrent_gated_delta_rule_replayssm,
+    fused_sigmoid_gating_delta_rule_update,
+    gdn_step_ref,
+    split_packed_qkv,
+)
 from .ops.mamba2 import (
     ROUTES,
     LaunchConfig,
@@ -21,6 +37,8 @@ from .ops.mamba2 import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "GDNGeometry", "GDNLayerCache", "GDNReplayCache", "choose_gdn_route", "fused_recurrent_gated_delta_rule_replayssm",
+    "fused_sigmoid_gating_delta_rule_update", "gdn_bytes_per_slot", "gdn_step_ref", "split_packed_qkv",
     "LaunchConfig", "Mamba2Geometry", "Mamba2LayerCache", "Mamba2ReplayCache", "ROUTES",
     "advance_write_pos", "choose_route", "mamba2_bytes_per_slot", "mamba2_step_ref", "reset_write_pos",
     "selective_state_update", "selective_state_update_replayssm",

@@ -1,6 +1,7 @@
 """Replay cache allocation: checkpoints, rings and cursors for layers x slots.
 
-Shapes follow ``replayssm.md`` section 1, one leading layer dimension added:
+Mamba2 shapes follow ``replayssm.md`` section 1, one leading layer dimension added (GDN:
+section 2, see :class:`GDNReplayCache`):
 
 | tensor      | shape                 | dtype        |
 |-------------|-----------------------|--------------|
@@ -103,3 +104,70 @@ class Mamba2ReplayCache:
     def reset(self, slots: torch.Tensor, pad_slot_id: int = -1) -> None:
         """Slots entering decode: empty their rings."""
         reset_write_pos(self.write_pos, slots, pad_slot_id)
+
+
+@dataclass(frozen=True)
+class GDNGeometry:
+    """One Gated DeltaNet layer: key heads ``H``, value heads ``HV``, head dims ``K``, ``V``."""
+
+    num_k_heads: int
+    num_v_heads: int
+    head_k_dim: int
+    head_v_dim: int
+
+    def __post_init__(self):
+        if self.num_k_heads < 1 or self.num_v_heads % self.num_k_heads != 0:
+            raise ValueError(f"num_k_heads ({self.num_k_heads}) must divide num_v_heads ({self.num_v_heads})")
+
+
+class GDNLayerCache(NamedTuple):
+    """Views of one GDN layer, as the decode step takes them."""
+
+    ssm_state: torch.Tensor  # (slots, HV, V, K)
+    d_cache: torch.Tensor  # (slots, HV, L, V)
+    k_cache: torch.Tensor  # (slots, H, L, K)
+    g_cache: torch.Tensor  # (slots, HV, L)
+    write_pos: torch.Tensor  # (slots,)
+
+
+def gdn_bytes_per_slot(geom: GDNGeometry, buffer_len: int, num_layers: int = 1,
+                       state_dtype: torch.dtype = torch.float32,
+                       ring_dtype: torch.dtype = torch.float32) -> Dict[str, int]:
+    """Exact bytes one slot holds (see :func:`mamba2_bytes_per_slot`)."""
+    H, HV, K, V, L = geom.num_k_heads, geom.num_v_heads, geom.head_k_dim, geom.head_v_dim, buffer_len
+    checkpoint = num_layers * HV * V * K * _bytes(state_dtype)
+    ring = num_layers * ((HV * L * V + H * L * K) * _bytes(ring_dtype) + HV * L * 4)
+    return {"checkpoint": checkpoint, "ring": ring, "cursors": 4, "extra": ring + 4, "total": checkpoint + ring + 4}
+
+
+class GDNReplayCache:
+    """Checkpoint pool ``(layers, slots, HV, V, K)``, rings of corrected values ``d``,
+    normalised keys ``k`` and log-decays ``g``, and the cursors, for ``num_layers`` GDN
+    layers. ``ring_dtype`` is the dtype of the ``d`` and ``k`` rings."""
+
+    def __init__(self, geom: GDNGeometry, num_layers: int, num_slots: int, buffer_len: int,
+                 state_dtype: torch.dtype = torch.float32, ring_dtype: torch.dtype = torch.float32,
+                 device: torch.device | str = "cuda"):
+        check_buffer_len(buffer_len)
+        self.geom, self.num_layers, self.num_slots, self.buffer_len = geom, num_layers, num_slots, buffer_len
+        self.state_dtype, self.ring_dtype = state_dtype, ring_dtype
+        H, HV, K, V, L = geom.num_k_heads, geom.num_v_heads, geom.head_k_dim, geom.head_v_dim, buffer_len
+        self.ssm_state = torch.zeros(num_layers, num_slots, HV, V, K, dtype=state_dtype, device=device)
+        self.d_cache = torch.zeros(num_layers, num_slots, HV, L, V, dtype=ring_dtype, device=device)
+        self.k_cache = torch.zeros(num_layers, num_slots, H, L, K, dtype=ring_dtype, device=device)
+        self.g_cache = torch.zeros(num_layers, num_slots, HV, L, dtype=torch.float32, device=device)
+        self.write_pos = torch.zeros(num_slots, dtype=torch.int32, device=device)
+
+    def layer(self, i: int) -> GDNLayerCache:
+        return GDNLayerCache(self.ssm_state[i], self.d_cache[i], self.k_cache[i], self.g_cache[i], self.write_pos)
+
+    def ring_kwargs(self, i: int) -> dict:
+        """Keyword arguments of layer ``i``'s ring for the replay decode step."""
+        return dict(d_cache=self.d_cache[i], k_cache=self.k_cache[i], g_cache=self.g_cache[i],
+                    write_pos=self.write_pos)
+
+    def bytes_per_slot(self) -> Dict[str, int]:
+        return gdn_bytes_per_slot(self.geom, self.buffer_len, self.num_layers, self.state_dtype, self.ring_dtype)
+
+    advance = Mamba2ReplayCache.advance
+    reset = Mamba2ReplayCache.reset

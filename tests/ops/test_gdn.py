@@ -1,0 +1,119 @@
+"""GDN decode (standard and ReplaySSM) against the fp64 recurrence, on small shapes."""
+
+import pytest
+import torch
+
+import trtllm_replayssm as rs
+from gdn_harness import GDNScenario, run_gdn_replay, run_gdn_standard
+from mamba2_harness import DEVICE, SLOTS
+from trtllm_replayssm.cache import GDNGeometry, GDNReplayCache
+
+GEOM = GDNGeometry(num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=16)
+
+
+def cycles(L: int, n: int = 3) -> int:
+    return n * L + 2
+
+
+@pytest.mark.parametrize("L", [1, 4, 16])
+def test_replay_matches_recurrence_over_cycles(L):
+    res = run_gdn_replay(GDNScenario(GEOM, L), cycles(L))
+    assert all(res.flushes_per_row[r] >= 3 for r, s in enumerate(SLOTS) if s >= 0), res.flushes_per_row
+
+
+@pytest.mark.parametrize("act_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+def test_replay_dtypes(state_dtype, act_dtype):
+    run_gdn_replay(GDNScenario(GEOM, 4, state_dtype, act_dtype, seed=1), cycles(4))
+
+
+def test_bf16_ring():
+    run_gdn_replay(GDNScenario(GEOM, 4, ring_dtype=torch.bfloat16, seed=2), cycles(4))
+
+
+def test_uneven_head_dims_and_head_ratio():
+    """K != V, not powers of two; 3 value heads per key head."""
+    geom = GDNGeometry(num_k_heads=1, num_v_heads=3, head_k_dim=24, head_v_dim=40)
+    run_gdn_replay(GDNScenario(geom, 4, seed=3), cycles(4))
+
+
+def test_always_flush_and_force_flush():
+    run_gdn_replay(GDNScenario(GEOM, 4, seed=4), 6, route="always_flush")
+    run_gdn_replay(GDNScenario(GEOM, 8, seed=5), cycles(8), force_flush_at={2: [0], 5: [2, 3]})
+
+
+def test_fold_launch_over_several_heads():
+    from trtllm_replayssm.ops.launch import LaunchConfig
+
+    run_gdn_replay(GDNScenario(GEOM, 4, seed=6), cycles(4), fold_config=LaunchConfig(16, 2, heads_per_prog=3))
+
+
+def test_packed_and_separate_qkv_agree():
+    outs = []
+    for packed in (False, True):
+        outs.append(run_gdn_replay(GDNScenario(GEOM, 4, packed=packed, seed=7), cycles(4)).max_err)
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("name", ["d_cache", "k_cache", "g_cache"])
+def test_corrupted_ring_entry_is_detected(name):
+    def corrupt(t, cache):
+        if t == 3:
+            slot = SLOTS[0]
+            w = int(cache.write_pos[slot])
+            assert w >= 1
+            getattr(cache, name)[0, slot, 0, w - 1] += 50.0 if name != "g_cache" else -5.0
+    with pytest.raises(AssertionError, match="error"):
+        run_gdn_replay(GDNScenario(GEOM, 8, seed=8), 12, corrupt=corrupt)
+
+
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+def test_standard(state_dtype):
+    run_gdn_standard(GDNScenario(GEOM, 1, state_dtype, torch.bfloat16, seed=9), 8)
+
+
+def test_flush_checkpoint_equals_standard_state():
+    L, batch = 4, 3
+    sc = GDNScenario(GEOM, L, seed=10)
+    cache = GDNReplayCache(GEOM, 1, batch, L, device=DEVICE)
+    cache.ssm_state.normal_()
+    std_state = cache.ssm_state[0].clone()
+    for t in range(2 * L):
+        kw = sc.kernel_kwargs(sc.step_inputs(batch))
+        y_rep = rs.fused_recurrent_gated_delta_rule_replayssm(cache.ssm_state[0], **kw, **cache.ring_kwargs(0))
+        y_std = rs.fused_sigmoid_gating_delta_rule_update(std_state, **kw)
+        cache.advance(batch=batch)
+        torch.testing.assert_close(y_rep, y_std, rtol=1e-4, atol=1e-4)
+        if (t + 1) % L == 0:
+            torch.testing.assert_close(cache.ssm_state[0], std_state, rtol=1e-5, atol=1e-5)
+
+
+def test_bad_input():
+    sc = GDNScenario(GEOM, 4)
+    cache = GDNReplayCache(GEOM, 1, 3, 4, device=DEVICE)
+    kw = sc.kernel_kwargs(sc.step_inputs(3))
+    with pytest.raises(ValueError, match="num_k_heads .* must divide num_v_heads"):
+        rs.fused_sigmoid_gating_delta_rule_update(cache.ssm_state[0], **{**kw, "q": kw["q"][:, :1].expand(3, 3, 16),
+                                                                          "k": kw["k"][:, :1].expand(3, 3, 16)})
+    with pytest.raises(ValueError, match="v must have shape"):
+        rs.fused_sigmoid_gating_delta_rule_update(cache.ssm_state[0], **{**kw, "v": kw["v"][:2]})
+    with pytest.raises(ValueError, match="state must have shape"):
+        rs.fused_sigmoid_gating_delta_rule_update(cache.ssm_state[0].transpose(-1, -2)[:, :, :8], **kw)
+    with pytest.raises(TypeError, match="g_cache must have dtype"):
+        rs.fused_recurrent_gated_delta_rule_replayssm(cache.ssm_state[0], **kw,
+                                                      **{**cache.ring_kwargs(0), "g_cache": cache.g_cache[0].half()})
+    with pytest.raises(ValueError, match="k_cache must have shape"):
+        rs.fused_recurrent_gated_delta_rule_replayssm(cache.ssm_state[0], **kw,
+                                                      **{**cache.ring_kwargs(0), "k_cache": cache.d_cache[0]})
+    with pytest.raises(ValueError, match="route must be one of"):
+        rs.fused_recurrent_gated_delta_rule_replayssm(cache.ssm_state[0], **kw, route="state_and_output",
+                                                      **cache.ring_kwargs(0))
+    with pytest.raises(ValueError, match="num_k_heads .* must divide"):
+        GDNGeometry(3, 4, 16, 16)
+
+
+def test_bytes_per_slot():
+    geom = GDNGeometry(16, 32, 128, 128)  # Qwen3.5-4B
+    b = rs.gdn_bytes_per_slot(geom, 16)
+    assert b["checkpoint"] == 2 * 2**20
+    assert b["ring"] == (32 * 16 * 128 + 16 * 16 * 128) * 4 + 32 * 16 * 4

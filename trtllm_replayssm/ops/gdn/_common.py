@@ -1,0 +1,30 @@
+"""Triton pieces shared by the standard and the replay GDN decode kernels."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def load_qk(q_ptr, k_ptr, pid_b, h, stride_q_b, stride_q_h, stride_k_b, stride_k_h, offs_k, mask_k, scale,
+            USE_QK_L2NORM: tl.constexpr):
+    """q and k of one key head in fp32: L2-normalised (``x / sqrt(sum x^2 + 1e-6)``), q scaled."""
+    q = tl.load(q_ptr + pid_b * stride_q_b + h * stride_q_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+    k = tl.load(k_ptr + pid_b * stride_k_b + h * stride_k_h + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+    if USE_QK_L2NORM:
+        q = q * tl.rsqrt(tl.sum(q * q, axis=0) + 1e-6)
+        k = k * tl.rsqrt(tl.sum(k * k, axis=0) + 1e-6)
+    return q * scale, k
+
+
+@triton.jit
+def load_gates(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv, stride_a_b, stride_a_h, stride_b_b, stride_b_h,
+               softplus_beta, softplus_threshold):
+    """Log-decay ``g = -exp(A_log) softplus(a + dt_bias)`` and ``beta = sigmoid(b)``, fp32."""
+    x = tl.load(a_ptr + pid_b * stride_a_b + hv * stride_a_h).to(tl.float32) + tl.load(dt_bias_ptr + hv).to(tl.float32)
+    bx = softplus_beta * x
+    sp = tl.where(bx <= softplus_threshold, tl.log(1.0 + tl.exp(bx)) / softplus_beta, x)
+    g = -tl.exp(tl.load(A_log_ptr + hv).to(tl.float32)) * sp
+    beta = tl.sigmoid(tl.load(b_ptr + pid_b * stride_b_b + hv * stride_b_h).to(tl.float32))
+    return g, beta

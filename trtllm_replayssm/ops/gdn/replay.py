@@ -1,0 +1,265 @@
+"""ReplaySSM Gated DeltaNet decode step (``replayssm.md`` section 2).
+
+The delta rule reads the state (``S_{t-1} k_t``), so the ring caches the *corrected
+values* ``d_j = beta_j (v_j - alpha_j S_{j-1} k_j)`` with the normalised keys ``k_j`` and
+log-decays ``g_j``; then ``S_j = alpha_j S_{j-1} + d_j k_j^T`` is a diagonal-decay linear
+recurrence. With ``G_j`` the running sum of g over the cached steps and ``G = G_{w-1}``:
+
+    S_prev k = exp(G) S_0 k + sum_{j<w} exp(G - G_j) (k_j . k) d_j     (likewise for q)
+    d = beta (v - alpha S_prev k) ;  o = alpha S_prev q + (k . q) d
+
+so a non-flush step reads the checkpoint once (``S_0 k`` and ``S_0 q`` together) and never
+forms a state; a flush folds the ring and this token into the checkpoint and stores it.
+
+Routes: ``output_only`` (a non-flush launch and a fold launch, each compiled and tuned
+for itself, as for Mamba2) and ``always_flush`` (fold and store every step: the standard
+kernel's cost). Cursors (``write_pos``) and their ops are shared with Mamba2.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ..._runtime import device_arch
+from ..._validation import check_buffer_len, check_contiguous, check_tensor
+from ..common import load_slot, store_nan_output
+from ..launch import LaunchConfig, grid, select_config, select_route
+from ._common import load_gates, load_qk
+from .step_inputs import GDNStep, check_gdn_state_pool, parse_gdn_step
+
+ROUTES = ("output_only", "always_flush")
+RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+NONFLUSH = tl.constexpr(1)  # rows that do not flush: output only; append d, k, g
+FOLD = tl.constexpr(2)  # rows that flush: fold the ring and this token, store the checkpoint
+
+
+@triton.jit(do_not_specialize=["num_slots"])
+def _gdn_replay_kernel(
+    state_ptr, d_cache_ptr, k_cache_ptr, g_cache_ptr, write_pos_ptr, force_flush_ptr,
+    q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr,
+    num_slots, num_v_heads, head_k_dim, head_v_dim, v_heads_per_k_head, buffer_len, pad_slot_id,
+    stride_state_slot, stride_state_h, stride_state_v,
+    stride_dc_slot, stride_dc_h, stride_dc_l,
+    stride_kc_slot, stride_kc_h, stride_kc_l,
+    stride_gc_slot, stride_gc_h,
+    stride_q_b, stride_q_h, stride_k_b, stride_k_h, stride_v_b, stride_v_h,
+    stride_a_b, stride_a_h, stride_b_b, stride_b_h, stride_out_b, stride_out_h,
+    scale, softplus_beta, softplus_threshold,
+    USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr,
+    FLUSH_ALL: tl.constexpr, MODE: tl.constexpr,
+    BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_L: tl.constexpr, FOLD_CHUNK: tl.constexpr,
+    HEADS_PER_PROG: tl.constexpr,
+):
+    pid_v = tl.program_id(0)
+    pid_hg = tl.program_id(1)
+    pid_b = tl.program_id(2)
+    offs_v = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    offs_k = tl.arange(0, BLOCK_K)
+    mask_v = offs_v < head_v_dim
+    mask_k = offs_k < head_k_dim
+    REPORTS: tl.constexpr = (MODE != FOLD) or FLUSH_ALL  # one launch of a step reports errors
+
+    slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
+    if is_pad:
+        return
+    if is_bad:
+        if REPORTS:
+            for hh in range(0, HEADS_PER_PROG):
+                if pid_hg * HEADS_PER_PROG + hh < num_v_heads:
+                    store_nan_output(out_ptr, offs_v, mask_v, pid_b, pid_hg * HEADS_PER_PROG + hh,
+                                     stride_out_b, stride_out_h)
+        return
+    w = tl.load(write_pos_ptr + slot)
+    if (w < 0) | (w >= buffer_len):
+        if REPORTS:
+            for hh in range(0, HEADS_PER_PROG):
+                if pid_hg * HEADS_PER_PROG + hh < num_v_heads:
+                    store_nan_output(out_ptr, offs_v, mask_v, pid_b, pid_hg * HEADS_PER_PROG + hh,
+                                     stride_out_b, stride_out_h)
+        return
+    is_flush = w == buffer_len - 1
+    if HAS_FORCE_FLUSH:
+        is_flush = is_flush | (tl.load(force_flush_ptr + pid_b) != 0)
+    if FLUSH_ALL:
+        is_flush = w >= 0
+    if MODE == NONFLUSH:
+        if is_flush:
+            return
+    if MODE == FOLD:
+        if not is_flush:
+            return
+
+    for hh in range(0, HEADS_PER_PROG):
+        hv = pid_hg * HEADS_PER_PROG + hh
+        if hv < num_v_heads:
+            h = hv // v_heads_per_k_head
+            state_ptrs = (state_ptr + slot * stride_state_slot + hv * stride_state_h
+                          + offs_v[:, None] * stride_state_v + offs_k[None, :])
+            mask_vk = mask_v[:, None] & mask_k[None, :]
+            S0 = tl.load(state_ptrs, mask=mask_vk, other=0.0).to(tl.float32)
+            q, k = load_qk(q_ptr, k_ptr, pid_b, h, stride_q_b, stride_q_h, stride_k_b, stride_k_h, offs_k, mask_k,
+                           scale, USE_QK_L2NORM)
+            v = tl.load(v_ptr + pid_b * stride_v_b + hv * stride_v_h + offs_v, mask=mask_v, other=0.0).to(tl.float32)
+            g, beta = load_gates(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv, stride_a_b, stride_a_h, stride_b_b,
+                                 stride_b_h, softplus_beta, softplus_threshold)
+            alpha = tl.exp(g)
+            kq = tl.sum(k * q, axis=0)
+
+            dc_base = d_cache_ptr + slot * stride_dc_slot + hv * stride_dc_h
+            kc_base = k_cache_ptr + slot * stride_kc_slot + h * stride_kc_h
+            gc_base = g_cache_ptr + slot * stride_gc_slot + hv * stride_gc_h
+            offs_l = tl.arange(0, BLOCK_L)
+            G = tl.sum(tl.load(gc_base + offs_l, mask=offs_l < w, other=0.0), axis=0)  # sum of cached g
+            seen = G * 0.0
+
+            # The ring is walked in chunks of FOLD_CHUNK entries whose loads issue together;
+            # a chunk past w is skipped by a uniform branch (constant trip count: the
+            # interpreter cannot loop to a loaded bound).
+            if MODE == NONFLUSH:
+                Sk = tl.exp(G) * tl.sum(S0 * k[None, :], axis=1)
+                Sq = tl.exp(G) * tl.sum(S0 * q[None, :], axis=1)
+                for c in range(0, BLOCK_L // FOLD_CHUNK):
+                    if c * FOLD_CHUNK < w:
+                        for i in tl.static_range(FOLD_CHUNK):
+                            j = c * FOLD_CHUNK + i
+                            m = j < w
+                            seen += tl.load(gc_base + j, mask=m, other=0.0)
+                            decay = tl.exp(tl.minimum(G - seen, 0.0))
+                            d_j = tl.load(dc_base + j * stride_dc_l + offs_v, mask=mask_v & m, other=0.0).to(tl.float32)
+                            k_j = tl.load(kc_base + j * stride_kc_l + offs_k, mask=mask_k & m, other=0.0).to(tl.float32)
+                            Sk += (decay * tl.sum(k_j * k, axis=0)) * d_j
+                            Sq += (decay * tl.sum(k_j * q, axis=0)) * d_j
+                d = beta * (v - alpha * Sk)
+                o = alpha * Sq + kq * d
+                w_off = w * stride_dc_l
+                tl.store(dc_base + w_off + offs_v, d.to(d_cache_ptr.dtype.element_ty), mask=mask_v)
+                if pid_v == 0:
+                    tl.store(gc_base + w, g)
+                    if hv % v_heads_per_k_head == 0:  # one value head per key head appends k
+                        tl.store(kc_base + w * stride_kc_l + offs_k, k.to(k_cache_ptr.dtype.element_ty), mask=mask_k)
+            else:
+                S = tl.exp(G) * S0  # S_prev, w rank-1 updates (fp32 FMAs)
+                for c in range(0, BLOCK_L // FOLD_CHUNK):
+                    if c * FOLD_CHUNK < w:
+                        for i in tl.static_range(FOLD_CHUNK):
+                            j = c * FOLD_CHUNK + i
+                            m = j < w
+                            seen += tl.load(gc_base + j, mask=m, other=0.0)
+                            decay = tl.exp(tl.minimum(G - seen, 0.0))
+                            d_j = tl.load(dc_base + j * stride_dc_l + offs_v, mask=mask_v & m, other=0.0).to(tl.float32)
+                            k_j = tl.load(kc_base + j * stride_kc_l + offs_k, mask=mask_k & m, other=0.0).to(tl.float32)
+                            S += (decay * d_j)[:, None] * k_j[None, :]
+                S = alpha * S
+                d = beta * (v - tl.sum(S * k[None, :], axis=1))
+                S += d[:, None] * k[None, :]
+                tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_vk)
+                o = tl.sum(S * q[None, :], axis=1)
+            tl.store(out_ptr + pid_b * stride_out_b + hv * stride_out_h + offs_v, o.to(out_ptr.dtype.element_ty),
+                     mask=mask_v)
+
+
+def check_gdn_ring(step: GDNStep, state: torch.Tensor, d_cache: torch.Tensor, k_cache: torch.Tensor,
+                   g_cache: torch.Tensor, write_pos: torch.Tensor) -> int:
+    """Check one layer's ring against the step; returns the buffer length L."""
+    slots, H, HV, K, V = state.shape[0], step.num_k_heads, step.num_v_heads, step.head_k_dim, step.head_v_dim
+    dev = step.q.device
+    check_tensor("d_cache", d_cache, (slots, HV, None, V), RING_DTYPES, dev)
+    L = d_cache.shape[2]
+    check_buffer_len(L)
+    check_tensor("k_cache", k_cache, (slots, H, L, K), RING_DTYPES, dev)
+    check_tensor("g_cache", g_cache, (slots, HV, L), (torch.float32,), dev)
+    check_tensor("write_pos", write_pos, (slots,), (torch.int32,), dev)
+    for name, t in (("d_cache", d_cache), ("k_cache", k_cache), ("g_cache", g_cache), ("write_pos", write_pos)):
+        check_contiguous(name, t)
+    return L
+
+
+def choose_gdn_route(state: torch.Tensor, q: torch.Tensor, v: torch.Tensor) -> str:
+    """Route the measured table picks for this batch size and geometry."""
+    return select_route(device_arch(q.device), state.dtype, q.dtype, v.shape[2], q.shape[2], q.shape[0], family="gdn")
+
+
+def fused_recurrent_gated_delta_rule_replayssm(
+    state: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    scale: Optional[float] = None,
+    use_qk_l2norm: bool = True,
+    initial_state_indices: Optional[torch.Tensor] = None,
+    pad_slot_id: int = -1,
+    out: Optional[torch.Tensor] = None,
+    softplus_beta: float = 1.0,
+    softplus_threshold: float = 20.0,
+    *,
+    d_cache: torch.Tensor,
+    k_cache: torch.Tensor,
+    g_cache: torch.Tensor,
+    write_pos: torch.Tensor,
+    force_flush: Optional[torch.Tensor] = None,
+    route: str = "auto",
+    config: Optional[LaunchConfig] = None,
+    fold_config: Optional[LaunchConfig] = None,
+) -> torch.Tensor:
+    """One ReplaySSM GDN decode step for a batch (one layer).
+
+    Same step arguments as :func:`fused_sigmoid_gating_delta_rule_update`; ``state`` is the
+    checkpoint pool ``(slots, HV, V, K)``. Ring of this layer: ``d_cache (slots, HV, L, V)``
+    and ``k_cache (slots, H, L, K)`` (normalised keys) in a ring dtype (fp32/bf16/fp16),
+    ``g_cache (slots, HV, L)`` fp32; cursors ``write_pos (slots,)`` int32, advanced once per
+    step by :func:`advance_write_pos` after every layer ran. ``force_flush (B,)``: rows
+    whose ring is folded into the checkpoint at this step.
+
+    A padding row changes nothing; a row whose slot or cursor is out of range gets NaN
+    outputs and changes nothing. ``route="auto"`` takes :func:`choose_gdn_route`; pass the
+    same route to the cursor advance.
+    """
+    step = parse_gdn_step(q, k, v, a, b, A_log, dt_bias, scale, use_qk_l2norm, initial_state_indices,
+                          pad_slot_id, out, softplus_beta, softplus_threshold)
+    check_gdn_state_pool("state", state, step)
+    L = check_gdn_ring(step, state, d_cache, k_cache, g_cache, write_pos)
+    if force_flush is not None:
+        check_tensor("force_flush", force_flush, (step.batch,), (torch.bool, torch.int8, torch.uint8, torch.int32),
+                     q.device)
+    if route == "auto":
+        route = choose_gdn_route(state, q, v)
+    if route not in ROUTES:
+        raise ValueError(f"route must be one of {ROUTES + ('auto',)}, got {route!r}")
+    if step.batch == 0:
+        return step.out
+    arch = device_arch(q.device)
+
+    def pick(kernel: str, given: Optional[LaunchConfig]) -> LaunchConfig:
+        return given or select_config(kernel, arch, state.dtype, q.dtype, step.head_v_dim, step.head_k_dim,
+                                      step.batch, family="gdn")
+
+    launches = {
+        "output_only": [(NONFLUSH.value, pick("output_only", config)), (FOLD.value, pick("fold", fold_config))],
+        "always_flush": [(FOLD.value, pick("always_flush", config))],
+    }[route]
+    block_l = max(2, triton.next_power_of_2(L))
+    for mode, cfg in launches:
+        hpp = cfg.heads_per_prog if mode == FOLD.value else 1
+        _gdn_replay_kernel[grid(step.batch, triton.cdiv(step.num_v_heads, hpp), step.head_v_dim, cfg)](
+            state_ptr=state, d_cache_ptr=d_cache, k_cache_ptr=k_cache, g_cache_ptr=g_cache, write_pos_ptr=write_pos,
+            force_flush_ptr=force_flush if force_flush is not None else write_pos,
+            num_slots=state.shape[0], num_v_heads=step.num_v_heads, head_k_dim=step.head_k_dim,
+            head_v_dim=step.head_v_dim, v_heads_per_k_head=step.num_v_heads // step.num_k_heads, buffer_len=L,
+            stride_state_slot=state.stride(0), stride_state_h=state.stride(1), stride_state_v=state.stride(2),
+            stride_dc_slot=d_cache.stride(0), stride_dc_h=d_cache.stride(1), stride_dc_l=d_cache.stride(2),
+            stride_kc_slot=k_cache.stride(0), stride_kc_h=k_cache.stride(1), stride_kc_l=k_cache.stride(2),
+            stride_gc_slot=g_cache.stride(0), stride_gc_h=g_cache.stride(1),
+            **step.kernel_args(),
+            HAS_FORCE_FLUSH=force_flush is not None, FLUSH_ALL=route == "always_flush", MODE=mode,
+            BLOCK_V=cfg.block_p, BLOCK_K=triton.next_power_of_2(step.head_k_dim), BLOCK_L=block_l,
+            FOLD_CHUNK=min(cfg.fold_chunk, block_l), HEADS_PER_PROG=hpp, num_warps=cfg.num_warps,
+        )
+    return step.out

@@ -1,0 +1,111 @@
+"""Standard Gated DeltaNet decode step: read the state, update it, write it back.
+
+Baseline and fallback of the ReplaySSM GDN step. State pool ``(slots, HV, V, K)``, K
+innermost, as TensorRT-LLM keeps it; launch configs from the measured table (family ``gdn``).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ..._runtime import device_arch
+from ..common import load_slot, store_nan_output
+from ..launch import LaunchConfig, grid, select_config
+from ._common import load_gates, load_qk
+from .step_inputs import check_gdn_state_pool, parse_gdn_step
+
+
+@triton.jit(do_not_specialize=["num_slots"])
+def _gdn_update_kernel(
+    state_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr,
+    num_slots, head_k_dim, head_v_dim, v_heads_per_k_head, pad_slot_id,
+    stride_state_slot, stride_state_h, stride_state_v,
+    stride_q_b, stride_q_h, stride_k_b, stride_k_h, stride_v_b, stride_v_h,
+    stride_a_b, stride_a_h, stride_b_b, stride_b_h, stride_out_b, stride_out_h,
+    scale, softplus_beta, softplus_threshold,
+    USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
+    BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    pid_v = tl.program_id(0)
+    hv = tl.program_id(1)
+    pid_b = tl.program_id(2)
+    offs_v = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    offs_k = tl.arange(0, BLOCK_K)
+    mask_v = offs_v < head_v_dim
+    mask_k = offs_k < head_k_dim
+
+    slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
+    if is_pad:
+        return
+    if is_bad:
+        store_nan_output(out_ptr, offs_v, mask_v, pid_b, hv, stride_out_b, stride_out_h)
+        return
+    state_ptrs = (state_ptr + slot * stride_state_slot + hv * stride_state_h
+                  + offs_v[:, None] * stride_state_v + offs_k[None, :])
+    mask_vk = mask_v[:, None] & mask_k[None, :]
+    S = tl.load(state_ptrs, mask=mask_vk, other=0.0).to(tl.float32)
+
+    q, k = load_qk(q_ptr, k_ptr, pid_b, hv // v_heads_per_k_head, stride_q_b, stride_q_h, stride_k_b, stride_k_h,
+                   offs_k, mask_k, scale, USE_QK_L2NORM)
+    v = tl.load(v_ptr + pid_b * stride_v_b + hv * stride_v_h + offs_v, mask=mask_v, other=0.0).to(tl.float32)
+    g, beta = load_gates(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv, stride_a_b, stride_a_h, stride_b_b,
+                         stride_b_h, softplus_beta, softplus_threshold)
+
+    S = S * tl.exp(g)
+    d = beta * (v - tl.sum(S * k[None, :], axis=1))  # the delta rule's corrected value
+    S += d[:, None] * k[None, :]
+    tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_vk)
+    o = tl.sum(S * q[None, :], axis=1)
+    tl.store(out_ptr + pid_b * stride_out_b + hv * stride_out_h + offs_v, o.to(out_ptr.dtype.element_ty), mask=mask_v)
+
+
+def fused_sigmoid_gating_delta_rule_update(
+    state: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    scale: Optional[float] = None,
+    use_qk_l2norm: bool = True,
+    initial_state_indices: Optional[torch.Tensor] = None,
+    pad_slot_id: int = -1,
+    out: Optional[torch.Tensor] = None,
+    softplus_beta: float = 1.0,
+    softplus_threshold: float = 20.0,
+    config: Optional[LaunchConfig] = None,
+) -> torch.Tensor:
+    """One standard GDN decode step, updating ``state`` in place.
+
+    Args:
+        state: ``(slots, HV, V, K)`` pool, fp32/bf16/fp16, contiguous.
+        q, k: ``(B, H, K)``; v: ``(B, HV, V)`` (views of a packed row are fine:
+            :func:`split_packed_qkv`). a, b: ``(B, HV)``; A_log, dt_bias: ``(HV,)``.
+        scale: q scale (default ``K ** -0.5``); use_qk_l2norm: normalise q and k in-kernel.
+        initial_state_indices: ``(B,)`` slot per row; ``pad_slot_id`` rows are skipped.
+        out: ``(B, HV, V)``.
+    Returns:
+        ``out``.
+    """
+    step = parse_gdn_step(q, k, v, a, b, A_log, dt_bias, scale, use_qk_l2norm, initial_state_indices,
+                          pad_slot_id, out, softplus_beta, softplus_threshold)
+    check_gdn_state_pool("state", state, step)
+    if config is None:
+        config = select_config("standard", device_arch(q.device), state.dtype, q.dtype, step.head_v_dim,
+                               step.head_k_dim, step.batch, family="gdn")
+    if step.batch == 0:
+        return step.out
+    _gdn_update_kernel[grid(step.batch, step.num_v_heads, step.head_v_dim, config)](
+        state_ptr=state, num_slots=state.shape[0], head_k_dim=step.head_k_dim, head_v_dim=step.head_v_dim,
+        v_heads_per_k_head=step.num_v_heads // step.num_k_heads,
+        stride_state_slot=state.stride(0), stride_state_h=state.stride(1), stride_state_v=state.stride(2),
+        **step.kernel_args(),
+        BLOCK_V=config.block_p, BLOCK_K=triton.next_power_of_2(step.head_k_dim), num_warps=config.num_warps,
+    )
+    return step.out

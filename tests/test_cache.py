@@ -3,7 +3,7 @@
 import torch
 
 from trtllm_replayssm.cache import Mamba2ReplayCache, mamba2_bytes_per_slot
-from trtllm_replayssm.models import MAMBA2_MODELS, TINY_MAMBA2
+from trtllm_replayssm.models import MAMBA2_MODELS, TINY_MAMBA2  # noqa: F401
 
 
 def test_layout_and_zero_init():

@@ -1,6 +1,7 @@
 """``trtllm-replayssm``: the command-line entry point.
 
-    trtllm-replayssm decode          # standard vs ReplaySSM on a built-in geometry
+    trtllm-replayssm decode                      # standard vs ReplaySSM, built-in Mamba2 geometry
+    trtllm-replayssm decode --model tiny-gdn     # the same for Gated DeltaNet
 
 On a machine without a CUDA device the kernels run in Triton's interpreter on a tiny
 geometry; on a GPU the default is Nemotron-3-Super's SSM layer and the run also times
@@ -18,8 +19,10 @@ from tabulate import tabulate
 from tqdm import tqdm
 
 from . import _runtime
-from .cache import Mamba2ReplayCache
-from .models import MAMBA2_MODELS, TINY_MAMBA2, mamba2_model
+from .cache import GDNReplayCache, Mamba2ReplayCache
+from .models import MODELS, TINY_MAMBA2, model
+from .ops.gdn import ROUTES as GDN_ROUTES
+from .ops.gdn import choose_gdn_route, fused_recurrent_gated_delta_rule_replayssm, fused_sigmoid_gating_delta_rule_update
 from .ops.mamba2 import ROUTES, choose_route, selective_state_update, selective_state_update_replayssm
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -29,55 +32,100 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
 
 
+class _Mamba2Pair:
+    """Standard and replay Mamba2 kernels on the same start, layer by layer."""
+
+    def __init__(self, m, layers, batch, L, sd, ad, dev):
+        g = self.g = m.geom
+        self.batch, self.ad, self.dev = batch, ad, dev
+        self.cache = Mamba2ReplayCache(g, layers, batch, L, sd, ad, dev)
+        self.cache.ssm_state.normal_()
+        self.standard_state = self.cache.ssm_state.clone()
+        self.A = -torch.rand(layers, g.nheads, device=dev) - 0.5
+        self.D = torch.randn(layers, g.nheads, device=dev)
+        self.dt_bias = torch.randn(layers, g.nheads, device=dev) - 1.0
+        probe = torch.empty(batch, g.nheads, g.headdim, dtype=ad, device=dev)
+        self.auto_route = choose_route(self.cache.ssm_state[0], probe, self.cache.B_cache[0, :, :, 0])
+
+    def step(self, layer: int, route: str):
+        g, B, ad, dev = self.g, self.batch, self.ad, self.dev
+        kw = dict(x=torch.randn(B, g.nheads, g.headdim, device=dev, dtype=ad),
+                  dt=torch.randn(B, g.nheads, device=dev, dtype=ad), A=self.A[layer],
+                  B=torch.randn(B, g.ngroups, g.dstate, device=dev, dtype=ad),
+                  C=torch.randn(B, g.ngroups, g.dstate, device=dev, dtype=ad), D=self.D[layer],
+                  z=torch.randn(B, g.nheads, g.headdim, device=dev, dtype=ad),
+                  dt_bias=self.dt_bias[layer], dt_softplus=True)
+        y_std = selective_state_update(self.standard_state[layer], **kw)
+        y_rep = selective_state_update_replayssm(self.cache.ssm_state[layer], **kw, route=route,
+                                                 **self.cache.ring_kwargs(layer))
+        return y_std, y_rep
+
+
+class _GDNPair:
+    """Standard and replay GDN kernels on the same start, layer by layer."""
+
+    def __init__(self, m, layers, batch, L, sd, ad, dev):
+        g = self.g = m.geom
+        self.batch, self.ad, self.dev = batch, ad, dev
+        self.cache = GDNReplayCache(g, layers, batch, L, sd, torch.float32, dev)
+        self.cache.ssm_state.normal_(std=0.1)
+        self.standard_state = self.cache.ssm_state.clone()
+        self.A_log = torch.rand(layers, g.num_v_heads, device=dev).log()
+        self.dt_bias = torch.randn(layers, g.num_v_heads, device=dev) - 2.0
+        probe_q = torch.empty(batch, g.num_k_heads, g.head_k_dim, dtype=ad, device=dev)
+        probe_v = torch.empty(batch, g.num_v_heads, g.head_v_dim, dtype=ad, device=dev)
+        self.auto_route = choose_gdn_route(self.cache.ssm_state[0], probe_q, probe_v)
+
+    def step(self, layer: int, route: str):
+        g, B, ad, dev = self.g, self.batch, self.ad, self.dev
+        kw = dict(q=torch.randn(B, g.num_k_heads, g.head_k_dim, device=dev, dtype=ad),
+                  k=torch.randn(B, g.num_k_heads, g.head_k_dim, device=dev, dtype=ad),
+                  v=torch.randn(B, g.num_v_heads, g.head_v_dim, device=dev, dtype=ad),
+                  a=torch.randn(B, g.num_v_heads, device=dev, dtype=ad),
+                  b=torch.randn(B, g.num_v_heads, device=dev, dtype=ad),
+                  A_log=self.A_log[layer], dt_bias=self.dt_bias[layer])
+        y_std = fused_sigmoid_gating_delta_rule_update(self.standard_state[layer], **kw)
+        y_rep = fused_recurrent_gated_delta_rule_replayssm(self.cache.ssm_state[layer], **kw, route=route,
+                                                           **self.cache.ring_kwargs(layer))
+        return y_std, y_rep
+
+
 def decode(args: argparse.Namespace) -> int:
     """Decode ``--steps`` steps through every layer with both kernels and compare."""
     dev = _runtime.default_device()
-    model = mamba2_model(args.model or ("nemotron-3-super" if dev.type == "cuda" else TINY_MAMBA2.name))
-    layers = args.layers or (model.num_ssm_layers if dev.type == "cuda" else 2)
+    m = model(args.model or ("nemotron-3-super" if dev.type == "cuda" else TINY_MAMBA2.name))
+    layers = args.layers or (m.num_ssm_layers if dev.type == "cuda" else 2)
     batch = args.batch or (128 if dev.type == "cuda" else 3)
     L = args.buffer_len or (16 if dev.type == "cuda" else 4)
     steps = args.steps or 3 * L + 1
     sd, ad = DTYPES[args.state_dtype], DTYPES[args.act_dtype]
-    g = model.geom
     torch.manual_seed(0)
-
-    cache = Mamba2ReplayCache(g, layers, batch, L, sd, ad, dev)
-    cache.ssm_state.normal_()
-    standard_state = cache.ssm_state.clone()
-    A = -torch.rand(layers, g.nheads, device=dev) - 0.5
-    D = torch.randn(layers, g.nheads, device=dev)
-    dt_bias = torch.randn(layers, g.nheads, device=dev) - 1.0
-    probe = torch.empty(batch, g.nheads, g.headdim, dtype=ad, device=dev)
-    route = args.route if args.route != "auto" else choose_route(cache.ssm_state[0], probe, cache.B_cache[0, :, :, 0])
+    pair = (_Mamba2Pair if m.family == "mamba2" else _GDNPair)(m, layers, batch, L, sd, ad, dev)
+    route = pair.auto_route if args.route == "auto" else args.route
+    if m.family == "gdn" and route not in GDN_ROUTES:
+        raise SystemExit(f"GDN routes: {', '.join(GDN_ROUTES)}")
 
     out_err = state_err = 0.0
     flushes = 0
-    for t in tqdm(range(steps), desc=f"decode {model.name} ({route})", disable=args.quiet):
+    for t in tqdm(range(steps), desc=f"decode {m.name} ({route})", disable=args.quiet):
         for layer in range(layers):
-            step = dict(x=torch.randn(batch, g.nheads, g.headdim, device=dev, dtype=ad),
-                        dt=torch.randn(batch, g.nheads, device=dev, dtype=ad), A=A[layer],
-                        B=torch.randn(batch, g.ngroups, g.dstate, device=dev, dtype=ad),
-                        C=torch.randn(batch, g.ngroups, g.dstate, device=dev, dtype=ad), D=D[layer],
-                        z=torch.randn(batch, g.nheads, g.headdim, device=dev, dtype=ad),
-                        dt_bias=dt_bias[layer], dt_softplus=True)
-            y_std = selective_state_update(standard_state[layer], **step)
-            y_rep = selective_state_update_replayssm(cache.ssm_state[layer], **step, route=route,
-                                                     **cache.ring_kwargs(layer))
+            y_std, y_rep = pair.step(layer, route)
             out_err = max(out_err, _rel(y_rep, y_std))
-        cache.advance(route=route)
+        pair.cache.advance(route=route)
         if route == "always_flush" or (t + 1) % L == 0:  # every row flushed at this step
             flushes += 1
-            state_err = max(state_err, _rel(cache.ssm_state, standard_state))
+            state_err = max(state_err, _rel(pair.cache.ssm_state, pair.standard_state))
 
     tol = 1e-4 if sd == torch.float32 and ad == torch.float32 else 3e-2
     ok = out_err <= tol and state_err <= tol
-    rows = [["model", model.name], ["device", str(dev) + (" (Triton interpreter)" if _runtime.INTERPRETED else "")],
+    rows = [["model", f"{m.name} ({m.family})"],
+            ["device", str(dev) + (" (Triton interpreter)" if _runtime.INTERPRETED else "")],
             ["layers x batch", f"{layers} x {batch}"], ["buffer length L", L], ["route", route],
             ["steps (flushes)", f"{steps} ({flushes})"],
             ["max rel. diff of outputs", f"{out_err:.2e}"], ["max rel. diff of checkpoint at flushes", f"{state_err:.2e}"],
             ["agree", "yes" if ok else f"NO (tolerance {tol:g})"]]
-    if dev.type == "cuda" and not args.no_timing:
-        rows += _timing_rows(model.name, g, batch, L, sd, ad)
+    if dev.type == "cuda" and not args.no_timing and m.family == "mamba2":
+        rows += _timing_rows(m.name, m.geom, batch, L, sd, ad)
     print(tabulate(rows, tablefmt="simple_outline"))
     return 0 if ok else 1
 
@@ -98,8 +146,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
     d = sub.add_parser("decode", help="decode with the standard kernel and with ReplaySSM; check they agree")
-    d.add_argument("--model", choices=sorted(MAMBA2_MODELS) + [TINY_MAMBA2.name],
-                   help="geometry (default: nemotron-3-super on a GPU, tiny on the CPU)")
+    d.add_argument("--model", choices=sorted(MODELS),
+                   help="geometry, Mamba2 or GDN (default: nemotron-3-super on a GPU, tiny on the CPU)")
     d.add_argument("--batch", type=int, help="rows (default: 128 on a GPU, 3 on the CPU)")
     d.add_argument("--layers", type=int, help="SSM layers (default: the model's on a GPU, 2 on the CPU)")
     d.add_argument("--buffer-len", type=int, help="ring length L (default: 16 on a GPU, 4 on the CPU)")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Union
 
-from .cache import Mamba2Geometry
+from .cache import GDNGeometry, Mamba2Geometry
 
 
 @dataclass(frozen=True)
@@ -12,6 +13,15 @@ class Mamba2Model:
     name: str
     num_ssm_layers: int
     geom: Mamba2Geometry
+    family: str = "mamba2"
+
+
+@dataclass(frozen=True)
+class GDNModel:
+    name: str
+    num_ssm_layers: int
+    geom: GDNGeometry
+    family: str = "gdn"
 
 
 MAMBA2_MODELS = {
@@ -22,14 +32,29 @@ MAMBA2_MODELS = {
         Mamba2Model("nemotron-3-super", 40, Mamba2Geometry(nheads=128, headdim=64, dstate=128, ngroups=8)),
     )
 }
-# A geometry small enough for the CPU interpreter (CLI default there, tests).
+GDN_MODELS = {
+    m.name: m
+    for m in (
+        GDNModel("qwen3.5-4b", 24, GDNGeometry(num_k_heads=16, num_v_heads=32, head_k_dim=128, head_v_dim=128)),
+        GDNModel("qwen3-next-80b", 36, GDNGeometry(num_k_heads=16, num_v_heads=32, head_k_dim=128, head_v_dim=128)),
+        GDNModel("qwen3.5-122b", 36, GDNGeometry(num_k_heads=16, num_v_heads=64, head_k_dim=128, head_v_dim=128)),
+    )
+}
+# Geometries small enough for the CPU interpreter (CLI defaults there, tests).
 TINY_MAMBA2 = Mamba2Model("tiny", 2, Mamba2Geometry(nheads=8, headdim=16, dstate=16, ngroups=2))
+TINY_GDN = GDNModel("tiny-gdn", 2, GDNGeometry(num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=16))
+MODELS = {**MAMBA2_MODELS, **GDN_MODELS, TINY_MAMBA2.name: TINY_MAMBA2, TINY_GDN.name: TINY_GDN}
+
+
+def model(name: str) -> Union[Mamba2Model, GDNModel]:
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}") from None
 
 
 def mamba2_model(name: str) -> Mamba2Model:
-    if name == TINY_MAMBA2.name:
-        return TINY_MAMBA2
-    try:
-        return MAMBA2_MODELS[name]
-    except KeyError:
-        raise ValueError(f"unknown Mamba2 model {name!r}; known: {', '.join(MAMBA2_MODELS)}, tiny") from None
+    m = model(name)
+    if m.family != "mamba2":
+        raise ValueError(f"{name!r} is not a Mamba2 model; Mamba2 models: {', '.join(MAMBA2_MODELS)}, tiny")
+    return m

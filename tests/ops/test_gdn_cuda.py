@@ -1,0 +1,22 @@
+"""GDN at real model shapes on a CUDA device (skipped on the CPU interpreter)."""
+
+import pytest
+import torch
+
+from conftest import requires_cuda
+from gdn_harness import GDNScenario, run_gdn_replay, run_gdn_standard
+from trtllm_replayssm.models import GDN_MODELS
+
+pytestmark = requires_cuda
+
+
+@pytest.mark.parametrize("ring_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("model", ["qwen3.5-4b", "qwen3.5-122b"])
+def test_replay_real_shapes(model, state_dtype, ring_dtype):
+    run_gdn_replay(GDNScenario(GDN_MODELS[model].geom, 16, state_dtype, torch.bfloat16, ring_dtype), 3 * 16 + 2)
+
+
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+def test_standard_real_shapes(state_dtype):
+    run_gdn_standard(GDNScenario(GDN_MODELS["qwen3.5-122b"].geom, 1, state_dtype, torch.bfloat16), 8)

@@ -12,6 +12,7 @@ from typing import Callable, Dict, Iterable, List, Optional
 
 import torch
 
+from .._runtime import default_device
 from ..cache import Mamba2Geometry, Mamba2ReplayCache
 from ..ops.mamba2 import selective_state_update, selective_state_update_replayssm
 from ..ops.launch import LaunchConfig
@@ -36,10 +37,11 @@ CANDIDATES = {
 }
 
 
-def candidate_configs(kernel: str, headdim: int) -> List[LaunchConfig]:
-    """The launch configs a tuning sweep tries for ``kernel`` at this headdim."""
+def candidate_configs(kernel: str, headdim: int, limit: Optional[int] = None) -> List[LaunchConfig]:
+    """The launch configs a tuning sweep tries for ``kernel`` at this headdim (the first
+    ``limit`` of them, if given)."""
     cap = 1 << (headdim - 1).bit_length()
-    return [LaunchConfig(*c) for c in CANDIDATES[kernel] if c[0] <= cap]
+    return [LaunchConfig(*c) for c in CANDIDATES[kernel] if c[0] <= cap][:limit]
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,8 @@ class Mamba2Rig:
     """``n_layers`` distinct layers (checkpoints, rings, step inputs) of one case on the GPU,
     with the step inputs in TensorRT-LLM's tied layout."""
 
-    def __init__(self, case: Mamba2Case, n_layers: int, device: str = "cuda", seed: int = 0):
+    def __init__(self, case: Mamba2Case, n_layers: int, device: Optional[str] = None, seed: int = 0):
+        device = device or default_device()
         torch.manual_seed(seed)
         g, B, a = case.geom, case.batch, case.act_dtype
         H, P, N, G = g.nheads, g.headdim, g.dstate, g.ngroups
@@ -143,7 +146,8 @@ class Mamba2Rig:
 
 
 def make_rig(case: Mamba2Case) -> Mamba2Rig:
-    return Mamba2Rig(case, layers_for_cold_l2(case.state_bytes))
+    """A rig with enough layers for a cold L2 (two on the CPU, where nothing is timed)."""
+    return Mamba2Rig(case, layers_for_cold_l2(case.state_bytes) if torch.cuda.is_available() else 2)
 
 
 def _best(time_fn: Callable[[LaunchConfig], float], configs: Iterable[LaunchConfig]) -> Dict:
@@ -162,7 +166,7 @@ def _best(time_fn: Callable[[LaunchConfig], float], configs: Iterable[LaunchConf
     return {"config": best[0], "us": best[1], "tried": tried}
 
 
-def tune_case(rig: Mamba2Rig, replays: int = 5) -> Dict[str, Dict]:
+def tune_case(rig: Mamba2Rig, replays: int = 5, limit: Optional[int] = None) -> Dict[str, Dict]:
     """Fastest launch configs of every kernel for this case.
 
     Every kernel is tuned on whole cycles. ``output_only`` has two launches: its fold
@@ -172,11 +176,11 @@ def tune_case(rig: Mamba2Rig, replays: int = 5) -> Dict[str, Dict]:
     hd = rig.case.geom.headdim
     best = {}
     for k in ("standard", "state_and_output", "always_flush"):
-        best[k] = _best(lambda c: rig.time_cycle_us(Launch(k, c), replays), candidate_configs(k, hd))
+        best[k] = _best(lambda c: rig.time_cycle_us(Launch(k, c), replays), candidate_configs(k, hd, limit))
     nonflush0 = LaunchConfig(32, 1, 4)
     best["fold"] = _best(lambda c: rig.time_cycle_us(Launch("output_only", nonflush0, c), replays),
-                         candidate_configs("fold", hd))
+                         candidate_configs("fold", hd, limit))
     fold = best["fold"]["config"]
     best["output_only"] = _best(lambda c: rig.time_cycle_us(Launch("output_only", c, fold), replays),
-                                candidate_configs("output_only", hd))
+                                candidate_configs("output_only", hd, limit))
     return best

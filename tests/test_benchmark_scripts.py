@@ -1,0 +1,24 @@
+"""The GPU benchmark scripts run end to end on the CPU (``--dry-run``: nothing is measured),
+so their flow and record schema are checked between GPU sessions."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = {"gpu", "model", "state_dtype", "act_dtype", "batch", "L", "route", "us_per_step", "baseline_us_per_step",
+          "speedup", "achieved_gbps", "copy_gbps", "commit"}
+
+
+def test_bench_mamba2_ar_dry_run(tmp_path):
+    out = tmp_path / "mamba2.json"
+    subprocess.run([sys.executable, str(REPO / "benchmarks/bench_mamba2_ar.py"), "--dry-run", "--models", "tiny",
+                    "--batches", "2", "--state-dtypes", "fp32", "--buffer-len", "2", "--l-sweep", "--replays", "1",
+                    "--max-candidates", "1", "--out", str(out), "--table-dir", str(tmp_path)],
+                   check=True, capture_output=True, text=True, timeout=900)
+    records = json.loads(out.read_text())
+    assert {r["route"] for r in records} == {"standard", "output_only", "state_and_output", "always_flush", "auto"}
+    assert all(SCHEMA <= set(r) for r in records)
+    table = json.loads((tmp_path / "mamba2_cpu.json").read_text())
+    assert any(k.startswith("route|") for k in table)

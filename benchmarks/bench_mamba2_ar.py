@@ -17,7 +17,6 @@ import concurrent.futures as cf
 import json
 import multiprocessing as mp
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,20 +26,12 @@ from tabulate import tabulate
 
 from trtllm_replayssm.benchmarking.mamba2_ar import (CANDIDATES, ROUTES, Launch, Mamba2Case, Mamba2Rig,
                                                      candidate_configs, make_rig, tune_case)
+from trtllm_replayssm.benchmarking.records import REPO, git_commit, update_table
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.models import mamba2_model
 from trtllm_replayssm.ops import launch as launch_table
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-REPO = Path(__file__).resolve().parents[1]
-
-
-def git_commit() -> str:
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
-                                       stderr=subprocess.DEVNULL).strip()
-    except Exception:
-        return os.environ.get("REPLAYSSM_COMMIT", "unknown")
 
 
 def _warm_group(args) -> int:
@@ -68,18 +59,6 @@ def warm_compile(groups, workers: int) -> None:
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
         n = sum(ex.map(_warm_group, groups))
     print(f"warm compile: {n} launches in {len(groups)} groups, {time.time() - t:.0f}s", flush=True)
-
-
-def update_table(table: dict, case: Mamba2Case, best: dict, route: str) -> None:
-    """Record this case's winners at its batch size (replacing an older entry)."""
-    def put(kernel, entry):
-        key = launch_table.table_key(kernel, case.state_dtype, case.act_dtype, case.geom.headdim, case.geom.dstate)
-        rows = [e for e in table.get(key, []) if e["batch"] != case.batch]
-        table[key] = sorted(rows + [{"batch": case.batch, **entry}], key=lambda e: e["batch"])
-
-    for kernel, b in best.items():
-        put(kernel, {**b["config"].to_dict(), "us": round(b["us"], 2)})
-    put("route", {"route": route})
 
 
 def main() -> None:
@@ -135,7 +114,9 @@ def main() -> None:
         base_us = cycle_us["standard"]
         route = min(ROUTES, key=cycle_us.__getitem__)
         if L == args.buffer_len:  # the dispatcher's table is for the default L
-            update_table(table, case, best, route)
+            update_table(table, batch, lambda k: launch_table.table_key(k, case.state_dtype, case.act_dtype,
+                                                                        case.geom.headdim, case.geom.dstate),
+                         best, route)
             table_path.parent.mkdir(parents=True, exist_ok=True)
             table_path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
             launch_table._load_table.cache_clear()

@@ -57,7 +57,7 @@ class Scenario:
 
     def __post_init__(self):
         g = torch.Generator().manual_seed(self.seed)
-        H, P = self.geom.nheads, self.geom.headdim
+        H = self.geom.nheads
         self.gen = g
         self.params = dict(
             A=-(torch.rand(H, generator=g) * 0.8 + 0.2),

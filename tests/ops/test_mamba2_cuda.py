@@ -37,7 +37,6 @@ def test_standard_real_shapes(model, state_dtype):
 
 def test_replay_step_captures_in_cuda_graph():
     """Replay step + cursor advance inside one CUDA graph equal the eager run."""
-    import trtllm_replayssm as rs
     from trtllm_replayssm.benchmarking.mamba2_ar import Launch, Mamba2Case, Mamba2Rig
     from trtllm_replayssm.benchmarking.timing import capture
 

@@ -8,7 +8,7 @@ a model would. Results are per layer-step: cycle time / (L x layers).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Optional
+from typing import Dict, List, Optional
 
 import torch
 
@@ -16,7 +16,8 @@ from .._runtime import default_device
 from ..cache import Mamba2Geometry, Mamba2ReplayCache
 from ..ops.mamba2 import selective_state_update, selective_state_update_replayssm
 from ..ops.launch import LaunchConfig
-from .timing import capture, layers_for_cold_l2, time_graph_ms
+from .rig import CycleRig, Launch, best_config
+from .timing import layers_for_cold_l2
 
 ROUTES = ("output_only", "state_and_output", "always_flush")
 KERNELS = ("standard",) + ROUTES
@@ -65,16 +66,7 @@ class Mamba2Case:
         return 2 * L * self.state_bytes if kernel in ("standard", "always_flush") else (L + 1) * self.state_bytes
 
 
-@dataclass(frozen=True)
-class Launch:
-    """A kernel (or replay route) with its launch configs (``None``: the tuned table)."""
-
-    kernel: str
-    config: Optional[LaunchConfig] = None
-    fold_config: Optional[LaunchConfig] = None
-
-
-class Mamba2Rig:
+class Mamba2Rig(CycleRig):
     """``n_layers`` distinct layers (checkpoints, rings, step inputs) of one case on the GPU,
     with the step inputs in TensorRT-LLM's tied layout."""
 
@@ -113,57 +105,9 @@ class Mamba2Rig:
                                              config=launch.config, fold_config=launch.fold_config,
                                              **self.cache.ring_kwargs(layer))
 
-    def cycle_fn(self, launch: Launch) -> Callable[[], None]:
-        """L steps x all layers (+ one cursor advance per step for replay routes)."""
-        def run():
-            for _ in range(self.case.buffer_len):
-                for layer in range(self.n_layers):
-                    self.layer_step(launch, layer)
-                if launch.kernel != "standard":
-                    self.cache.advance(self.slot_idx, route=launch.kernel)
-        return run
-
-    def step_fn(self, launch: Launch) -> Callable[[], None]:
-        """One step over all layers, cursors not advanced (parked where the caller put them)."""
-        def run():
-            for layer in range(self.n_layers):
-                self.layer_step(launch, layer)
-        return run
-
-    def time_cycle_us(self, launch: Launch, replays: int = 20) -> float:
-        """Median microseconds per layer-step over whole cycles."""
-        self.cache.write_pos.zero_()
-        ms = time_graph_ms(capture(self.cycle_fn(launch)), replays)
-        return ms * 1e3 / (self.case.buffer_len * self.n_layers)
-
-    def time_step_us(self, launch: Launch, write_pos: int, replays: int = 20) -> float:
-        """Median microseconds per layer of one step with every cursor at ``write_pos``
-        (``L - 1``: a flush step; less: a non-flush step)."""
-        self.cache.write_pos.fill_(write_pos)
-        ms = time_graph_ms(capture(self.step_fn(launch)), replays)
-        self.cache.write_pos.zero_()
-        return ms * 1e3 / self.n_layers
-
-
 def make_rig(case: Mamba2Case) -> Mamba2Rig:
     """A rig with enough layers for a cold L2 (two on the CPU, where nothing is timed)."""
     return Mamba2Rig(case, layers_for_cold_l2(case.state_bytes) if torch.cuda.is_available() else 2)
-
-
-def _best(time_fn: Callable[[LaunchConfig], float], configs: Iterable[LaunchConfig]) -> Dict:
-    best, tried = None, []
-    for cfg in configs:
-        try:
-            us = time_fn(cfg)
-        except Exception as e:  # a config the compiler rejects (resources) is skipped
-            tried.append({**cfg.to_dict(), "error": type(e).__name__})
-            continue
-        tried.append({**cfg.to_dict(), "us": us})
-        if best is None or us < best[1]:
-            best = (cfg, us)
-    if best is None:
-        raise RuntimeError(f"no launch config ran: {tried}")
-    return {"config": best[0], "us": best[1], "tried": tried}
 
 
 def tune_case(rig: Mamba2Rig, replays: int = 5, limit: Optional[int] = None) -> Dict[str, Dict]:
@@ -176,11 +120,11 @@ def tune_case(rig: Mamba2Rig, replays: int = 5, limit: Optional[int] = None) -> 
     hd = rig.case.geom.headdim
     best = {}
     for k in ("standard", "state_and_output", "always_flush"):
-        best[k] = _best(lambda c: rig.time_cycle_us(Launch(k, c), replays), candidate_configs(k, hd, limit))
+        best[k] = best_config(lambda c: rig.time_cycle_us(Launch(k, c), replays), candidate_configs(k, hd, limit))
     nonflush0 = LaunchConfig(32, 1, 4)
-    best["fold"] = _best(lambda c: rig.time_cycle_us(Launch("output_only", nonflush0, c), replays),
+    best["fold"] = best_config(lambda c: rig.time_cycle_us(Launch("output_only", nonflush0, c), replays),
                          candidate_configs("fold", hd, limit))
     fold = best["fold"]["config"]
-    best["output_only"] = _best(lambda c: rig.time_cycle_us(Launch("output_only", c, fold), replays),
+    best["output_only"] = best_config(lambda c: rig.time_cycle_us(Launch("output_only", c, fold), replays),
                                 candidate_configs("output_only", hd, limit))
     return best

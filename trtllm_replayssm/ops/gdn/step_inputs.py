@@ -82,7 +82,7 @@ def split_packed_qkv(qkv: torch.Tensor, num_k_heads: int, num_v_heads: int, head
     width = 2 * num_k_heads * head_k_dim + num_v_heads * head_v_dim
     check_tensor("qkv", qkv, (None, width), FLOAT_DTYPES)
     check_last_dim_contiguous("qkv", qkv)
-    B, qk = qkv.shape[0], num_k_heads * head_k_dim
+    qk = num_k_heads * head_k_dim
     q = qkv[:, :qk].unflatten(1, (num_k_heads, head_k_dim))
     k = qkv[:, qk:2 * qk].unflatten(1, (num_k_heads, head_k_dim))
     v = qkv[:, 2 * qk:].unflatten(1, (num_v_heads, head_v_dim))

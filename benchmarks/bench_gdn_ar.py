@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""GDN autoregressive decode benchmark: ReplaySSM vs the faster of two tuned baselines.
+
+Method: ``replayssm.md`` section 6, as ``bench_mamba2_ar.py``. Baselines: the in-tree
+standard kernel (tuned per case) and fla-core's ``fused_recurrent_gated_delta_rule``
+(carry its pure-Python wheel to the GPU; its rows are skipped when it is not importable).
+``speedup`` is against the faster baseline, named in ``baseline``. Winners go to the
+dispatcher's table ``tuned/gdn_<arch>.json``.
+
+    python benchmarks/bench_gdn_ar.py                         # H200
+    python benchmarks/bench_gdn_ar.py --dry-run --models tiny-gdn --batches 2 --buffer-len 2 \\
+        --max-candidates 1 --out /tmp/gdn.json --table-dir /tmp  # CPU: the flow only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tabulate import tabulate
+
+from trtllm_replayssm.benchmarking.gdn_ar import ROUTES, GDNCase, make_gdn_rig, tune_gdn_case
+from trtllm_replayssm.benchmarking.records import REPO, git_commit, update_table
+from trtllm_replayssm.benchmarking.rig import Launch
+from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
+from trtllm_replayssm.models import model
+from trtllm_replayssm.ops import launch as launch_table
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=["qwen3.5-4b", "qwen3.5-122b"])
+    ap.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32, 128, 256, 512])
+    ap.add_argument("--state-dtypes", nargs="+", default=["fp32", "bf16"], choices=list(DTYPES))
+    ap.add_argument("--ring-dtype", default="fp32", choices=list(DTYPES), help="d and k ring dtype (drift study)")
+    ap.add_argument("--buffer-len", type=int, default=16)
+    ap.add_argument("--replays", type=int, default=20)
+    ap.add_argument("--max-candidates", type=int, default=None)
+    ap.add_argument("--out", default=str(REPO / "benchmarks/results/gdn_ar.json"))
+    ap.add_argument("--table-dir", default=str(REPO / "trtllm_replayssm/tuned"))
+    ap.add_argument("--dry-run", action="store_true", help="no GPU: run the flow eagerly, nothing measured")
+    args = ap.parse_args()
+    if not torch.cuda.is_available() and not args.dry_run:
+        sys.exit("this benchmark needs a CUDA GPU (or --dry-run)")
+    if torch.cuda.is_available():
+        gpu, arch = torch.cuda.get_device_name(), f"sm{''.join(map(str, torch.cuda.get_device_capability()))}"
+    else:
+        gpu, arch = "none (dry run)", "cpu"
+    table_path = Path(args.table_dir) / f"gdn_{arch}.json"
+    table = json.loads(table_path.read_text()) if table_path.exists() else {}
+    commit, copy_gbps = git_commit(), copy_bandwidth_gbps()
+    print(f"{gpu} ({arch}): copy bandwidth {copy_gbps:.0f} GB/s", flush=True)
+    records, rows = [], []
+    L = args.buffer_len
+
+    for sd in args.state_dtypes:
+        for name in args.models:
+            for batch in args.batches:
+                m = model(name)
+                case = GDNCase(name, m.geom, batch, L, DTYPES[sd], ring_dtype=DTYPES[args.ring_dtype])
+                rig = make_gdn_rig(case)
+                t0 = time.time()
+                best = tune_gdn_case(rig, limit=args.max_candidates)
+                launches = {"standard": Launch("standard", best["standard"]["config"]),
+                            "output_only": Launch("output_only", best["output_only"]["config"], best["fold"]["config"]),
+                            "always_flush": Launch("always_flush", best["always_flush"]["config"])}
+                if rig.fla is not None and torch.cuda.is_available():
+                    launches["fla"] = Launch("fla")
+                us = {k: rig.time_cycle_us(lc, args.replays) for k, lc in launches.items()}
+                baseline = min(("standard", "fla"), key=lambda k: us.get(k, float("inf")))
+                route = min(ROUTES, key=us.__getitem__)
+                update_table(table, batch, lambda k: launch_table.table_key(k, case.state_dtype, case.act_dtype,
+                                                                            m.geom.head_v_dim, m.geom.head_k_dim),
+                             best, route)
+                table_path.parent.mkdir(parents=True, exist_ok=True)
+                table_path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+                launch_table._load_table.cache_clear()
+                auto = launch_table.select_route(arch, case.state_dtype, case.act_dtype, m.geom.head_v_dim,
+                                                 m.geom.head_k_dim, batch, family="gdn")
+                us["auto"], launches["auto"] = rig.time_cycle_us(Launch(auto), args.replays), Launch(auto)
+                for k, t in us.items():
+                    lc = launches[k]
+                    records.append(dict(
+                        gpu=gpu, model=name, state_dtype=sd, act_dtype="bf16", ring_dtype=args.ring_dtype, batch=batch,
+                        L=L, route=k, chosen_route=lc.kernel, baseline=baseline, us_per_step=round(t, 3),
+                        baseline_us_per_step=round(us[baseline], 3), speedup=round(us[baseline] / t, 3),
+                        achieved_gbps=round(case.moved_bytes_per_cycle(lc.kernel) / (t * 1e-6 * L) / 1e9, 1),
+                        copy_gbps=round(copy_gbps, 1), config=lc.config.to_dict() if lc.config else None,
+                        fold_config=lc.fold_config.to_dict() if lc.fold_config else None, commit=commit))
+                rows.append([name, sd, batch, baseline, f"{us[baseline]:.1f}", f"{us['output_only']:.1f}",
+                             f"{us[baseline] / us['output_only']:.2f}x", f"{us[baseline] / us['auto']:.2f}x ({auto})"])
+                print(rows[-1], f"[{time.time() - t0:.0f}s]", flush=True)
+                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
+                del rig
+                torch.cuda.empty_cache()
+    print(tabulate(rows, headers=["model", "state", "batch", "faster baseline", "baseline us", "output_only us",
+                                  "output_only", "auto (route)"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""GDN autoregressive decode, kernel level: standard kernels vs ReplaySSM over whole cycles.
+
+Same method and rig as :mod:`.mamba2_ar`. Baselines: the in-tree standard kernel and,
+where ``fla-core`` is importable, its ``fused_recurrent_gated_delta_rule`` with the gate
+and beta fused in and a V-first state (the layout this project keeps), which writes the
+new state to a fresh tensor: the same read + write of the state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import torch
+
+from .._runtime import default_device
+from ..cache import GDNGeometry, GDNReplayCache
+from ..ops.gdn import fused_recurrent_gated_delta_rule_replayssm, fused_sigmoid_gating_delta_rule_update
+from ..ops.launch import LaunchConfig
+from .rig import CycleRig, Launch, best_config
+from .timing import layers_for_cold_l2
+
+ROUTES = ("output_only", "always_flush")
+# (block_v, num_warps, fold_chunk, fold_dot, heads_per_prog); block_v <= V.
+CANDIDATES = {
+    "standard": [(4, 1), (8, 1), (16, 1), (32, 1), (8, 2), (16, 2), (16, 4), (32, 4)],
+    "output_only": [(8, 1), (16, 1), (16, 1, 4), (32, 1), (32, 1, 4), (32, 2), (32, 4), (64, 4)],
+    "fold": [(8, 1), (16, 1), (16, 2), (32, 4), (8, 1, 1, 0, 8), (16, 2, 1, 0, 8), (32, 4, 1, 0, 16)],
+    "always_flush": [(4, 1), (8, 1), (16, 1), (8, 2), (16, 2), (32, 4)],
+}
+
+
+def candidate_configs(kernel: str, head_v_dim: int, limit: Optional[int] = None) -> List[LaunchConfig]:
+    cap = 1 << (head_v_dim - 1).bit_length()
+    return [LaunchConfig(*c) for c in CANDIDATES[kernel] if c[0] <= cap][:limit]
+
+
+def fla_fused_recurrent():
+    """fla-core's kernel, or None where fla-core is not installed."""
+    try:
+        from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
+    except ImportError:
+        return None
+    return fused_recurrent_gated_delta_rule
+
+
+@dataclass(frozen=True)
+class GDNCase:
+    model: str
+    geom: GDNGeometry
+    batch: int
+    buffer_len: int
+    state_dtype: torch.dtype
+    act_dtype: torch.dtype = torch.bfloat16
+    ring_dtype: torch.dtype = torch.float32
+
+    @property
+    def state_bytes(self) -> int:
+        g = self.geom
+        return (self.batch * g.num_v_heads * g.head_v_dim * g.head_k_dim
+                * torch.empty((), dtype=self.state_dtype).element_size())
+
+    def moved_bytes_per_cycle(self, kernel: str) -> int:
+        L = self.buffer_len
+        return (L + 1) * self.state_bytes if kernel == "output_only" else 2 * L * self.state_bytes
+
+
+class GDNRig(CycleRig):
+    """``n_layers`` distinct GDN layers of one case; kernels ``standard``, ``fla`` and the
+    replay routes."""
+
+    STATELESS = ("standard", "fla")
+
+    def __init__(self, case: GDNCase, n_layers: int, device: Optional[str] = None, seed: int = 0):
+        device = device or default_device()
+        torch.manual_seed(seed)
+        g, B, a = case.geom, case.batch, case.act_dtype
+        H, HV, K, V = g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim
+        self.case, self.n_layers = case, n_layers
+        self.cache = GDNReplayCache(g, n_layers, B, case.buffer_len, case.state_dtype, case.ring_dtype, device)
+        self.cache.ssm_state.normal_(std=0.1)
+        self.cache.d_cache.normal_()
+        self.cache.k_cache.normal_(std=K ** -0.5)
+        self.cache.g_cache.uniform_(-0.1, 0.0)
+        self.slot_idx = torch.arange(B, dtype=torch.int32, device=device)
+        self.step = dict(
+            q=torch.randn(B, H, K, device=device, dtype=a), k=torch.randn(B, H, K, device=device, dtype=a),
+            v=torch.randn(B, HV, V, device=device, dtype=a), a=torch.randn(B, HV, device=device, dtype=a),
+            b=torch.randn(B, HV, device=device, dtype=a), A_log=torch.rand(HV, device=device).log(),
+            dt_bias=torch.randn(HV, device=device), initial_state_indices=self.slot_idx,
+            out=torch.empty(B, HV, V, device=device, dtype=a),
+        )
+        self.fla = fla_fused_recurrent()
+
+    def layer_step(self, launch: Launch, layer: int) -> None:
+        state = self.cache.ssm_state[layer]
+        if launch.kernel == "standard":
+            fused_sigmoid_gating_delta_rule_update(state, **self.step, config=launch.config)
+        elif launch.kernel == "fla":
+            s = self.step
+            self.fla(q=s["q"][:, None], k=s["k"][:, None], v=s["v"][:, None], g=s["a"][:, None], beta=s["b"][:, None],
+                     A_log=s["A_log"], dt_bias=s["dt_bias"], use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+                     use_qk_l2norm_in_kernel=True, initial_state=state, output_final_state=True, state_v_first=True)
+        else:
+            fused_recurrent_gated_delta_rule_replayssm(state, **self.step, route=launch.kernel, config=launch.config,
+                                                       fold_config=launch.fold_config, **self.cache.ring_kwargs(layer))
+
+
+def make_gdn_rig(case: GDNCase) -> GDNRig:
+    return GDNRig(case, layers_for_cold_l2(case.state_bytes) if torch.cuda.is_available() else 2)
+
+
+def tune_gdn_case(rig: GDNRig, replays: int = 5, limit: Optional[int] = None) -> Dict[str, Dict]:
+    """Fastest launch configs of the in-tree kernels for this case, on whole cycles (the
+    fold launch first, then the non-flush launch with it, as for Mamba2)."""
+    hv = rig.case.geom.head_v_dim
+    best = {k: best_config(lambda c: rig.time_cycle_us(Launch(k, c), replays), candidate_configs(k, hv, limit))
+            for k in ("standard", "always_flush")}
+    best["fold"] = best_config(lambda c: rig.time_cycle_us(Launch("output_only", LaunchConfig(32, 1, 4), c), replays),
+                               candidate_configs("fold", hv, limit))
+    fold = best["fold"]["config"]
+    best["output_only"] = best_config(lambda c: rig.time_cycle_us(Launch("output_only", c, fold), replays),
+                                      candidate_configs("output_only", hv, limit))
+    return best

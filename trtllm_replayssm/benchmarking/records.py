@@ -1,0 +1,32 @@
+"""Helpers the benchmark scripts share: the commit measured and the tuned-table update."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Callable, Dict
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def git_commit() -> str:
+    """Short hash of the checkout, or ``$REPLAYSSM_COMMIT`` where there is no git (the
+    device machine gets a copy of the working tree without ``.git``)."""
+    try:
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
+                                       stderr=subprocess.DEVNULL).strip()
+    except Exception:
+        return os.environ.get("REPLAYSSM_COMMIT", "unknown")
+
+
+def update_table(table: dict, batch: int, key_of: Callable[[str], str], best: Dict[str, Dict], route: str) -> None:
+    """Record one case's winners (``best[kernel]["config"]``, ``["us"]``) and its route at
+    this batch size, replacing an older entry; ``key_of(kernel)`` is the table key."""
+    def put(kernel, entry):
+        rows = [e for e in table.get(key_of(kernel), []) if e["batch"] != batch]
+        table[key_of(kernel)] = sorted(rows + [{"batch": batch, **entry}], key=lambda e: e["batch"])
+
+    for kernel, b in best.items():
+        put(kernel, {**b["config"].to_dict(), "us": round(b["us"], 2)})
+    put("route", {"route": route})

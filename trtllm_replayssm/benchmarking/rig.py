@@ -1,0 +1,81 @@
+"""A rig of distinct layers that times whole decode cycles (``replayssm.md`` section 6).
+
+Family-specific rigs (:mod:`.mamba2_ar`, :mod:`.gdn_ar`) allocate the layers and say how
+one layer-step is launched; timing, cursor handling and the config sweep live here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, Optional
+
+from ..ops.launch import LaunchConfig
+from .timing import capture, time_graph_ms
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A kernel (or replay route) with its launch configs (``None``: the tuned table)."""
+
+    kernel: str
+    config: Optional[LaunchConfig] = None
+    fold_config: Optional[LaunchConfig] = None
+
+
+class CycleRig:
+    """Subclasses set ``case`` (with ``buffer_len``), ``n_layers``, ``cache`` (with
+    ``write_pos`` and ``advance``), ``slot_idx`` and implement :meth:`layer_step`.
+    Kernels whose name is in ``STATELESS`` keep no ring, so cycles do not advance cursors."""
+
+    STATELESS = ("standard",)
+
+    def layer_step(self, launch: Launch, layer: int) -> None:
+        raise NotImplementedError
+
+    def cycle_fn(self, launch: Launch) -> Callable[[], None]:
+        """L steps x all layers (+ one cursor advance per step for replay routes)."""
+        def run():
+            for _ in range(self.case.buffer_len):
+                for layer in range(self.n_layers):
+                    self.layer_step(launch, layer)
+                if launch.kernel not in self.STATELESS:
+                    self.cache.advance(self.slot_idx, route=launch.kernel)
+        return run
+
+    def step_fn(self, launch: Launch) -> Callable[[], None]:
+        """One step over all layers, cursors not advanced (parked where the caller put them)."""
+        def run():
+            for layer in range(self.n_layers):
+                self.layer_step(launch, layer)
+        return run
+
+    def time_cycle_us(self, launch: Launch, replays: int = 20) -> float:
+        """Median microseconds per layer-step over whole cycles."""
+        self.cache.write_pos.zero_()
+        ms = time_graph_ms(capture(self.cycle_fn(launch)), replays)
+        return ms * 1e3 / (self.case.buffer_len * self.n_layers)
+
+    def time_step_us(self, launch: Launch, write_pos: int, replays: int = 20) -> float:
+        """Median microseconds per layer of one step with every cursor at ``write_pos``
+        (``L - 1``: a flush step; less: a non-flush step)."""
+        self.cache.write_pos.fill_(write_pos)
+        ms = time_graph_ms(capture(self.step_fn(launch)), replays)
+        self.cache.write_pos.zero_()
+        return ms * 1e3 / self.n_layers
+
+
+def best_config(time_fn: Callable[[LaunchConfig], float], configs: Iterable[LaunchConfig]) -> Dict:
+    """Time every config; ``{"config", "us", "tried"}`` of the fastest."""
+    best, tried = None, []
+    for cfg in configs:
+        try:
+            us = time_fn(cfg)
+        except Exception as e:  # a config the compiler rejects (resources) is skipped
+            tried.append({**cfg.to_dict(), "error": type(e).__name__})
+            continue
+        tried.append({**cfg.to_dict(), "us": us})
+        if best is None or us < best[1]:
+            best = (cfg, us)
+    if best is None:
+        raise RuntimeError(f"no launch config ran: {tried}")
+    return {"config": best[0], "us": best[1], "tried": tried}

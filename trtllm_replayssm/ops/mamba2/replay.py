@@ -14,7 +14,10 @@ Routes (one kernel; ``MODE`` is a compile-time switch):
 - ``output_only``: non-flush rows never build ``S``; they need ``S_0 C`` (one pass over
   the checkpoint), the dots ``B_j . C`` and the x window. Flush rows are served by a
   second launch (``FOLD``), compiled and tuned apart so the fold does not set the
-  register budget of the common step.
+  register budget of the common step. The fold walks the ring with rank-1 updates or,
+  with the ``fold_dot`` config option, loads it as two tiles and folds with one tf32x3
+  matmul; a fold program may loop over several heads (``heads_per_prog``) so the launch
+  is cheap on the many steps where no row flushes.
 - ``state_and_output``: every step rebuilds the ``S`` tile (``w`` rank-1 updates on top
   of ``exp(A T) S_0``, the ``(P x w) @ (w x N)`` product) and takes ``y = S C``.
 - ``always_flush``: every step folds and stores, costing what the standard kernel costs;

@@ -30,9 +30,11 @@ CANDIDATES = {
                     (64, 4), (64, 4, 4)],
     # The fold launch also runs (and returns at once) on every non-flush step, so fewer,
     # larger programs can win over the fastest flush step.
-    # (.., .., 1, 1): the fold as one tl.dot over the ring (tf32x3).
+    # (.., .., 1, 1): the fold as one tl.dot over the ring (tf32x3); a fifth entry: heads
+    # one fold program loops over (cheaper launch on non-flush steps).
     "fold": [(8, 1), (8, 1, 2), (16, 1), (16, 2), (32, 4), (32, 4, 2), (64, 4), (64, 8),
-             (16, 2, 1, 1), (32, 4, 1, 1), (64, 8, 1, 1)],
+             (16, 2, 1, 1), (32, 4, 1, 1), (64, 8, 1, 1), (32, 4, 1, 1, 4), (32, 4, 1, 1, 16),
+             (64, 4, 1, 0, 8)],
     "state_and_output": [(8, 1), (8, 1, 2), (16, 1), (32, 2), (32, 4), (32, 4, 2)],
     "always_flush": [(4, 1), (8, 1), (16, 1), (8, 2), (16, 2), (32, 4)],
 }

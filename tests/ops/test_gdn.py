@@ -117,3 +117,24 @@ def test_bytes_per_slot():
     b = rs.gdn_bytes_per_slot(geom, 16)
     assert b["checkpoint"] == 2 * 2**20
     assert b["ring"] == (32 * 16 * 128 + 16 * 16 * 128) * 4 + 32 * 16 * 4
+
+
+def test_bad_input_layouts():
+    sc = GDNScenario(GEOM, 4)
+    cache = GDNReplayCache(GEOM, 1, 3, 4, device=DEVICE)
+    kw = sc.kernel_kwargs(sc.step_inputs(3))
+    strided_q = kw["q"].transpose(1, 2).contiguous().transpose(1, 2)
+    with pytest.raises(ValueError, match="q must have stride 1"):
+        rs.fused_sigmoid_gating_delta_rule_update(cache.ssm_state[0], **{**kw, "q": strided_q})
+    with pytest.raises(ValueError, match="a must have shape"):
+        rs.fused_sigmoid_gating_delta_rule_update(cache.ssm_state[0], **{**kw, "a": kw["a"][:, :2]})
+    with pytest.raises(TypeError, match="k must have the dtype of q"):
+        rs.fused_sigmoid_gating_delta_rule_update(cache.ssm_state[0], **{**kw, "k": kw["k"].half()})
+    with pytest.raises(ValueError, match="head_k_dim must be in"):
+        big = torch.zeros(3, 2, 300, device=DEVICE)
+        rs.fused_sigmoid_gating_delta_rule_update(cache.ssm_state[0], **{**kw, "q": big, "k": big})
+    with pytest.raises(ValueError, match="qkv must have shape"):
+        rs.split_packed_qkv(torch.zeros(3, 10, device=DEVICE), 2, 4, 16, 16)
+    with pytest.raises(ValueError, match="buffer length L"):
+        rs.fused_recurrent_gated_delta_rule_replayssm(
+            cache.ssm_state[0], **kw, **{**cache.ring_kwargs(0), "d_cache": torch.zeros(3, 4, 0, 16, device=DEVICE)})

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Registers, spills and shared memory of every tuning candidate, without a GPU.
+
+Compiles each kernel variant ahead of time for sm_90 with ``triton.compile`` and runs the
+ptxas bundled with Triton on it. A tile that needs far more registers than the standard
+kernel loses occupancy, so this prunes tuning candidates before device time is spent.
+
+    python benchmarks/kernel_registers.py                    # Mamba2 and GDN, fp32 state
+    python benchmarks/kernel_registers.py --state-dtype bf16 --family gdn
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import tempfile
+
+os.environ["TRITON_INTERPRET"] = "0"  # compile for the GPU even on a machine without one
+
+import triton  # noqa: E402
+from tabulate import tabulate  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from trtllm_replayssm.benchmarking import gdn_ar, mamba2_ar  # noqa: E402
+from trtllm_replayssm.ops.gdn import replay as gdn_replay, standard as gdn_standard  # noqa: E402
+from trtllm_replayssm.ops.mamba2 import replay as m2_replay, standard as m2_standard  # noqa: E402
+
+PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
+ACT_PTRS = {"x_ptr", "dt_ptr", "B_ptr", "C_ptr", "z_ptr", "out_ptr", "x_cache_ptr", "B_cache_ptr",
+            "q_ptr", "k_ptr", "v_ptr", "a_ptr", "b_ptr"}
+FLOAT_SCALARS = {"scale", "softplus_beta", "softplus_threshold"}
+NOT_ALIGNED = {"stride_A_h", "stride_dtb_h", "stride_D_h", "stride_D_p", "stride_dt_h", "stride_a_h", "stride_b_h"}
+
+
+def registers(fn, constexprs: dict, num_warps: int, state_dtype: str) -> str:
+    """ptxas's resource line for ``fn`` specialised like a real launch (16-byte aligned
+    pointers and strides divisible by 16), bf16 activations."""
+    sig, attrs = {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name in constexprs:
+            sig[name] = "constexpr"
+            continue
+        if name == "state_ptr":
+            sig[name] = "*" + state_dtype
+        elif name in ACT_PTRS:
+            sig[name] = "*bf16"
+        elif name in ("slot_idx_ptr", "write_pos_ptr"):
+            sig[name] = "*i32"
+        elif name == "force_flush_ptr":
+            sig[name] = "*i8"
+        elif name.endswith("_ptr"):
+            sig[name] = "*fp32"
+        else:
+            sig[name] = "fp32" if name in FLOAT_SCALARS else "i32"
+        if name.endswith("_ptr") or (name.startswith("stride") and name not in NOT_ALIGNED):
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs),
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(k.asm["ptx"])
+        f.flush()
+        out = subprocess.run([PTXAS, "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True,
+                             text=True).stderr
+    regs = re.search(r"Used (\d+) registers", out).group(1)
+    spill = re.search(r"(\d+) bytes spill stores", out)
+    return f"{regs} regs" + (f", {spill.group(1)} B spilled" if spill and spill.group(1) != "0" else "")
+
+
+def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int = 16):
+    common = dict(HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, HAS_SLOT_IDX=True, DT_SOFTPLUS=True)
+    modes = {"output_only": 1, "fold": 2, "state_and_output": 3, "always_flush": 2}
+    for kernel in mamba2_ar.CANDIDATES:
+        for cfg in mamba2_ar.candidate_configs(kernel, headdim):
+            if kernel == "standard":
+                fn, c = m2_standard._selective_state_update_kernel, dict(common, BLOCK_P=cfg.block_p, BLOCK_N=dstate)
+            else:
+                dot = bool(cfg.fold_dot) and kernel != "output_only"
+                fn, c = m2_replay._replay_step_kernel, dict(
+                    common, HAS_FORCE_FLUSH=False, FLUSH_ALL=kernel == "always_flush", MODE=modes[kernel],
+                    BLOCK_P=cfg.block_p, BLOCK_N=dstate, BLOCK_L=max(16 if dot else 2, L), FOLD_CHUNK=cfg.fold_chunk,
+                    FOLD_DOT=dot, DOT_PRECISION="tf32x3", HEADS_PER_PROG=cfg.heads_per_prog if kernel == "fold" else 1)
+            yield ["mamba2", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype)]
+
+
+def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16):
+    common = dict(USE_QK_L2NORM=True, HAS_SLOT_IDX=True, BLOCK_K=head_dim)
+    modes = {"output_only": 1, "fold": 2, "always_flush": 2}
+    for kernel in gdn_ar.CANDIDATES:
+        for cfg in gdn_ar.candidate_configs(kernel, head_dim):
+            if kernel == "standard":
+                fn, c = gdn_standard._gdn_update_kernel, dict(common, BLOCK_V=cfg.block_p)
+            else:
+                fn, c = gdn_replay._gdn_replay_kernel, dict(
+                    common, HAS_FORCE_FLUSH=False, FLUSH_ALL=kernel == "always_flush", MODE=modes[kernel],
+                    BLOCK_V=cfg.block_p, BLOCK_L=L, FOLD_CHUNK=cfg.fold_chunk,
+                    HEADS_PER_PROG=cfg.heads_per_prog if kernel == "fold" else 1)
+            yield ["gdn", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--family", choices=["mamba2", "gdn", "all"], default="all")
+    ap.add_argument("--state-dtype", choices=["fp32", "bf16"], default="fp32")
+    args = ap.parse_args()
+    rows = []
+    if args.family in ("mamba2", "all"):
+        rows += list(mamba2_rows(args.state_dtype))
+    if args.family in ("gdn", "all"):
+        rows += list(gdn_rows(args.state_dtype))
+    print(tabulate(rows, headers=["family", "kernel", "launch config", f"sm_90, {args.state_dtype} state"]))
+
+
+if __name__ == "__main__":
+    main()

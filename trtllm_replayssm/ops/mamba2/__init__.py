@@ -9,10 +9,17 @@ from .replay import (
     selective_state_update_replayssm_output_only,
     selective_state_update_replayssm_state_and_output,
 )
+from .spec import (
+    commit_replayssm_spec,
+    reset_replayssm_spec_cursors,
+    ring_capacity,
+    selective_state_update_replayssm_spec,
+)
 from .standard import selective_state_update
 
 __all__ = [
     "LaunchConfig", "ROUTES", "choose_route", "mamba2_step_ref", "process_dt",
     "selective_state_update", "selective_state_update_replayssm",
     "selective_state_update_replayssm_output_only", "selective_state_update_replayssm_state_and_output",
+    "commit_replayssm_spec", "reset_replayssm_spec_cursors", "ring_capacity", "selective_state_update_replayssm_spec",
 ]

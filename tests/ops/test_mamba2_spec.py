@@ -1,0 +1,116 @@
+"""Speculative verify on the circular ring against plain fp64 autoregressive decode.
+
+A rollback fuzz: every step verifies T drafted tokens per row, all T outputs must equal
+the recurrence through the drafted prefix, a random number of tokens is accepted, and
+after every flush the checkpoint must equal the state at the folded position. Rows are
+at different fill levels, one row is padding, a row moves to a fresh slot mid-run.
+"""
+
+import pytest
+import torch
+
+import trtllm_replayssm as rs
+from mamba2_harness import DEVICE, rel_err, same_bits, tolerance
+from trtllm_replayssm.cache import Mamba2Geometry
+from trtllm_replayssm.ops.mamba2.naive import mamba2_step_ref
+from trtllm_replayssm.ops.mamba2.spec import (
+    commit_replayssm_spec,
+    reset_replayssm_spec_cursors,
+    ring_capacity,
+    selective_state_update_replayssm_spec,
+)
+
+GEOM = Mamba2Geometry(nheads=2, headdim=16, dstate=16, ngroups=1)
+PAD = -1
+
+
+def run_spec_fuzz(T: int, Bh: int, steps: int, seed: int = 0, corrupt_at=None, move_row_at=None):
+    g = torch.Generator().manual_seed(seed)
+    H, P, N, G = GEOM.nheads, GEOM.headdim, GEOM.dstate, GEOM.ngroups
+    slots_n, buf = 6, ring_capacity(T, Bh)
+    i32 = dict(dtype=torch.int32, device=DEVICE)
+    state = torch.randn(slots_n, H, P, N, generator=g).to(DEVICE)
+    x_ring = torch.randn(slots_n, H, buf, P, generator=g).to(DEVICE)  # garbage the masks must ignore
+    dt_ring = torch.rand(slots_n, H, buf, generator=g).to(DEVICE)
+    B_ring = torch.randn(slots_n, G, buf, N, generator=g).to(DEVICE)
+    wp, origin, flush = (torch.zeros(slots_n, **i32), torch.zeros(slots_n, **i32),
+                         torch.zeros(slots_n, dtype=torch.int8, device=DEVICE))
+    rows = [0, PAD, 2, 4]
+    slot_idx = torch.tensor(rows, **i32)
+    reset_replayssm_spec_cursors(wp, origin, flush, slot_idx, T, Bh)
+    A = -(torch.rand(H, generator=g) * 0.8 + 0.2)
+    dt_bias = torch.randn(H, generator=g) * 0.5 - 1.0
+    D = torch.randn(H, generator=g)
+    ref = {s: state[s].double().cpu()[None] for s in rows if s != PAD}
+    tol = tolerance(torch.float32, torch.float32)
+    flushes = {r: 0 for r, s in enumerate(rows) if s != PAD}
+    for step in range(steps):
+        if move_row_at is not None and step == move_row_at:  # row 2 leaves; a new request takes slot 5
+            rows[2] = 5
+            slot_idx = torch.tensor(rows, **i32)
+            reset_replayssm_spec_cursors(wp, origin, flush, torch.tensor([5], **i32), T, Bh)
+            ref[5] = state[5].double().cpu()[None]
+        if corrupt_at is not None and step == corrupt_at:
+            s = rows[0]
+            j = (int(origin[s]) + int(wp[s]) - 1) % buf  # the newest committed entry
+            x_ring[s, :, j] += 50.0
+        x = torch.randn(len(rows), T, H, P, generator=g)
+        dt = torch.randn(len(rows), T, H, generator=g)
+        Bm = torch.randn(len(rows), T, G, N, generator=g)
+        Cm = torch.randn(len(rows), T, G, N, generator=g)
+        z = torch.randn(len(rows), T, H, P, generator=g)
+        out = torch.full((len(rows), T, H, P), 3.25, device=DEVICE)
+        flush_before = flush.cpu().clone()
+        sent = out.clone()
+        selective_state_update_replayssm_spec(
+            state, x.to(DEVICE), dt.to(DEVICE), A.to(DEVICE), Bm.to(DEVICE), Cm.to(DEVICE), D=D.to(DEVICE),
+            z=z.to(DEVICE), dt_bias=dt_bias.to(DEVICE), dt_softplus=True, state_batch_indices=slot_idx,
+            pad_slot_id=PAD, out=out, x_ring=x_ring, dt_ring=dt_ring, B_ring=B_ring, write_pos=wp, origin=origin,
+            is_flush=flush, history_len=Bh)
+        accepted = torch.randint(1, T + 1, (len(rows),), generator=g, dtype=torch.int32)
+        for r, s in enumerate(rows):
+            if s == PAD:
+                accepted[r] = 0
+                assert same_bits(out[r], sent[r]), f"step {step}: padding row written"
+                continue
+            if flush_before[s]:
+                flushes[r] += 1
+                err = rel_err(state[s].cpu(), ref[s][0])
+                assert err <= tol, f"step {step} slot {s}: checkpoint error after flush {err:.3g}"
+            st = ref[s]
+            for t in range(T):
+                st, y = mamba2_step_ref(st, x[r:r + 1, t], dt[r:r + 1, t], A, Bm[r:r + 1, t], Cm[r:r + 1, t], D=D,
+                                        z=z[r:r + 1, t], dt_bias=dt_bias, dt_softplus=True)
+                err = rel_err(out[r, t].cpu(), y[0])
+                assert err <= tol, f"step {step} row {r} token {t}: output error {err:.3g}"
+                if t + 1 == int(accepted[r]):
+                    ref[s] = st
+        commit_replayssm_spec(wp, origin, flush, accepted.to(DEVICE), T, Bh, slot_idx, PAD)
+    return flushes
+
+
+def test_rollback_fuzz_200_steps():
+    flushes = run_spec_fuzz(T=4, Bh=16, steps=200, move_row_at=120)
+    assert min(flushes.values()) >= 1, flushes
+
+
+@pytest.mark.parametrize("T,Bh", [(2, 2), (2, 16), (4, 4), (4, 24), (8, 8), (8, 16)])
+def test_fuzz_sizes(T, Bh):
+    flushes = run_spec_fuzz(T=T, Bh=Bh, steps=24, seed=T * 100 + Bh)
+    assert min(flushes.values()) >= 1, flushes
+
+
+def test_corrupted_ring_is_detected():
+    with pytest.raises(AssertionError, match="error"):
+        run_spec_fuzz(T=4, Bh=16, steps=12, seed=3, corrupt_at=3)
+
+
+def test_bad_sizes():
+    wp = torch.zeros(4, dtype=torch.int32, device=DEVICE)
+    fl = torch.zeros(4, dtype=torch.int8, device=DEVICE)
+    with pytest.raises(ValueError, match="history budget"):
+        reset_replayssm_spec_cursors(wp, wp.clone(), fl, wp[:1], num_tokens=4, history_len=3)
+    with pytest.raises(ValueError, match="T \\(tokens per verify step\\)"):
+        commit_replayssm_spec(wp, wp.clone(), fl, wp, num_tokens=9, history_len=16)
+    with pytest.raises(TypeError, match="is_flush must have dtype"):
+        commit_replayssm_spec(wp, wp.clone(), wp.clone(), wp, num_tokens=4, history_len=16)

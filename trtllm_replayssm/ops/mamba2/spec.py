@@ -1,0 +1,324 @@
+"""ReplaySSM Mamba2 speculative verify on a circular ring (``replayssm.md`` section 3).
+
+Per slot: a checkpoint ``S_0`` and a ring of ``buf = next_pow2(Bh + T)`` step inputs at
+physical index ``(origin + i) & (buf - 1)``; cursors ``wp`` (committed history length),
+``origin`` and ``is_flush``. One verify step takes ``T = 1 + drafts`` tokens per row:
+
+1. writes the T draft inputs at logical ``wp .. wp+T-1``;
+2. non-flush: computes the T outputs causally from checkpoint + history + drafts, all
+   positions together, writing no state;
+3. flush: folds only the committed history into the checkpoint and stores it, then the T
+   outputs on top of it (drafts are never folded: acceptance is not known yet).
+
+With ``H`` the dt summed over the history on top of the checkpoint and ``D_t`` over the
+drafts up to ``t``, output ``t`` is
+
+    y_t = exp(A (H + D_t)) S_0 C_t + exp(A D_t) sum_{j < h} dt_j exp(A (H - c_j)) (B_j . C_t) x_j
+          + sum_{d <= t} dt_d exp(A (D_t - D_d)) (B_d . C_t) x_d          (+ D x_t, gate)
+
+:func:`commit_replayssm_spec` then moves the cursors by the accepted count (no copies) and
+:func:`reset_replayssm_spec_cursors` starts slots that enter decode.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_tensor
+from ..common import load_slot, store_nan_output
+from .step_inputs import parse_mamba2_step
+
+MAX_T = 8
+MAX_HISTORY = 64
+
+
+def ring_capacity(num_tokens: int, history_len: int) -> int:
+    """Physical ring length for T tokens and a history budget Bh: ``next_pow2(Bh + T)``."""
+    return triton.next_power_of_2(history_len + num_tokens)
+
+
+@triton.jit(do_not_specialize=["num_slots"])
+def _spec_verify_kernel(
+    state_ptr, x_ring_ptr, dt_ring_ptr, B_ring_ptr, wp_ptr, origin_ptr, flush_ptr,
+    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr,
+    num_slots, num_tokens, headdim, dstate, heads_per_group, capacity, pad_slot_id,
+    stride_state_slot, stride_state_h, stride_state_p,
+    stride_xr_slot, stride_xr_h, stride_xr_l, stride_dtr_slot, stride_dtr_h, stride_Br_slot, stride_Br_g, stride_Br_l,
+    stride_x_b, stride_x_t, stride_x_h, stride_dt_b, stride_dt_t, stride_dt_h, stride_A_h,
+    stride_B_b, stride_B_t, stride_B_g, stride_C_b, stride_C_t, stride_C_g, stride_D_h, stride_D_p,
+    stride_z_b, stride_z_t, stride_z_h, stride_dtb_h, stride_out_b, stride_out_t, stride_out_h,
+    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
+    DT_SOFTPLUS: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
+    BUF: tl.constexpr,
+):
+    pid_p = tl.program_id(0)
+    pid_h = tl.program_id(1)
+    pid_b = tl.program_id(2)
+    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_t = tl.arange(0, BLOCK_T)
+    mask_p = offs_p < headdim
+    mask_n = offs_n < dstate
+    mask_t = offs_t < num_tokens
+
+    slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
+    if is_pad:
+        return
+    if is_bad:
+        for t in tl.static_range(BLOCK_T):
+            if t < num_tokens:
+                store_nan_output(out_ptr + t * stride_out_t, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
+        return
+    wp = tl.load(wp_ptr + slot)
+    origin = tl.load(origin_ptr + slot)
+    if (wp < 0) | (wp + num_tokens > capacity) | (origin < 0) | (origin >= BUF):
+        for t in tl.static_range(BLOCK_T):
+            if t < num_tokens:
+                store_nan_output(out_ptr + t * stride_out_t, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
+        return
+    is_flush = tl.load(flush_ptr + slot) != 0
+    g = pid_h // heads_per_group
+    A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
+
+    # Draft tokens, from the inputs (the ring copies written below are for later steps).
+    mask_pt = mask_p[:, None] & mask_t[None, :]
+    X_dr = tl.load(x_ptr + pid_b * stride_x_b + offs_t[None, :] * stride_x_t + pid_h * stride_x_h + offs_p[:, None],
+                   mask=mask_pt, other=0.0).to(tl.float32)  # [P, T]
+    C_all = tl.load(C_ptr + pid_b * stride_C_b + offs_t[:, None] * stride_C_t + g * stride_C_g + offs_n[None, :],
+                    mask=mask_t[:, None] & mask_n[None, :], other=0.0).to(tl.float32)  # [T, N]
+    dt_dr = tl.load(dt_ptr + pid_b * stride_dt_b + offs_t * stride_dt_t + pid_h * stride_dt_h, mask=mask_t,
+                    other=0.0).to(tl.float32)
+    if HAS_DT_BIAS:
+        dt_dr += tl.load(dt_bias_ptr + pid_h * stride_dtb_h).to(tl.float32)
+    if DT_SOFTPLUS:
+        dt_dr = tl.where(dt_dr <= 20.0, tl.log(1.0 + tl.exp(dt_dr)), dt_dr)
+    dt_dr = tl.where(mask_t, dt_dr, 0.0)
+    D_t = tl.cumsum(dt_dr, axis=0)  # draft dt summed up to t
+
+    xr_base = x_ring_ptr + slot * stride_xr_slot + pid_h * stride_xr_h
+    dtr_base = dt_ring_ptr + slot * stride_dtr_slot + pid_h * stride_dtr_h
+    Br_base = B_ring_ptr + slot * stride_Br_slot + g * stride_Br_g
+    state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+                  + offs_p[:, None] * stride_state_p + offs_n[None, :])
+    mask_pn = mask_p[:, None] & mask_n[None, :]
+    S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
+
+    offs_l = tl.arange(0, BUF)
+    hist_dt = tl.load(dtr_base + ((origin + offs_l) & (BUF - 1)), mask=offs_l < wp, other=0.0)
+    H = tl.sum(hist_dt, axis=0)  # dt summed over the committed history
+    seen = H * 0.0
+    if is_flush:
+        # Fold the committed history (never the drafts) and store the new checkpoint.
+        S0 = S0 * tl.exp(tl.minimum(A * H, 0.0))
+        for j in range(0, BUF):
+            if j < wp:
+                phys = (origin + j) & (BUF - 1)
+                dt_j = tl.load(dtr_base + phys)
+                seen += dt_j
+                coef = dt_j * tl.exp(tl.minimum(A * (H - seen), 0.0))
+                x_j = tl.load(xr_base + phys * stride_xr_l + offs_p, mask=mask_p, other=0.0).to(tl.float32)
+                B_j = tl.load(Br_base + phys * stride_Br_l + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+                S0 += (coef * x_j)[:, None] * B_j[None, :]
+        tl.store(state_ptrs, S0.to(state_ptr.dtype.element_ty), mask=mask_pn)
+        H = H * 0.0
+        n_hist = wp * 0
+    else:
+        n_hist = wp
+
+    # S_0 C_t for every draft position, one reduction per t (keeps S_0 in its blocked layout).
+    S0C = tl.zeros((BLOCK_P, BLOCK_T), tl.float32)
+    for t in tl.static_range(BLOCK_T):
+        c_t = tl.sum(tl.where(offs_t[:, None] == t, C_all, 0.0), axis=0)  # row t of C_all
+        S0C += tl.where(offs_t[None, :] == t, tl.sum(S0 * c_t[None, :], axis=1)[:, None], 0.0)
+    # History on top of the checkpoint: acc[p, t] = sum_j dt_j exp(A (H - c_j)) (B_j . C_t) x_j[p].
+    acc = tl.zeros((BLOCK_P, BLOCK_T), tl.float32)
+    seen = H * 0.0
+    for j in range(0, BUF):
+        if j < n_hist:
+            phys = (origin + j) & (BUF - 1)
+            dt_j = tl.load(dtr_base + phys)
+            seen += dt_j
+            coef = dt_j * tl.exp(tl.minimum(A * (H - seen), 0.0))
+            x_j = tl.load(xr_base + phys * stride_xr_l + offs_p, mask=mask_p, other=0.0).to(tl.float32)
+            B_j = tl.load(Br_base + phys * stride_Br_l + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+            bc = tl.sum(C_all * B_j[None, :], axis=1)  # [T]
+            acc += (coef * x_j)[:, None] * bc[None, :]
+    # Drafts d <= t.
+    accd = tl.zeros((BLOCK_P, BLOCK_T), tl.float32)
+    for d in tl.static_range(BLOCK_T):
+        if d < num_tokens:
+            x_d = tl.sum(tl.where(offs_t[None, :] == d, X_dr, 0.0), axis=1)  # [P]
+            B_d = tl.load(B_ptr + pid_b * stride_B_b + d * stride_B_t + g * stride_B_g + offs_n, mask=mask_n,
+                          other=0.0).to(tl.float32)
+            dt_d = tl.sum(tl.where(offs_t == d, dt_dr, 0.0), axis=0)
+            D_d = tl.sum(tl.where(offs_t == d, D_t, 0.0), axis=0)
+            wgt = tl.where((offs_t >= d) & mask_t, dt_d * tl.exp(tl.minimum(A * (D_t - D_d), 0.0)), 0.0)
+            accd += x_d[:, None] * (wgt * tl.sum(C_all * B_d[None, :], axis=1))[None, :]
+            # Append draft d to the ring (logical wp + d) for later steps.
+            phys = (origin + wp + d) & (BUF - 1)
+            tl.store(xr_base + phys * stride_xr_l + offs_p, x_d.to(x_ring_ptr.dtype.element_ty), mask=mask_p)
+            if pid_p == 0:
+                tl.store(dtr_base + phys, dt_d)
+                if pid_h % heads_per_group == 0:
+                    tl.store(Br_base + phys * stride_Br_l + offs_n, B_d.to(B_ring_ptr.dtype.element_ty), mask=mask_n)
+
+    y = (tl.exp(tl.minimum(A * (H + D_t), 0.0))[None, :] * S0C
+         + tl.exp(tl.minimum(A * D_t, 0.0))[None, :] * acc + accd)
+    if HAS_D:
+        Dv = tl.load(D_ptr + pid_h * stride_D_h + offs_p * stride_D_p, mask=mask_p, other=0.0).to(tl.float32)
+        y += X_dr * Dv[:, None]
+    if HAS_Z:
+        Z = tl.load(z_ptr + pid_b * stride_z_b + offs_t[None, :] * stride_z_t + pid_h * stride_z_h + offs_p[:, None],
+                    mask=mask_pt, other=0.0).to(tl.float32)
+        y *= Z * tl.sigmoid(Z)
+    tl.store(out_ptr + pid_b * stride_out_b + offs_t[None, :] * stride_out_t + pid_h * stride_out_h + offs_p[:, None],
+             y.to(out_ptr.dtype.element_ty), mask=mask_pt)
+
+
+@triton.jit(do_not_specialize=["batch", "num_slots"])
+def _spec_commit_kernel(wp_ptr, origin_ptr, flush_ptr, accepted_ptr, slot_idx_ptr, batch, num_slots, num_tokens,
+                        capacity, pad_slot_id, HAS_SLOT_IDX: tl.constexpr, BUF: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    in_batch = rows < batch
+    if HAS_SLOT_IDX:
+        slot = tl.load(slot_idx_ptr + rows, mask=in_batch, other=pad_slot_id).to(tl.int64)
+    else:
+        slot = rows.to(tl.int64)
+    c = tl.load(accepted_ptr + rows, mask=in_batch, other=0).to(tl.int32)
+    valid = in_batch & (slot != pad_slot_id) & (slot >= 0) & (slot < num_slots) & (c > 0) & (c <= num_tokens)
+    wp = tl.load(wp_ptr + slot, mask=valid, other=0)
+    origin = tl.load(origin_ptr + slot, mask=valid, other=0)
+    flushed = tl.load(flush_ptr + slot, mask=valid, other=0) != 0
+    new_origin = tl.where(flushed, (origin + wp) & (BUF - 1), origin)
+    new_wp = tl.where(flushed, c, wp + c)
+    tl.store(origin_ptr + slot, new_origin, mask=valid)
+    tl.store(wp_ptr + slot, new_wp, mask=valid)
+    tl.store(flush_ptr + slot, (new_wp + 2 * num_tokens > capacity).to(tl.int8), mask=valid)
+
+
+@triton.jit(do_not_specialize=["n", "num_slots"])
+def _spec_reset_kernel(wp_ptr, origin_ptr, flush_ptr, slots_ptr, n, num_slots, num_tokens, capacity, pad_slot_id,
+                       BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    slot = tl.load(slots_ptr + rows, mask=rows < n, other=pad_slot_id).to(tl.int64)
+    valid = (rows < n) & (slot != pad_slot_id) & (slot >= 0) & (slot < num_slots)
+    zero = tl.zeros_like(slot).to(tl.int32)
+    tl.store(wp_ptr + slot, zero, mask=valid)
+    tl.store(origin_ptr + slot, zero, mask=valid)
+    tl.store(flush_ptr + slot, (zero + 2 * num_tokens > capacity).to(tl.int8), mask=valid)
+
+
+def _check_cursors(wp, origin, flush, slots, dev):
+    check_tensor("write_pos", wp, (slots,), (torch.int32,), dev)
+    check_tensor("origin", origin, (slots,), (torch.int32,), dev)
+    check_tensor("is_flush", flush, (slots,), (torch.int8,), dev)
+    for name, t in (("write_pos", wp), ("origin", origin), ("is_flush", flush)):
+        check_contiguous(name, t)
+
+
+def _check_spec_sizes(num_tokens: int, history_len: int) -> int:
+    if not 1 <= num_tokens <= MAX_T:
+        raise ValueError(f"T (tokens per verify step) must be in [1, {MAX_T}], got {num_tokens}")
+    if not num_tokens <= history_len <= MAX_HISTORY:
+        raise ValueError(f"history budget Bh must be in [T={num_tokens}, {MAX_HISTORY}], got {history_len}")
+    return history_len + num_tokens
+
+
+def selective_state_update_replayssm_spec(
+    state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False, state_batch_indices=None,
+    pad_slot_id=-1, out=None, *, x_ring, dt_ring, B_ring, write_pos, origin, is_flush, history_len: int,
+    block_p: int = 16, num_warps: int = 4,
+) -> torch.Tensor:
+    """One speculative verify step: ``x (B, T, H, P)``, ``dt (B, T, H)`` (or tied
+    ``(B, T, H, P)``), ``B/C (B, T, G, N)``, ``z (B, T, H, P)``; returns ``out (B, T, H, P)``.
+
+    Ring of this layer: ``x_ring (slots, H, buf, P)``, ``dt_ring (slots, H, buf)`` fp32,
+    ``B_ring (slots, G, buf, N)`` with ``buf = ring_capacity(T, history_len)``; cursors
+    ``write_pos``/``origin`` int32 and ``is_flush`` int8, ``(slots,)``, shared by all
+    layers. Padding rows change nothing; a bad slot or cursor gives NaN outputs.
+    """
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        raise ValueError("x must have shape (batch, T, nheads, headdim)")
+    Bsz, T = x.shape[0], x.shape[1]
+    capacity = _check_spec_sizes(T, history_len)
+    flat = lambda t: None if t is None else t.flatten(0, 1)  # noqa: E731  (checks reuse the AR parser)
+    if out is None:
+        out = torch.empty_like(x)
+    for name, t in (("dt", dt), ("B", B), ("C", C), ("z", z), ("out", out)):
+        if t is not None and (t.dim() < 2 or tuple(t.shape[:2]) != (Bsz, T)):
+            raise ValueError(f"{name} must start with the dimensions (batch, T) = {(Bsz, T)}, got {tuple(t.shape)}")
+    step = parse_mamba2_step(flat(x), flat(dt), A, flat(B), flat(C), D, flat(z), dt_bias, dt_softplus, None,
+                             pad_slot_id, flat(out))
+    if state_batch_indices is not None:
+        check_tensor("state_batch_indices", state_batch_indices, (Bsz,), INDEX_DTYPES, x.device)
+    check_tensor("state", state, (None, step.nheads, step.headdim, step.dstate), FLOAT_DTYPES, x.device)
+    check_contiguous("state", state)
+    if state_batch_indices is None and state.shape[0] < Bsz:
+        raise ValueError(f"state has {state.shape[0]} slots but the batch has {Bsz} rows and no state_batch_indices")
+    slots, H, P, N, G = state.shape[0], step.nheads, step.headdim, step.dstate, step.ngroups
+    buf = ring_capacity(T, history_len)
+    check_tensor("x_ring", x_ring, (slots, H, buf, P), (x.dtype,), x.device)
+    check_tensor("dt_ring", dt_ring, (slots, H, buf), (torch.float32,), x.device)
+    check_tensor("B_ring", B_ring, (slots, G, buf, N), (B.dtype,), x.device)
+    for name, t in (("x_ring", x_ring), ("dt_ring", dt_ring), ("B_ring", B_ring)):
+        check_contiguous(name, t)
+    _check_cursors(write_pos, origin, is_flush, slots, x.device)
+    if Bsz == 0:
+        return out
+    dt4 = dt if dt.dim() == 3 else dt[..., 0]
+    Dt = step.D
+    _spec_verify_kernel[(triton.cdiv(P, block_p), H, Bsz)](
+        state, x_ring, dt_ring, B_ring, write_pos, origin, is_flush,
+        x, dt4, step.A, B, C, Dt if Dt is not None else x, z if z is not None else x,
+        step.dt_bias if step.dt_bias is not None else step.A, out,
+        state_batch_indices if state_batch_indices is not None else write_pos,
+        slots, T, P, N, H // G, capacity, pad_slot_id,
+        state.stride(0), state.stride(1), state.stride(2),
+        x_ring.stride(0), x_ring.stride(1), x_ring.stride(2), dt_ring.stride(0), dt_ring.stride(1),
+        B_ring.stride(0), B_ring.stride(1), B_ring.stride(2),
+        x.stride(0), x.stride(1), x.stride(2), dt4.stride(0), dt4.stride(1), dt4.stride(2), step.A.stride(0),
+        B.stride(0), B.stride(1), B.stride(2), C.stride(0), C.stride(1), C.stride(2),
+        Dt.stride(0) if Dt is not None else 0, Dt.stride(1) if Dt is not None else 0,
+        z.stride(0) if z is not None else 0, z.stride(1) if z is not None else 0, z.stride(2) if z is not None else 0,
+        step.dt_bias.stride(0) if step.dt_bias is not None else 0, out.stride(0), out.stride(1), out.stride(2),
+        HAS_D=Dt is not None, HAS_Z=z is not None, HAS_DT_BIAS=step.dt_bias is not None,
+        HAS_SLOT_IDX=state_batch_indices is not None, DT_SOFTPLUS=bool(dt_softplus),
+        BLOCK_P=block_p, BLOCK_N=triton.next_power_of_2(N), BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf,
+        num_warps=num_warps,
+    )
+    return out
+
+
+def commit_replayssm_spec(write_pos, origin, is_flush, accepted, num_tokens: int, history_len: int,
+                          state_batch_indices: Optional[torch.Tensor] = None, pad_slot_id: int = -1) -> None:
+    """After acceptance: ``accepted (B,)`` tokens per row, bonus token included. Rows with
+    ``accepted <= 0`` (padding) change nothing. On device, no host sync."""
+    capacity = _check_spec_sizes(num_tokens, history_len)
+    _check_cursors(write_pos, origin, is_flush, write_pos.shape[0], write_pos.device)
+    batch = accepted.shape[0]
+    check_tensor("accepted", accepted, (batch,), INDEX_DTYPES, write_pos.device)
+    if state_batch_indices is not None:
+        check_tensor("state_batch_indices", state_batch_indices, (batch,), INDEX_DTYPES, write_pos.device)
+    if batch == 0:
+        return
+    _spec_commit_kernel[(triton.cdiv(batch, 128),)](
+        write_pos, origin, is_flush, accepted, state_batch_indices if state_batch_indices is not None else accepted,
+        batch, write_pos.shape[0], num_tokens, capacity, pad_slot_id, HAS_SLOT_IDX=state_batch_indices is not None,
+        BUF=ring_capacity(num_tokens, history_len), BLOCK=128)
+
+
+def reset_replayssm_spec_cursors(write_pos, origin, is_flush, slots: torch.Tensor, num_tokens: int,
+                                 history_len: int, pad_slot_id: int = -1) -> None:
+    """Slots entering decode: ``wp = origin = 0``, ``is_flush = (2T > Bh + T)``."""
+    capacity = _check_spec_sizes(num_tokens, history_len)
+    _check_cursors(write_pos, origin, is_flush, write_pos.shape[0], write_pos.device)
+    check_tensor("slots", slots, (None,), INDEX_DTYPES, write_pos.device)
+    if slots.shape[0] == 0:
+        return
+    _spec_reset_kernel[(triton.cdiv(slots.shape[0], 128),)](
+        write_pos, origin, is_flush, slots, slots.shape[0], write_pos.shape[0], num_tokens, capacity, pad_slot_id,
+        BLOCK=128)

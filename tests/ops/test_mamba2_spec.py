@@ -9,7 +9,6 @@ at different fill levels, one row is padding, a row moves to a fresh slot mid-ru
 import pytest
 import torch
 
-import trtllm_replayssm as rs
 from mamba2_harness import DEVICE, rel_err, same_bits, tolerance
 from trtllm_replayssm.cache import Mamba2Geometry
 from trtllm_replayssm.ops.mamba2.naive import mamba2_step_ref

@@ -47,9 +47,9 @@ def registers(fn, constexprs: dict, num_warps: int, state_dtype: str) -> str:
             sig[name] = "*" + state_dtype
         elif name in ACT_PTRS:
             sig[name] = "*bf16"
-        elif name in ("slot_idx_ptr", "write_pos_ptr"):
+        elif name in ("slot_idx_ptr", "write_pos_ptr", "wp_ptr", "origin_ptr"):
             sig[name] = "*i32"
-        elif name == "force_flush_ptr":
+        elif name in ("force_flush_ptr", "flush_ptr"):
             sig[name] = "*i8"
         elif name.endswith("_ptr"):
             sig[name] = "*fp32"

@@ -113,3 +113,37 @@ def test_bad_sizes():
         commit_replayssm_spec(wp, wp.clone(), fl, wp, num_tokens=9, history_len=16)
     with pytest.raises(TypeError, match="is_flush must have dtype"):
         commit_replayssm_spec(wp, wp.clone(), wp.clone(), wp, num_tokens=4, history_len=16)
+
+
+def test_standard_spec_baseline_with_promote():
+    """The non-replay speculative path (T intermediate states + promote) against fp64."""
+    from trtllm_replayssm.ops.mamba2.spec_standard import promote_spec_state, selective_state_update_spec_standard
+
+    g = torch.Generator().manual_seed(7)
+    H, P, N, G, T = GEOM.nheads, GEOM.headdim, GEOM.dstate, GEOM.ngroups, 3
+    state = torch.randn(5, H, P, N, generator=g).to(DEVICE)
+    inter = torch.zeros(5, T, H, P, N, device=DEVICE)
+    rows = torch.tensor([3, PAD, 1], dtype=torch.int32, device=DEVICE)
+    A, dt_bias = -(torch.rand(H, generator=g) + 0.2), torch.randn(H, generator=g)
+    ref = {s: state[s].double().cpu()[None] for s in (3, 1)}
+    untouched = state[[0, 2, 4]].clone()
+    for step in range(6):
+        x, dt = torch.randn(3, T, H, P, generator=g), torch.randn(3, T, H, generator=g)
+        Bm, Cm = torch.randn(3, T, G, N, generator=g), torch.randn(3, T, G, N, generator=g)
+        out = torch.zeros(3, T, H, P, device=DEVICE)
+        selective_state_update_spec_standard(state, x.to(DEVICE), dt.to(DEVICE), A.to(DEVICE), Bm.to(DEVICE),
+                                             Cm.to(DEVICE), dt_bias=dt_bias.to(DEVICE), dt_softplus=True,
+                                             state_batch_indices=rows, out=out, intermediate_states=inter)
+        accepted = torch.tensor([1 + step % T, 0, T], dtype=torch.int32)
+        for r, s in ((0, 3), (2, 1)):
+            st = ref[s]
+            for t in range(T):
+                st, y = mamba2_step_ref(st, x[r:r + 1, t], dt[r:r + 1, t], A, Bm[r:r + 1, t], Cm[r:r + 1, t],
+                                        dt_bias=dt_bias, dt_softplus=True)
+                assert rel_err(out[r, t].cpu(), y[0]) <= 2e-5
+                if t + 1 == int(accepted[r]):
+                    ref[s] = st
+        promote_spec_state(state, inter, accepted.to(DEVICE), rows)
+        for s in (3, 1):
+            assert rel_err(state[s].cpu(), ref[s][0]) <= 2e-5
+    assert torch.equal(state[[0, 2, 4]], untouched)

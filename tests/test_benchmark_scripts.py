@@ -34,3 +34,13 @@ def test_bench_gdn_ar_dry_run(tmp_path):
     assert {r["route"] for r in records} >= {"standard", "output_only", "always_flush", "auto"}
     assert all(SCHEMA | {"baseline", "ring_dtype"} <= set(r) for r in records)
     assert (tmp_path / "gdn_cpu.json").exists()
+
+
+def test_bench_spec_dry_run(tmp_path):
+    out = tmp_path / "spec.json"
+    subprocess.run([sys.executable, str(REPO / "benchmarks/bench_spec.py"), "--dry-run", "--models", "tiny",
+                    "--batches", "2", "--tokens", "2", "--history-len", "2", "--acceptance", "all", "--steps", "3",
+                    "--replays", "1", "--out", str(out)], check=True, capture_output=True, text=True, timeout=900)
+    records = json.loads(out.read_text())
+    assert {r["route"] for r in records} == {"replay_spec", "standard_spec"}
+    assert all(SCHEMA | {"T", "B", "acceptance"} <= set(r) for r in records)

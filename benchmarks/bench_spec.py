@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Speculative decode benchmark (Mamba2): replay verify + commit vs the standard spec step
+(T intermediate states + promote), and replay cost per accepted token vs standard
+autoregressive decode. Method: CUDA graphs, cold L2, median; a run of ``--steps`` verify
+steps with a fixed acceptance (flushes included, cursors reset at its start).
+
+    python benchmarks/bench_spec.py                     # H200 -> benchmarks/results/spec.json
+    python benchmarks/bench_spec.py --dry-run --models tiny --batches 2 --tokens 2 --history-len 2 \\
+        --steps 3 --out /tmp/spec.json                  # CPU: the flow only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+from tabulate import tabulate
+
+from trtllm_replayssm.benchmarking.mamba2_spec import SpecCase, make_spec_rig
+from trtllm_replayssm.benchmarking.records import REPO, git_commit
+from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
+from trtllm_replayssm.models import mamba2_model
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=["nemotron-3-super"])
+    ap.add_argument("--batches", nargs="+", type=int, default=[32, 128, 256, 512])
+    ap.add_argument("--tokens", nargs="+", type=int, default=[4, 6], help="T = 1 + drafts")
+    ap.add_argument("--history-len", type=int, default=16)
+    ap.add_argument("--acceptance", nargs="+", default=["all", "3"],
+                    help="tokens accepted per step (bonus included); 'all' = T")
+    ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--replays", type=int, default=20)
+    ap.add_argument("--out", default=str(REPO / "benchmarks/results/spec.json"))
+    ap.add_argument("--dry-run", action="store_true", help="no GPU: run the flow eagerly, nothing measured")
+    args = ap.parse_args()
+    if not torch.cuda.is_available() and not args.dry_run:
+        sys.exit("this benchmark needs a CUDA GPU (or --dry-run)")
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none (dry run)"
+    commit, copy_gbps = git_commit(), copy_bandwidth_gbps()
+    records, rows = [], []
+    for name in args.models:
+        for T in args.tokens:
+            for acc in args.acceptance:
+                c = T if acc == "all" else min(int(acc), T)
+                for batch in args.batches:
+                    case = SpecCase(name, mamba2_model(name).geom, batch, T, args.history_len, c)
+                    rig = make_spec_rig(case)
+                    rep = rig.time_us(rig.replay_fn(args.steps), args.steps, args.replays)
+                    std = rig.time_us(rig.standard_fn(args.steps), args.steps, args.replays)
+                    ar = rig.time_us(rig.ar_fn(args.steps), args.steps, args.replays)
+                    base = dict(gpu=gpu, model=name, state_dtype="fp32", act_dtype="bf16", batch=batch,
+                                L=args.history_len + T, T=T, B=args.history_len, acceptance=c,
+                                baseline_us_per_step=round(std, 3), copy_gbps=round(copy_gbps, 1), commit=commit,
+                                ar_standard_us_per_token=round(ar, 3))
+                    for route, us in (("replay_spec", rep), ("standard_spec", std)):
+                        records.append(dict(base, route=route, us_per_step=round(us, 3), speedup=round(std / us, 3),
+                                            us_per_token=round(us / c, 3), cost_vs_ar=round(us / c / ar, 3),
+                                            achieved_gbps=round(case.state_bytes * (1 if route == "replay_spec"
+                                                                                    else 1 + T) / (us * 1e-6) / 1e9, 1)))
+                    rows.append([name, T, c, batch, f"{std:.1f}", f"{rep:.1f}", f"{std / rep:.2f}x",
+                                 f"{rep / c / ar:.2f}"])
+                    print(rows[-1], flush=True)
+                    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                    Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
+                    del rig
+                    torch.cuda.empty_cache()
+    print(tabulate(rows, headers=["model", "T", "accepted", "batch", "standard spec us", "replay spec us", "speedup",
+                                  "replay cost / token vs AR standard"]))
+
+
+if __name__ == "__main__":
+    main()

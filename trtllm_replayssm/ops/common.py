@@ -25,3 +25,13 @@ def store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride
     """Mark a row whose slot or cursor was invalid; nothing else is written."""
     out_ptrs = out_ptr + pid_b * stride_out_b + pid_h * stride_out_h + offs_p
     tl.store(out_ptrs, tl.full(offs_p.shape, float("nan"), tl.float32).to(out_ptr.dtype.element_ty), mask=mask_p)
+
+
+@triton.jit
+def store_nan_heads(out_ptr, offs_p, mask_p, pid_b, pid_hg, nheads, stride_out_b, stride_out_h,
+                     HEADS_PER_PROG: tl.constexpr):
+    """NaN outputs for the heads ``pid_hg * HEADS_PER_PROG ..`` of an invalid row."""
+    for hh in range(0, HEADS_PER_PROG):
+        pid_h = pid_hg * HEADS_PER_PROG + hh
+        if pid_h < nheads:
+            store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)

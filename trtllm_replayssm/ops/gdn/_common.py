@@ -28,3 +28,13 @@ def load_gates(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv, stride_a_b, stri
     g = -tl.exp(tl.load(A_log_ptr + hv).to(tl.float32)) * sp
     beta = tl.sigmoid(tl.load(b_ptr + pid_b * stride_b_b + hv * stride_b_h).to(tl.float32))
     return g, beta
+
+
+@triton.jit
+def delta_rule_step(S, q, k, v, alpha, beta):
+    """One gated delta-rule step on a ``[V, K]`` tile: ``S = alpha S``, the corrected value
+    ``d = beta (v - S k)``, ``S += d k^T``; returns ``(S, S q)``."""
+    S = alpha * S
+    d = beta * (v - tl.sum(S * k[None, :], axis=1))
+    S += d[:, None] * k[None, :]
+    return S, tl.sum(S * q[None, :], axis=1)

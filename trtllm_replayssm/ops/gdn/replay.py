@@ -26,9 +26,9 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_tensor
-from ..common import load_slot, store_nan_output
+from ..common import load_slot, store_nan_heads
 from ..launch import LaunchConfig, grid, select_config, select_route
-from ._common import load_gates, load_qk
+from ._common import delta_rule_step, load_gates, load_qk
 from .step_inputs import GDNStep, check_gdn_state_pool, parse_gdn_step
 
 ROUTES = ("output_only", "always_flush")
@@ -68,18 +68,14 @@ def _gdn_replay_kernel(
         return
     if is_bad:
         if REPORTS:
-            for hh in range(0, HEADS_PER_PROG):
-                if pid_hg * HEADS_PER_PROG + hh < num_v_heads:
-                    store_nan_output(out_ptr, offs_v, mask_v, pid_b, pid_hg * HEADS_PER_PROG + hh,
-                                     stride_out_b, stride_out_h)
+            store_nan_heads(out_ptr, offs_v, mask_v, pid_b, pid_hg, num_v_heads, stride_out_b, stride_out_h,
+                            HEADS_PER_PROG)
         return
     w = tl.load(write_pos_ptr + slot)
     if (w < 0) | (w >= buffer_len):
         if REPORTS:
-            for hh in range(0, HEADS_PER_PROG):
-                if pid_hg * HEADS_PER_PROG + hh < num_v_heads:
-                    store_nan_output(out_ptr, offs_v, mask_v, pid_b, pid_hg * HEADS_PER_PROG + hh,
-                                     stride_out_b, stride_out_h)
+            store_nan_heads(out_ptr, offs_v, mask_v, pid_b, pid_hg, num_v_heads, stride_out_b, stride_out_h,
+                            HEADS_PER_PROG)
         return
     is_flush = w == buffer_len - 1
     if HAS_FORCE_FLUSH:
@@ -153,11 +149,8 @@ def _gdn_replay_kernel(
                             d_j = tl.load(dc_base + j * stride_dc_l + offs_v, mask=mask_v & m, other=0.0).to(tl.float32)
                             k_j = tl.load(kc_base + j * stride_kc_l + offs_k, mask=mask_k & m, other=0.0).to(tl.float32)
                             S += (decay * d_j)[:, None] * k_j[None, :]
-                S = alpha * S
-                d = beta * (v - tl.sum(S * k[None, :], axis=1))
-                S += d[:, None] * k[None, :]
+                S, o = delta_rule_step(S, q, k, v, alpha, beta)
                 tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_vk)
-                o = tl.sum(S * q[None, :], axis=1)
             tl.store(out_ptr + pid_b * stride_out_b + hv * stride_out_h + offs_v, o.to(out_ptr.dtype.element_ty),
                      mask=mask_v)
 

@@ -15,7 +15,7 @@ import triton.language as tl
 from ..._runtime import device_arch
 from ..common import load_slot, store_nan_output
 from ..launch import LaunchConfig, grid, select_config
-from ._common import load_gates, load_qk
+from ._common import delta_rule_step, load_gates, load_qk
 from .step_inputs import check_gdn_state_pool, parse_gdn_step
 
 
@@ -55,11 +55,8 @@ def _gdn_update_kernel(
     g, beta = load_gates(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv, stride_a_b, stride_a_h, stride_b_b,
                          stride_b_h, softplus_beta, softplus_threshold)
 
-    S = S * tl.exp(g)
-    d = beta * (v - tl.sum(S * k[None, :], axis=1))  # the delta rule's corrected value
-    S += d[:, None] * k[None, :]
+    S, o = delta_rule_step(S, q, k, v, tl.exp(g), beta)
     tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_vk)
-    o = tl.sum(S * q[None, :], axis=1)
     tl.store(out_ptr + pid_b * stride_out_b + hv * stride_out_h + offs_v, o.to(out_ptr.dtype.element_ty), mask=mask_v)
 
 

@@ -35,7 +35,7 @@ import triton.language as tl
 
 from ..._runtime import INTERPRETED, device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_tensor
-from ..common import load_slot, store_nan_output
+from ..common import load_slot, store_nan_heads
 from ._common import finish_output, load_dt
 from ..launch import LaunchConfig, grid, select_config, select_route
 from .step_inputs import Mamba2Step, check_state_pool, parse_mamba2_step
@@ -55,15 +55,6 @@ def _ring_entry(j, w, seen, total, A, dtc_base, xc_base, Bc_base, stride_xc_l, s
     x_j = tl.load(xc_base + j * stride_xc_l + offs_p, mask=mask_p & m, other=0.0).to(tl.float32)
     B_j = tl.load(Bc_base + j * stride_Bc_l + offs_n, mask=mask_n & m, other=0.0).to(tl.float32)
     return seen, coef_j, x_j, B_j
-
-
-@triton.jit
-def _store_nan_heads(out_ptr, offs_p, mask_p, pid_b, pid_hg, nheads, stride_out_b, stride_out_h,
-                     HEADS_PER_PROG: tl.constexpr):
-    for hh in range(0, HEADS_PER_PROG):
-        pid_h = pid_hg * HEADS_PER_PROG + hh
-        if pid_h < nheads:
-            store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
 
 
 # Kernel modes: which rows a launch serves and how it forms the output.
@@ -107,13 +98,13 @@ def _replay_step_kernel(
         return
     if is_bad:
         if REPORTS:
-            _store_nan_heads(out_ptr, offs_p, mask_p, pid_b, pid_hg, nheads, stride_out_b, stride_out_h,
+            store_nan_heads(out_ptr, offs_p, mask_p, pid_b, pid_hg, nheads, stride_out_b, stride_out_h,
                              HEADS_PER_PROG)
         return
     w = tl.load(write_pos_ptr + slot)
     if (w < 0) | (w >= buffer_len):
         if REPORTS:
-            _store_nan_heads(out_ptr, offs_p, mask_p, pid_b, pid_hg, nheads, stride_out_b, stride_out_h,
+            store_nan_heads(out_ptr, offs_p, mask_p, pid_b, pid_hg, nheads, stride_out_b, stride_out_h,
                              HEADS_PER_PROG)
         return
     is_flush = w == buffer_len - 1

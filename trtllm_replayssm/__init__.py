@@ -20,6 +20,7 @@ from .ops.gdn import (
     choose_gdn_route,
     fused_recurrent_gated_delta_rule_replayssm,
     fused_sigmoid_gating_delta_rule_update,
+    gdn_replayssm_spec_decode,
     gdn_step_ref,
     split_packed_qkv,
 )
@@ -41,7 +42,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "GDNGeometry", "GDNLayerCache", "GDNReplayCache", "choose_gdn_route", "fused_recurrent_gated_delta_rule_replayssm",
-    "fused_sigmoid_gating_delta_rule_update", "gdn_bytes_per_slot", "gdn_step_ref", "split_packed_qkv",
+    "fused_sigmoid_gating_delta_rule_update", "gdn_bytes_per_slot", "gdn_replayssm_spec_decode", "gdn_step_ref", "split_packed_qkv",
     "commit_replayssm_spec", "reset_replayssm_spec_cursors", "selective_state_update_replayssm_spec",
     "LaunchConfig", "Mamba2Geometry", "Mamba2LayerCache", "Mamba2ReplayCache", "ROUTES",
     "advance_write_pos", "choose_route", "mamba2_bytes_per_slot", "mamba2_step_ref", "reset_write_pos",

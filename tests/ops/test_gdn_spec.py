@@ -1,0 +1,84 @@
+"""GDN speculative verify on the circular ring against plain fp64 decode (rollback fuzz,
+as ``test_mamba2_spec``)."""
+
+import pytest
+import torch
+
+from mamba2_harness import DEVICE, rel_err, same_bits, tolerance
+from trtllm_replayssm.cache import GDNGeometry
+from trtllm_replayssm.ops.gdn.naive import gdn_step_ref, l2norm
+from trtllm_replayssm.ops.gdn.spec import gdn_replayssm_spec_decode
+from trtllm_replayssm.ops.mamba2.spec import commit_replayssm_spec, reset_replayssm_spec_cursors, ring_capacity
+
+GEOM = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=16)
+PAD = -1
+
+
+def run_gdn_spec_fuzz(T, Bh, steps, seed=0, corrupt_at=None):
+    g = torch.Generator().manual_seed(seed)
+    H, HV, K, V = GEOM.num_k_heads, GEOM.num_v_heads, GEOM.head_k_dim, GEOM.head_v_dim
+    slots_n, buf = 5, ring_capacity(T, Bh)
+    i32 = dict(dtype=torch.int32, device=DEVICE)
+    state = (torch.randn(slots_n, HV, V, K, generator=g) * 0.3).to(DEVICE)
+    d_ring = torch.randn(slots_n, HV, buf, V, generator=g).to(DEVICE)
+    k_ring = l2norm(torch.randn(slots_n, H, buf, K, generator=g)).to(DEVICE)
+    g_ring = -torch.rand(slots_n, HV, buf, generator=g).to(DEVICE)
+    wp, origin = torch.zeros(slots_n, **i32), torch.zeros(slots_n, **i32)
+    flush = torch.zeros(slots_n, dtype=torch.int8, device=DEVICE)
+    rows = [4, PAD, 1]
+    slot_idx = torch.tensor(rows, **i32)
+    reset_replayssm_spec_cursors(wp, origin, flush, slot_idx, T, Bh)
+    A_log, dt_bias = torch.randn(HV, generator=g) * 0.5 - 0.5, torch.randn(HV, generator=g) * 0.5
+    ref = {s: state[s].double().cpu()[None] for s in rows if s != PAD}
+    tol = tolerance(torch.float32, torch.float32)
+    flushes = {s: 0 for s in ref}
+    for step in range(steps):
+        if corrupt_at is not None and step == corrupt_at:
+            s = rows[0]
+            d_ring[s, :, (int(origin[s]) + int(wp[s]) - 1) % buf] += 50.0
+        n = len(rows)
+        q, k = torch.randn(n, T, H, K, generator=g), torch.randn(n, T, H, K, generator=g)
+        v, a, b = torch.randn(n, T, HV, V, generator=g), torch.randn(n, T, HV, generator=g), torch.randn(n, T, HV, generator=g)
+        out = torch.full((n, T, HV, V), 2.5, device=DEVICE)
+        sent = out.clone()
+        flush_before = flush.cpu().clone()
+        gdn_replayssm_spec_decode(state, q.to(DEVICE), k.to(DEVICE), v.to(DEVICE), a.to(DEVICE), b.to(DEVICE),
+                                  A_log.to(DEVICE), dt_bias.to(DEVICE), initial_state_indices=slot_idx, pad_slot_id=PAD,
+                                  out=out, d_ring=d_ring, k_ring=k_ring, g_ring=g_ring, write_pos=wp, origin=origin,
+                                  is_flush=flush, history_len=Bh)
+        accepted = torch.randint(1, T + 1, (n,), generator=g, dtype=torch.int32)
+        for r, s in enumerate(rows):
+            if s == PAD:
+                accepted[r] = 0
+                assert same_bits(out[r], sent[r]), f"step {step}: padding row written"
+                continue
+            if flush_before[s]:
+                flushes[s] += 1
+                err = rel_err(state[s].cpu(), ref[s][0])
+                assert err <= tol, f"step {step} slot {s}: checkpoint error after flush {err:.3g}"
+            st = ref[s]
+            for t in range(T):
+                st, y = gdn_step_ref(st, q[r:r + 1, t], k[r:r + 1, t], v[r:r + 1, t], a[r:r + 1, t], b[r:r + 1, t],
+                                     A_log, dt_bias)
+                err = rel_err(out[r, t].cpu(), y[0])
+                assert err <= tol, f"step {step} row {r} token {t}: output error {err:.3g}"
+                if t + 1 == int(accepted[r]):
+                    ref[s] = st
+        commit_replayssm_spec(wp, origin, flush, accepted.to(DEVICE), T, Bh, slot_idx, PAD)
+    return flushes
+
+
+def test_rollback_fuzz():
+    flushes = run_gdn_spec_fuzz(T=4, Bh=16, steps=200)
+    assert min(flushes.values()) >= 1, flushes
+
+
+@pytest.mark.parametrize("T,Bh", [(2, 2), (4, 4), (8, 8), (8, 24)])
+def test_fuzz_sizes(T, Bh):
+    flushes = run_gdn_spec_fuzz(T=T, Bh=Bh, steps=20, seed=T + Bh)
+    assert min(flushes.values()) >= 1, flushes
+
+
+def test_corrupted_ring_is_detected():
+    with pytest.raises(AssertionError, match="error"):
+        run_gdn_spec_fuzz(T=4, Bh=16, steps=10, seed=5, corrupt_at=3)

@@ -82,3 +82,35 @@ def test_fuzz_sizes(T, Bh):
 def test_corrupted_ring_is_detected():
     with pytest.raises(AssertionError, match="error"):
         run_gdn_spec_fuzz(T=4, Bh=16, steps=10, seed=5, corrupt_at=3)
+
+
+def test_standard_spec_baseline_with_promote():
+    from trtllm_replayssm.ops.gdn.spec_standard import gdn_spec_standard, promote_spec_state
+
+    g = torch.Generator().manual_seed(11)
+    H, HV, K, V, T = GEOM.num_k_heads, GEOM.num_v_heads, GEOM.head_k_dim, GEOM.head_v_dim, 3
+    state = (torch.randn(4, HV, V, K, generator=g) * 0.3).to(DEVICE)
+    inter = torch.zeros(4, T, HV, V, K, device=DEVICE)
+    rows = torch.tensor([2, PAD, 0], dtype=torch.int32, device=DEVICE)
+    A_log, dt_bias = torch.randn(HV, generator=g) * 0.5 - 0.5, torch.randn(HV, generator=g) * 0.5
+    ref = {s: state[s].double().cpu()[None] for s in (2, 0)}
+    untouched = state[[1, 3]].clone()
+    for step in range(5):
+        q, k = torch.randn(3, T, H, K, generator=g), torch.randn(3, T, H, K, generator=g)
+        v, a, b = torch.randn(3, T, HV, V, generator=g), torch.randn(3, T, HV, generator=g), torch.randn(3, T, HV, generator=g)
+        out = torch.zeros(3, T, HV, V, device=DEVICE)
+        gdn_spec_standard(state, q.to(DEVICE), k.to(DEVICE), v.to(DEVICE), a.to(DEVICE), b.to(DEVICE), A_log.to(DEVICE),
+                          dt_bias.to(DEVICE), initial_state_indices=rows, out=out, intermediate_states=inter)
+        accepted = torch.tensor([1 + step % T, 0, T], dtype=torch.int32)
+        for r, s in ((0, 2), (2, 0)):
+            st = ref[s]
+            for t in range(T):
+                st, y = gdn_step_ref(st, q[r:r + 1, t], k[r:r + 1, t], v[r:r + 1, t], a[r:r + 1, t], b[r:r + 1, t],
+                                     A_log, dt_bias)
+                assert rel_err(out[r, t].cpu(), y[0]) <= 2e-5
+                if t + 1 == int(accepted[r]):
+                    ref[s] = st
+        promote_spec_state(state, inter, accepted.to(DEVICE), rows)
+        for s in (2, 0):
+            assert rel_err(state[s].cpu(), ref[s][0]) <= 2e-5
+    assert torch.equal(state[[1, 3]], untouched)

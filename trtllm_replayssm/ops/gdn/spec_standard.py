@@ -10,9 +10,11 @@ import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_tensor
 from ..common import load_slot
-from ..mamba2.spec_standard import promote_spec_state  # noqa: F401  (re-exported for GDN callers)
+from ..mamba2.spec_standard import promote_spec_state
 from ._common import delta_rule_step, load_gates, load_qk
 from .step_inputs import parse_gdn_step
+
+__all__ = ["gdn_spec_standard", "promote_spec_state"]  # the promote copy is shared with Mamba2
 
 
 @triton.jit(do_not_specialize=["num_slots"])

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Speculative decode benchmark (Mamba2): replay verify + commit vs the standard spec step
+"""Speculative decode benchmark (Mamba2 and GDN): replay verify + commit vs the standard spec step
 (T intermediate states + promote), and replay cost per accepted token vs standard
 autoregressive decode. Method: CUDA graphs, cold L2, median; a run of ``--steps`` verify
 steps with a fixed acceptance (flushes included, cursors reset at its start).
@@ -19,15 +19,15 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from trtllm_replayssm.benchmarking.mamba2_spec import SpecCase, make_spec_rig
+from trtllm_replayssm.benchmarking.spec import SpecCase, make_spec_rig
 from trtllm_replayssm.benchmarking.records import REPO, git_commit
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
-from trtllm_replayssm.models import mamba2_model
+from trtllm_replayssm.models import model
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", nargs="+", default=["nemotron-3-super"])
+    ap.add_argument("--models", nargs="+", default=["nemotron-3-super", "qwen3.5-122b"])
     ap.add_argument("--batches", nargs="+", type=int, default=[32, 128, 256, 512])
     ap.add_argument("--tokens", nargs="+", type=int, default=[4, 6], help="T = 1 + drafts")
     ap.add_argument("--history-len", type=int, default=16)
@@ -48,7 +48,7 @@ def main() -> None:
             for acc in args.acceptance:
                 c = T if acc == "all" else min(int(acc), T)
                 for batch in args.batches:
-                    case = SpecCase(name, mamba2_model(name).geom, batch, T, args.history_len, c)
+                    case = SpecCase(name, model(name).geom, batch, T, args.history_len, c)
                     rig = make_spec_rig(case)
                     rep = rig.time_us(rig.replay_fn(args.steps), args.steps, args.replays)
                     std = rig.time_us(rig.standard_fn(args.steps), args.steps, args.replays)

@@ -1,0 +1,177 @@
+"""Speculative decode, kernel level: replay verify + commit vs the standard spec step.
+
+A run is ``steps`` verify steps over every rotated layer with a fixed acceptance pattern
+(tokens accepted per step, bonus included), the cursors reset at its start so every graph
+replay sees the same flushes. The standard path verifies writing T intermediate states per
+layer and promotes the accepted one. Results are per layer-step and per accepted token;
+``ar_fn`` times one token of standard autoregressive decode for the comparison.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Union
+
+import torch
+
+from .._runtime import default_device
+from ..cache import GDNGeometry, Mamba2Geometry
+from ..ops.gdn import fused_sigmoid_gating_delta_rule_update
+from ..ops.gdn.spec import gdn_replayssm_spec_decode
+from ..ops.gdn.spec_standard import gdn_spec_standard
+from ..ops.mamba2 import selective_state_update
+from ..ops.mamba2.spec import (
+    commit_replayssm_spec,
+    reset_replayssm_spec_cursors,
+    ring_capacity,
+    selective_state_update_replayssm_spec,
+)
+from ..ops.mamba2.spec_standard import promote_spec_state, selective_state_update_spec_standard
+from .timing import capture, layers_for_cold_l2, time_graph_ms
+
+
+def state_shape(geom: Union[Mamba2Geometry, GDNGeometry]) -> tuple:
+    if isinstance(geom, GDNGeometry):
+        return (geom.num_v_heads, geom.head_v_dim, geom.head_k_dim)
+    return (geom.nheads, geom.headdim, geom.dstate)
+
+
+@dataclass(frozen=True)
+class SpecCase:
+    model: str
+    geom: Union[Mamba2Geometry, GDNGeometry]
+    batch: int
+    num_tokens: int  # T = 1 + drafts
+    history_len: int  # Bh
+    accepted: int  # tokens accepted per step, bonus included (1..T)
+    state_dtype: torch.dtype = torch.float32
+    act_dtype: torch.dtype = torch.bfloat16
+
+    @property
+    def state_bytes(self) -> int:
+        n = 1
+        for s in state_shape(self.geom):
+            n *= s
+        return self.batch * n * torch.empty((), dtype=self.state_dtype).element_size()
+
+
+class SpecRig:
+    """Layers, cursors and timing shared by the families; subclasses allocate the rings and
+    step inputs and implement the three per-layer launches."""
+
+    def __init__(self, case: SpecCase, n_layers: int, device: Optional[str] = None, seed: int = 0):
+        self.dev = dev = device or default_device()
+        torch.manual_seed(seed)
+        Bz, T = case.batch, case.num_tokens
+        self.case, self.n_layers, self.buf = case, n_layers, ring_capacity(T, case.history_len)
+        self.state = torch.randn(n_layers, Bz, *state_shape(case.geom), device=dev).to(case.state_dtype)
+        self.inter = torch.empty(n_layers, Bz, T, *state_shape(case.geom), device=dev, dtype=case.state_dtype)
+        self.wp = torch.zeros(Bz, dtype=torch.int32, device=dev)
+        self.origin = torch.zeros_like(self.wp)
+        self.flush = torch.zeros(Bz, dtype=torch.int8, device=dev)
+        self.slots = torch.arange(Bz, dtype=torch.int32, device=dev)
+        self.accepted = torch.full((Bz,), case.accepted, dtype=torch.int32, device=dev)
+
+    def cursors(self) -> dict:
+        return dict(write_pos=self.wp, origin=self.origin, is_flush=self.flush, history_len=self.case.history_len)
+
+    def replay_layer(self, i: int) -> None:
+        raise NotImplementedError
+
+    def standard_layer(self, i: int) -> None:
+        raise NotImplementedError
+
+    def ar_layer(self, i: int) -> None:
+        raise NotImplementedError
+
+    def replay_fn(self, steps: int) -> Callable[[], None]:
+        c = self.case
+
+        def run():
+            reset_replayssm_spec_cursors(self.wp, self.origin, self.flush, self.slots, c.num_tokens, c.history_len)
+            for _ in range(steps):
+                for i in range(self.n_layers):
+                    self.replay_layer(i)
+                commit_replayssm_spec(self.wp, self.origin, self.flush, self.accepted, c.num_tokens, c.history_len,
+                                      self.slots)
+        return run
+
+    def standard_fn(self, steps: int) -> Callable[[], None]:
+        def run():
+            for _ in range(steps):
+                for i in range(self.n_layers):
+                    self.standard_layer(i)
+                    promote_spec_state(self.state[i], self.inter[i], self.accepted, self.slots)
+        return run
+
+    def ar_fn(self, steps: int) -> Callable[[], None]:
+        def run():
+            for _ in range(steps):
+                for i in range(self.n_layers):
+                    self.ar_layer(i)
+        return run
+
+    def time_us(self, fn: Callable[[], None], steps: int, replays: int = 20) -> float:
+        """Median microseconds per layer-step."""
+        return time_graph_ms(capture(fn), replays) * 1e3 / (steps * self.n_layers)
+
+
+class Mamba2SpecRig(SpecRig):
+    def __init__(self, case: SpecCase, n_layers: int, device: Optional[str] = None, seed: int = 0):
+        super().__init__(case, n_layers, device, seed)
+        g, Bz, T, a, dev, buf = case.geom, case.batch, case.num_tokens, case.act_dtype, self.dev, self.buf
+        H, P, N, G = g.nheads, g.headdim, g.dstate, g.ngroups
+        self.x_ring = torch.randn(n_layers, Bz, H, buf, P, device=dev).to(a)
+        self.dt_ring = torch.rand(n_layers, Bz, H, buf, device=dev) * 0.1
+        self.B_ring = torch.randn(n_layers, Bz, G, buf, N, device=dev).to(a)
+        self.step = dict(x=torch.randn(Bz, T, H, P, device=dev, dtype=a), dt=torch.randn(Bz, T, H, device=dev, dtype=a),
+                         A=-torch.rand(H, device=dev) - 0.5, B=torch.randn(Bz, T, G, N, device=dev, dtype=a),
+                         C=torch.randn(Bz, T, G, N, device=dev, dtype=a), D=torch.randn(H, device=dev),
+                         z=torch.randn(Bz, T, H, P, device=dev, dtype=a), dt_bias=torch.randn(H, device=dev),
+                         dt_softplus=True, state_batch_indices=self.slots,
+                         out=torch.empty(Bz, T, H, P, device=dev, dtype=a))
+        self.ar_step = {k: (v[:, 0] if k in ("x", "dt", "B", "C", "z", "out") else v) for k, v in self.step.items()}
+
+    def replay_layer(self, i: int) -> None:
+        selective_state_update_replayssm_spec(self.state[i], **self.step, x_ring=self.x_ring[i],
+                                              dt_ring=self.dt_ring[i], B_ring=self.B_ring[i], **self.cursors())
+
+    def standard_layer(self, i: int) -> None:
+        selective_state_update_spec_standard(self.state[i], **self.step, intermediate_states=self.inter[i])
+
+    def ar_layer(self, i: int) -> None:
+        selective_state_update(self.state[i], **self.ar_step)
+
+
+class GDNSpecRig(SpecRig):
+    def __init__(self, case: SpecCase, n_layers: int, device: Optional[str] = None, seed: int = 0):
+        super().__init__(case, n_layers, device, seed)
+        g, Bz, T, a, dev, buf = case.geom, case.batch, case.num_tokens, case.act_dtype, self.dev, self.buf
+        H, HV, K, V = g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim
+        self.state.mul_(0.1)
+        self.d_ring = torch.randn(n_layers, Bz, HV, buf, V, device=dev)
+        self.k_ring = torch.randn(n_layers, Bz, H, buf, K, device=dev) * K ** -0.5
+        self.g_ring = -torch.rand(n_layers, Bz, HV, buf, device=dev) * 0.1
+        self.step = dict(q=torch.randn(Bz, T, H, K, device=dev, dtype=a), k=torch.randn(Bz, T, H, K, device=dev, dtype=a),
+                         v=torch.randn(Bz, T, HV, V, device=dev, dtype=a), a=torch.randn(Bz, T, HV, device=dev, dtype=a),
+                         b=torch.randn(Bz, T, HV, device=dev, dtype=a), A_log=torch.rand(HV, device=dev).log(),
+                         dt_bias=torch.randn(HV, device=dev), initial_state_indices=self.slots,
+                         out=torch.empty(Bz, T, HV, V, device=dev, dtype=a))
+        self.ar_step = {k: (v[:, 0] if k in ("q", "k", "v", "a", "b", "out") else v) for k, v in self.step.items()}
+
+    def replay_layer(self, i: int) -> None:
+        gdn_replayssm_spec_decode(self.state[i], **self.step, d_ring=self.d_ring[i], k_ring=self.k_ring[i],
+                                  g_ring=self.g_ring[i], **self.cursors())
+
+    def standard_layer(self, i: int) -> None:
+        gdn_spec_standard(self.state[i], **self.step, intermediate_states=self.inter[i])
+
+    def ar_layer(self, i: int) -> None:
+        fused_sigmoid_gating_delta_rule_update(self.state[i], **self.ar_step)
+
+
+def make_spec_rig(case: SpecCase) -> SpecRig:
+    # The intermediate states make the standard path's footprint (T + 1) x the state.
+    per_layer = case.state_bytes * (case.num_tokens + 1)
+    n_layers = layers_for_cold_l2(per_layer) if torch.cuda.is_available() else 2
+    return (GDNSpecRig if isinstance(case.geom, GDNGeometry) else Mamba2SpecRig)(case, n_layers)

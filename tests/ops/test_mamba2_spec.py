@@ -147,3 +147,20 @@ def test_standard_spec_baseline_with_promote():
         for s in (3, 1):
             assert rel_err(state[s].cpu(), ref[s][0]) <= 2e-5
     assert torch.equal(state[[0, 2, 4]], untouched)
+
+
+def test_bad_slot_or_cursor_gives_nan_and_changes_nothing():
+    H, P, N, G, T, Bh = GEOM.nheads, GEOM.headdim, GEOM.dstate, GEOM.ngroups, 2, 4
+    buf = ring_capacity(T, Bh)
+    state = torch.randn(3, H, P, N, device=DEVICE)
+    rings = dict(x_ring=torch.zeros(3, H, buf, P, device=DEVICE), dt_ring=torch.zeros(3, H, buf, device=DEVICE),
+                 B_ring=torch.zeros(3, G, buf, N, device=DEVICE))
+    wp = torch.tensor([0, Bh + 1, 0], dtype=torch.int32, device=DEVICE)  # slot 1: drafts would overflow the ring
+    cur = dict(write_pos=wp, origin=torch.zeros_like(wp), is_flush=torch.zeros(3, dtype=torch.int8, device=DEVICE))
+    before = state.clone()
+    out = selective_state_update_replayssm_spec(
+        state, torch.randn(3, T, H, P, device=DEVICE), torch.randn(3, T, H, device=DEVICE), -torch.rand(H, device=DEVICE),
+        torch.randn(3, T, G, N, device=DEVICE), torch.randn(3, T, G, N, device=DEVICE),
+        state_batch_indices=torch.tensor([0, 1, 7], dtype=torch.int32, device=DEVICE), history_len=Bh, **rings, **cur)
+    assert not torch.isnan(out[0]).any() and torch.isnan(out[1]).all() and torch.isnan(out[2]).all()
+    assert torch.equal(state, before) and torch.equal(rings["x_ring"][1:], torch.zeros_like(rings["x_ring"][1:]))

@@ -35,3 +35,27 @@ def store_nan_heads(out_ptr, offs_p, mask_p, pid_b, pid_hg, nheads, stride_out_b
         pid_h = pid_hg * HEADS_PER_PROG + hh
         if pid_h < nheads:
             store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
+
+
+@triton.jit
+def load_spec_row(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, pid_b, num_slots, num_tokens, capacity,
+                  pad_slot_id, HAS_SLOT_IDX: tl.constexpr, BUF: tl.constexpr):
+    """Slot and circular-ring cursors of batch row ``pid_b`` for a speculative verify:
+    ``(slot, wp, origin, is_flush, is_pad, is_bad)``; ``is_bad`` covers a slot out of the
+    pool and cursors that would put the T drafts outside the ring."""
+    slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
+    ok = (slot >= 0) & (slot < num_slots)
+    wp = tl.load(wp_ptr + slot, mask=ok, other=0)
+    origin = tl.load(origin_ptr + slot, mask=ok, other=0)
+    is_flush = tl.load(flush_ptr + slot, mask=ok, other=0) != 0
+    is_bad = is_bad | (wp < 0) | (wp + num_tokens > capacity) | (origin < 0) | (origin >= BUF)
+    return slot, wp, origin, is_flush, is_pad, is_bad
+
+
+@triton.jit
+def store_nan_tokens(out_ptr, offs, mask, pid_b, pid_h, stride_out_b, stride_out_t, stride_out_h, num_tokens,
+                     BLOCK_T: tl.constexpr):
+    """NaN outputs for the T tokens of an invalid row of a speculative verify."""
+    for t in tl.static_range(BLOCK_T):
+        if t < num_tokens:
+            store_nan_output(out_ptr + t * stride_out_t, offs, mask, pid_b, pid_h, stride_out_b, stride_out_h)

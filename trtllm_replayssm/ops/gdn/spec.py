@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_tensor
-from ..common import load_slot, store_nan_output
+from ..common import load_spec_row, store_nan_tokens
 from ..mamba2.spec import _check_cursors, _check_spec_sizes, ring_capacity
 from .step_inputs import parse_gdn_step
 
@@ -58,22 +58,15 @@ def _gdn_spec_verify_kernel(
     mask_k = offs_k < head_k_dim
     mask_t = offs_t < num_tokens
 
-    slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
+    slot, wp, origin, is_flush, is_pad, is_bad = load_spec_row(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, pid_b,
+                                                               num_slots, num_tokens, capacity, pad_slot_id,
+                                                               HAS_SLOT_IDX, BUF)
     if is_pad:
         return
     if is_bad:
-        for t in tl.static_range(BLOCK_T):
-            if t < num_tokens:
-                store_nan_output(out_ptr + t * stride_out_t, offs_v, mask_v, pid_b, hv, stride_out_b, stride_out_h)
+        store_nan_tokens(out_ptr, offs_v, mask_v, pid_b, hv, stride_out_b, stride_out_t, stride_out_h, num_tokens,
+                         BLOCK_T)
         return
-    wp = tl.load(wp_ptr + slot)
-    origin = tl.load(origin_ptr + slot)
-    if (wp < 0) | (wp + num_tokens > capacity) | (origin < 0) | (origin >= BUF):
-        for t in tl.static_range(BLOCK_T):
-            if t < num_tokens:
-                store_nan_output(out_ptr + t * stride_out_t, offs_v, mask_v, pid_b, hv, stride_out_b, stride_out_h)
-        return
-    is_flush = tl.load(flush_ptr + slot) != 0
     h = hv // v_heads_per_k_head
 
     # Drafts: normalised q (scaled) and k [T, K], v [T, V], gates [T].

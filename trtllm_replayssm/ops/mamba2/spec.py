@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_tensor
-from ..common import load_slot, store_nan_output
+from ..common import load_spec_row, store_nan_tokens
 from .step_inputs import parse_mamba2_step
 
 MAX_T = 8
@@ -65,22 +65,15 @@ def _spec_verify_kernel(
     mask_n = offs_n < dstate
     mask_t = offs_t < num_tokens
 
-    slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
+    slot, wp, origin, is_flush, is_pad, is_bad = load_spec_row(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, pid_b,
+                                                               num_slots, num_tokens, capacity, pad_slot_id,
+                                                               HAS_SLOT_IDX, BUF)
     if is_pad:
         return
     if is_bad:
-        for t in tl.static_range(BLOCK_T):
-            if t < num_tokens:
-                store_nan_output(out_ptr + t * stride_out_t, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
+        store_nan_tokens(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_t, stride_out_h, num_tokens,
+                         BLOCK_T)
         return
-    wp = tl.load(wp_ptr + slot)
-    origin = tl.load(origin_ptr + slot)
-    if (wp < 0) | (wp + num_tokens > capacity) | (origin < 0) | (origin >= BUF):
-        for t in tl.static_range(BLOCK_T):
-            if t < num_tokens:
-                store_nan_output(out_ptr + t * stride_out_t, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
-        return
-    is_flush = tl.load(flush_ptr + slot) != 0
     g = pid_h // heads_per_group
     A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
 

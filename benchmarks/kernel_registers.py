@@ -25,12 +25,13 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from trtllm_replayssm.benchmarking import gdn_ar, mamba2_ar  # noqa: E402
-from trtllm_replayssm.ops.gdn import replay as gdn_replay, standard as gdn_standard  # noqa: E402
-from trtllm_replayssm.ops.mamba2 import replay as m2_replay, standard as m2_standard  # noqa: E402
+from trtllm_replayssm.benchmarking.spec import SPEC_CANDIDATES  # noqa: E402
+from trtllm_replayssm.ops.gdn import replay as gdn_replay, spec as gdn_spec, standard as gdn_standard  # noqa: E402
+from trtllm_replayssm.ops.mamba2 import replay as m2_replay, spec as m2_spec, standard as m2_standard  # noqa: E402
 
 PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
 ACT_PTRS = {"x_ptr", "dt_ptr", "B_ptr", "C_ptr", "z_ptr", "out_ptr", "x_cache_ptr", "B_cache_ptr",
-            "q_ptr", "k_ptr", "v_ptr", "a_ptr", "b_ptr"}
+            "q_ptr", "k_ptr", "v_ptr", "a_ptr", "b_ptr", "x_ring_ptr", "B_ring_ptr"}
 FLOAT_SCALARS = {"scale", "softplus_beta", "softplus_threshold"}
 NOT_ALIGNED = {"stride_A_h", "stride_dtb_h", "stride_D_h", "stride_D_p", "stride_dt_h", "stride_a_h", "stride_b_h"}
 
@@ -96,13 +97,28 @@ def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16):
                 fn, c = gdn_replay._gdn_replay_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, FLUSH_ALL=kernel == "always_flush", MODE=modes[kernel],
                     BLOCK_V=cfg.block_p, BLOCK_L=L, FOLD_CHUNK=cfg.fold_chunk,
+                    FOLD_DOT=bool(cfg.fold_dot) and kernel == "fold", DOT_PRECISION="tf32x3",
                     HEADS_PER_PROG=cfg.heads_per_prog if kernel == "fold" else 1)
             yield ["gdn", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype)]
 
 
+def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
+    """Speculative verify kernels, Super (P 64, N 128) and Qwen3.5 (K = V = 128) tiles."""
+    buf = m2_spec.ring_capacity(T, history_len)
+    common = dict(HAS_SLOT_IDX=True, BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf, DOT_PRECISION="tf32x3")
+    for cfg in SPEC_CANDIDATES:
+        c = dict(common, HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, DT_SOFTPLUS=True, NUM_TOKENS=T,
+                 BLOCK_P=min(cfg.block_p, 64), BLOCK_N=128, USE_DOT=True)
+        yield ["mamba2", f"spec T={T}", str(cfg), registers(m2_spec._spec_verify_kernel, c, cfg.num_warps, state_dtype)]
+    for cfg in SPEC_CANDIDATES:
+        c = dict(common, USE_QK_L2NORM=True, BLOCK_V=cfg.block_p, BLOCK_K=128, USE_DOT=True)
+        yield ["gdn", f"spec T={T}", str(cfg), registers(gdn_spec._gdn_spec_verify_kernel, c, cfg.num_warps,
+                                                         state_dtype)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--family", choices=["mamba2", "gdn", "all"], default="all")
+    ap.add_argument("--family", choices=["mamba2", "gdn", "spec", "all"], default="all")
     ap.add_argument("--state-dtype", choices=["fp32", "bf16"], default="fp32")
     args = ap.parse_args()
     rows = []
@@ -110,6 +126,8 @@ def main() -> None:
         rows += list(mamba2_rows(args.state_dtype))
     if args.family in ("gdn", "all"):
         rows += list(gdn_rows(args.state_dtype))
+    if args.family in ("spec", "all"):
+        rows += list(spec_rows(args.state_dtype))
     print(tabulate(rows, headers=["family", "kernel", "launch config", f"sm_90, {args.state_dtype} state"]))
 
 

@@ -7,6 +7,7 @@ import trtllm_replayssm as rs
 from gdn_harness import GDNScenario, run_gdn_replay, run_gdn_standard
 from mamba2_harness import DEVICE, SLOTS
 from trtllm_replayssm.cache import GDNGeometry, GDNReplayCache
+from trtllm_replayssm.ops.launch import LaunchConfig
 
 GEOM = GDNGeometry(num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=16)
 
@@ -42,9 +43,13 @@ def test_always_flush_and_force_flush():
     run_gdn_replay(GDNScenario(GEOM, 8, seed=5), cycles(8), force_flush_at={2: [0], 5: [2, 3]})
 
 
-def test_fold_launch_over_several_heads():
-    from trtllm_replayssm.ops.launch import LaunchConfig
+def test_fold_as_one_matmul():
+    """``fold_dot``: the flush folds the ring with one tl.dot (needs V, K, L >= 16)."""
+    geom = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=16)
+    run_gdn_replay(GDNScenario(geom, 16, seed=8), 2 * 16 + 3, fold_config=LaunchConfig(16, 2, fold_dot=1))
 
+
+def test_fold_launch_over_several_heads():
     run_gdn_replay(GDNScenario(GEOM, 4, seed=6), cycles(4), fold_config=LaunchConfig(16, 2, heads_per_prog=3))
 
 

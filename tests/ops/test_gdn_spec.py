@@ -4,7 +4,9 @@ as ``test_mamba2_spec``)."""
 import pytest
 import torch
 
+from conftest import requires_cuda
 from mamba2_harness import DEVICE, rel_err, same_bits, tolerance
+from trtllm_replayssm.benchmarking.spec import SPEC_CANDIDATES
 from trtllm_replayssm.cache import GDNGeometry
 from trtllm_replayssm.ops.gdn.naive import gdn_step_ref, l2norm
 from trtllm_replayssm.ops.gdn.spec import gdn_replayssm_spec_decode
@@ -14,9 +16,9 @@ GEOM = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=16)
 PAD = -1
 
 
-def run_gdn_spec_fuzz(T, Bh, steps, seed=0, corrupt_at=None):
+def run_gdn_spec_fuzz(T, Bh, steps, seed=0, corrupt_at=None, geom=GEOM, config=None):
     g = torch.Generator().manual_seed(seed)
-    H, HV, K, V = GEOM.num_k_heads, GEOM.num_v_heads, GEOM.head_k_dim, GEOM.head_v_dim
+    H, HV, K, V = geom.num_k_heads, geom.num_v_heads, geom.head_k_dim, geom.head_v_dim
     slots_n, buf = 5, ring_capacity(T, Bh)
     i32 = dict(dtype=torch.int32, device=DEVICE)
     state = (torch.randn(slots_n, HV, V, K, generator=g) * 0.3).to(DEVICE)
@@ -45,7 +47,7 @@ def run_gdn_spec_fuzz(T, Bh, steps, seed=0, corrupt_at=None):
         gdn_replayssm_spec_decode(state, q.to(DEVICE), k.to(DEVICE), v.to(DEVICE), a.to(DEVICE), b.to(DEVICE),
                                   A_log.to(DEVICE), dt_bias.to(DEVICE), initial_state_indices=slot_idx, pad_slot_id=PAD,
                                   out=out, d_ring=d_ring, k_ring=k_ring, g_ring=g_ring, write_pos=wp, origin=origin,
-                                  is_flush=flush, history_len=Bh)
+                                  is_flush=flush, history_len=Bh, config=config)
         accepted = torch.randint(1, T + 1, (n,), generator=g, dtype=torch.int32)
         for r, s in enumerate(rows):
             if s == PAD:
@@ -76,6 +78,16 @@ def test_rollback_fuzz():
 @pytest.mark.parametrize("T,Bh", [(2, 2), (4, 4), (8, 8), (8, 24)])
 def test_fuzz_sizes(T, Bh):
     flushes = run_gdn_spec_fuzz(T=T, Bh=Bh, steps=20, seed=T + Bh)
+    assert min(flushes.values()) >= 1, flushes
+
+
+@requires_cuda
+@pytest.mark.parametrize("config", SPEC_CANDIDATES, ids=str)
+def test_cuda_real_shapes_every_candidate(config):
+    """Qwen3.5's head shape (K = V = 128) with every tuning candidate: the matmul fold
+    (tf32x3) on the GPU, flushes included."""
+    geom = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=128, head_v_dim=128)
+    flushes = run_gdn_spec_fuzz(T=4, Bh=16, steps=12, geom=geom, config=config)
     assert min(flushes.values()) >= 1, flushes
 
 

@@ -9,7 +9,9 @@ at different fill levels, one row is padding, a row moves to a fresh slot mid-ru
 import pytest
 import torch
 
+from conftest import requires_cuda
 from mamba2_harness import DEVICE, rel_err, same_bits, tolerance
+from trtllm_replayssm.benchmarking.spec import SPEC_CANDIDATES
 from trtllm_replayssm.cache import Mamba2Geometry
 from trtllm_replayssm.ops.mamba2.naive import mamba2_step_ref
 from trtllm_replayssm.ops.mamba2.spec import (
@@ -23,9 +25,10 @@ GEOM = Mamba2Geometry(nheads=2, headdim=16, dstate=16, ngroups=1)
 PAD = -1
 
 
-def run_spec_fuzz(T: int, Bh: int, steps: int, seed: int = 0, corrupt_at=None, move_row_at=None):
+def run_spec_fuzz(T: int, Bh: int, steps: int, seed: int = 0, corrupt_at=None, move_row_at=None, geom=GEOM,
+                  config=None):
     g = torch.Generator().manual_seed(seed)
-    H, P, N, G = GEOM.nheads, GEOM.headdim, GEOM.dstate, GEOM.ngroups
+    H, P, N, G = geom.nheads, geom.headdim, geom.dstate, geom.ngroups
     slots_n, buf = 6, ring_capacity(T, Bh)
     i32 = dict(dtype=torch.int32, device=DEVICE)
     state = torch.randn(slots_n, H, P, N, generator=g).to(DEVICE)
@@ -65,7 +68,7 @@ def run_spec_fuzz(T: int, Bh: int, steps: int, seed: int = 0, corrupt_at=None, m
             state, x.to(DEVICE), dt.to(DEVICE), A.to(DEVICE), Bm.to(DEVICE), Cm.to(DEVICE), D=D.to(DEVICE),
             z=z.to(DEVICE), dt_bias=dt_bias.to(DEVICE), dt_softplus=True, state_batch_indices=slot_idx,
             pad_slot_id=PAD, out=out, x_ring=x_ring, dt_ring=dt_ring, B_ring=B_ring, write_pos=wp, origin=origin,
-            is_flush=flush, history_len=Bh)
+            is_flush=flush, history_len=Bh, config=config)
         accepted = torch.randint(1, T + 1, (len(rows),), generator=g, dtype=torch.int32)
         for r, s in enumerate(rows):
             if s == PAD:
@@ -96,6 +99,16 @@ def test_rollback_fuzz_200_steps():
 @pytest.mark.parametrize("T,Bh", [(2, 2), (2, 16), (4, 4), (4, 24), (8, 8), (8, 16)])
 def test_fuzz_sizes(T, Bh):
     flushes = run_spec_fuzz(T=T, Bh=Bh, steps=24, seed=T * 100 + Bh)
+    assert min(flushes.values()) >= 1, flushes
+
+
+@requires_cuda
+@pytest.mark.parametrize("config", SPEC_CANDIDATES, ids=str)
+def test_cuda_real_shapes_every_candidate(config):
+    """Super's head shape (P 64, N 128) with every tuning candidate: the matmul fold
+    (tf32x3) on the GPU, flushes included."""
+    flushes = run_spec_fuzz(T=4, Bh=16, steps=12, geom=Mamba2Geometry(nheads=4, headdim=64, dstate=128, ngroups=2),
+                            config=config)
     assert min(flushes.values()) >= 1, flushes
 
 

@@ -15,6 +15,7 @@ from typing import Callable, Optional, Union
 import torch
 
 from .._runtime import default_device
+from ..ops.launch import LaunchConfig
 from ..cache import GDNGeometry, Mamba2Geometry
 from ..ops.gdn import fused_sigmoid_gating_delta_rule_update
 from ..ops.gdn.spec import gdn_replayssm_spec_decode
@@ -27,7 +28,12 @@ from ..ops.mamba2.spec import (
     selective_state_update_replayssm_spec,
 )
 from ..ops.mamba2.spec_standard import promote_spec_state, selective_state_update_spec_standard
+from .rig import best_config
 from .timing import capture, layers_for_cold_l2, time_graph_ms
+
+
+# Verify-kernel launch configs tried per case: (rows of headdim / of V per program, warps).
+SPEC_CANDIDATES = [LaunchConfig(*c) for c in [(16, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8)]]
 
 
 def state_shape(geom: Union[Mamba2Geometry, GDNGeometry]) -> tuple:
@@ -71,6 +77,7 @@ class SpecRig:
         self.flush = torch.zeros(Bz, dtype=torch.int8, device=dev)
         self.slots = torch.arange(Bz, dtype=torch.int32, device=dev)
         self.accepted = torch.full((Bz,), case.accepted, dtype=torch.int32, device=dev)
+        self.config: Optional[LaunchConfig] = None  # the verify kernel's launch config (None: its default)
 
     def cursors(self) -> dict:
         return dict(write_pos=self.wp, origin=self.origin, is_flush=self.flush, history_len=self.case.history_len)
@@ -134,7 +141,7 @@ class Mamba2SpecRig(SpecRig):
 
     def replay_layer(self, i: int) -> None:
         selective_state_update_replayssm_spec(self.state[i], **self.step, x_ring=self.x_ring[i],
-                                              dt_ring=self.dt_ring[i], B_ring=self.B_ring[i], **self.cursors())
+                                              dt_ring=self.dt_ring[i], B_ring=self.B_ring[i], **self.cursors(), config=self.config)
 
     def standard_layer(self, i: int) -> None:
         selective_state_update_spec_standard(self.state[i], **self.step, intermediate_states=self.inter[i])
@@ -161,7 +168,7 @@ class GDNSpecRig(SpecRig):
 
     def replay_layer(self, i: int) -> None:
         gdn_replayssm_spec_decode(self.state[i], **self.step, d_ring=self.d_ring[i], k_ring=self.k_ring[i],
-                                  g_ring=self.g_ring[i], **self.cursors())
+                                  g_ring=self.g_ring[i], **self.cursors(), config=self.config)
 
     def standard_layer(self, i: int) -> None:
         gdn_spec_standard(self.state[i], **self.step, intermediate_states=self.inter[i])
@@ -175,3 +182,17 @@ def make_spec_rig(case: SpecCase) -> SpecRig:
     per_layer = case.state_bytes * (case.num_tokens + 1)
     n_layers = layers_for_cold_l2(per_layer) if torch.cuda.is_available() else 2
     return (GDNSpecRig if isinstance(case.geom, GDNGeometry) else Mamba2SpecRig)(case, n_layers)
+
+
+def tune_verify_config(case: SpecCase, steps: int, replays: int = 20, limit: Optional[int] = None) -> dict:
+    """The fastest verify-kernel config for ``case`` (``best_config``'s dict)."""
+    rig = make_spec_rig(case)
+
+    def time_config(cfg: LaunchConfig) -> float:
+        rig.config = cfg
+        return rig.time_us(rig.replay_fn(steps), steps, replays)
+
+    try:
+        return best_config(time_config, SPEC_CANDIDATES[:limit])
+    finally:
+        del rig

@@ -5,6 +5,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .._runtime import INTERPRETED
+
+# Folds done as one matmul stay fp32-accurate on the GPU (tf32x3); the interpreter has ieee.
+DOT_PRECISION = "ieee" if INTERPRETED else "tf32x3"
+
 
 @triton.jit
 def load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX: tl.constexpr):
@@ -59,3 +64,21 @@ def store_nan_tokens(out_ptr, offs, mask, pid_b, pid_h, stride_out_b, stride_out
     for t in tl.static_range(BLOCK_T):
         if t < num_tokens:
             store_nan_output(out_ptr + t * stride_out_t, offs, mask, pid_b, pid_h, stride_out_b, stride_out_h)
+
+
+@triton.jit
+def small_matmul(a, b, USE_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """``a [M, J] @ b [J, N]`` in fp32: one ``tl.dot`` where every side is >= 16 (the
+    callers pass ``USE_DOT``), else a broadcast product summed over J (tiny tiles, e.g. in
+    the interpreter on small shapes)."""
+    if USE_DOT:
+        return tl.dot(a, b, input_precision=DOT_PRECISION)
+    else:
+        return tl.sum(a[:, :, None] * b[None, :, :], axis=1)
+
+
+@triton.jit
+def ring_positions(origin, BUF: tl.constexpr):
+    """Logical ring positions ``0..BUF-1`` and their physical indices on a circular ring."""
+    offs_l = tl.arange(0, BUF)
+    return offs_l, (origin + offs_l) & (BUF - 1)

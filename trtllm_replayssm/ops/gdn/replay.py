@@ -26,7 +26,7 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_tensor
-from ..common import load_slot, store_nan_heads
+from ..common import DOT_PRECISION, load_slot, store_nan_heads
 from ..launch import LaunchConfig, grid, select_config, select_route
 from ._common import delta_rule_step, load_gates, load_qk
 from .step_inputs import GDNStep, check_gdn_state_pool, parse_gdn_step
@@ -52,7 +52,7 @@ def _gdn_replay_kernel(
     USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr,
     FLUSH_ALL: tl.constexpr, MODE: tl.constexpr,
     BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_L: tl.constexpr, FOLD_CHUNK: tl.constexpr,
-    HEADS_PER_PROG: tl.constexpr,
+    FOLD_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
 ):
     pid_v = tl.program_id(0)
     pid_hg = tl.program_id(1)
@@ -108,27 +108,21 @@ def _gdn_replay_kernel(
             dc_base = d_cache_ptr + slot * stride_dc_slot + hv * stride_dc_h
             kc_base = k_cache_ptr + slot * stride_kc_slot + h * stride_kc_h
             gc_base = g_cache_ptr + slot * stride_gc_slot + hv * stride_gc_h
+            # The ring as whole tiles: every load independent and issued together.
             offs_l = tl.arange(0, BLOCK_L)
-            G = tl.sum(tl.load(gc_base + offs_l, mask=offs_l < w, other=0.0), axis=0)  # sum of cached g
-            seen = G * 0.0
-
-            # The ring is walked in chunks of FOLD_CHUNK entries whose loads issue together;
-            # a chunk past w is skipped by a uniform branch (constant trip count: the
-            # interpreter cannot loop to a loaded bound).
+            mask_l = offs_l < w
+            g_hist = tl.load(gc_base + offs_l, mask=mask_l, other=0.0)
+            G = tl.sum(g_hist, axis=0)  # sum of cached g
+            decay = tl.where(mask_l, tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0)), 0.0)  # exp(G - G_j)
+            D_hist = tl.load(dc_base + offs_l[None, :] * stride_dc_l + offs_v[:, None],
+                             mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [V, L]
             if MODE == NONFLUSH:
-                Sk = tl.exp(G) * tl.sum(S0 * k[None, :], axis=1)
-                Sq = tl.exp(G) * tl.sum(S0 * q[None, :], axis=1)
-                for c in range(0, BLOCK_L // FOLD_CHUNK):
-                    if c * FOLD_CHUNK < w:
-                        for i in tl.static_range(FOLD_CHUNK):
-                            j = c * FOLD_CHUNK + i
-                            m = j < w
-                            seen += tl.load(gc_base + j, mask=m, other=0.0)
-                            decay = tl.exp(tl.minimum(G - seen, 0.0))
-                            d_j = tl.load(dc_base + j * stride_dc_l + offs_v, mask=mask_v & m, other=0.0).to(tl.float32)
-                            k_j = tl.load(kc_base + j * stride_kc_l + offs_k, mask=mask_k & m, other=0.0).to(tl.float32)
-                            Sk += (decay * tl.sum(k_j * k, axis=0)) * d_j
-                            Sq += (decay * tl.sum(k_j * q, axis=0)) * d_j
+                K_hist = tl.load(kc_base + offs_l[:, None] * stride_kc_l + offs_k[None, :],
+                                 mask=mask_l[:, None] & mask_k[None, :], other=0.0).to(tl.float32)  # [L, K]
+                Sk = tl.exp(G) * tl.sum(S0 * k[None, :], axis=1) \
+                    + tl.sum(D_hist * (decay * tl.sum(K_hist * k[None, :], axis=1))[None, :], axis=1)
+                Sq = tl.exp(G) * tl.sum(S0 * q[None, :], axis=1) \
+                    + tl.sum(D_hist * (decay * tl.sum(K_hist * q[None, :], axis=1))[None, :], axis=1)
                 d = beta * (v - alpha * Sk)
                 o = alpha * Sq + kq * d
                 w_off = w * stride_dc_l
@@ -138,17 +132,28 @@ def _gdn_replay_kernel(
                     if hv % v_heads_per_k_head == 0:  # one value head per key head appends k
                         tl.store(kc_base + w * stride_kc_l + offs_k, k.to(k_cache_ptr.dtype.element_ty), mask=mask_k)
             else:
-                S = tl.exp(G) * S0  # S_prev, w rank-1 updates (fp32 FMAs)
-                for c in range(0, BLOCK_L // FOLD_CHUNK):
-                    if c * FOLD_CHUNK < w:
-                        for i in tl.static_range(FOLD_CHUNK):
-                            j = c * FOLD_CHUNK + i
-                            m = j < w
-                            seen += tl.load(gc_base + j, mask=m, other=0.0)
-                            decay = tl.exp(tl.minimum(G - seen, 0.0))
-                            d_j = tl.load(dc_base + j * stride_dc_l + offs_v, mask=mask_v & m, other=0.0).to(tl.float32)
-                            k_j = tl.load(kc_base + j * stride_kc_l + offs_k, mask=mask_k & m, other=0.0).to(tl.float32)
-                            S += (decay * d_j)[:, None] * k_j[None, :]
+                if FOLD_DOT:
+                    # S_prev = exp(G) S_0 + (D * decay) @ K: one fp32-accurate matmul over the ring.
+                    K_hist = tl.load(kc_base + offs_l[:, None] * stride_kc_l + offs_k[None, :],
+                                     mask=mask_l[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
+                    S = tl.exp(G) * S0 + tl.dot(D_hist * decay[None, :], K_hist, input_precision=DOT_PRECISION)
+                else:
+                    # w rank-1 updates (fp32 FMAs), in chunks of FOLD_CHUNK entries loaded together;
+                    # a chunk past w is skipped by a uniform branch.
+                    S = tl.exp(G) * S0
+                    seen = G * 0.0
+                    for c in range(0, BLOCK_L // FOLD_CHUNK):
+                        if c * FOLD_CHUNK < w:
+                            for i in tl.static_range(FOLD_CHUNK):
+                                j = c * FOLD_CHUNK + i
+                                m = j < w
+                                seen += tl.load(gc_base + j, mask=m, other=0.0)
+                                coef = tl.exp(tl.minimum(G - seen, 0.0))
+                                d_j = tl.load(dc_base + j * stride_dc_l + offs_v, mask=mask_v & m,
+                                              other=0.0).to(tl.float32)
+                                k_j = tl.load(kc_base + j * stride_kc_l + offs_k, mask=mask_k & m,
+                                              other=0.0).to(tl.float32)
+                                S += (coef * d_j)[:, None] * k_j[None, :]
                 S, o = delta_rule_step(S, q, k, v, alpha, beta)
                 tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_vk)
             tl.store(out_ptr + pid_b * stride_out_b + hv * stride_out_h + offs_v, o.to(out_ptr.dtype.element_ty),
@@ -238,7 +243,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
         "output_only": [(NONFLUSH.value, pick("output_only", config)), (FOLD.value, pick("fold", fold_config))],
         "always_flush": [(FOLD.value, pick("always_flush", config))],
     }[route]
-    block_l = max(2, triton.next_power_of_2(L))
+    block_l, block_k = max(2, triton.next_power_of_2(L)), triton.next_power_of_2(step.head_k_dim)
     for mode, cfg in launches:
         hpp = cfg.heads_per_prog if mode == FOLD.value else 1
         _gdn_replay_kernel[grid(step.batch, triton.cdiv(step.num_v_heads, hpp), step.head_v_dim, cfg)](
@@ -252,7 +257,9 @@ def fused_recurrent_gated_delta_rule_replayssm(
             stride_gc_slot=g_cache.stride(0), stride_gc_h=g_cache.stride(1),
             **step.kernel_args(),
             HAS_FORCE_FLUSH=force_flush is not None, FLUSH_ALL=route == "always_flush", MODE=mode,
-            BLOCK_V=cfg.block_p, BLOCK_K=triton.next_power_of_2(step.head_k_dim), BLOCK_L=block_l,
-            FOLD_CHUNK=min(cfg.fold_chunk, block_l), HEADS_PER_PROG=hpp, num_warps=cfg.num_warps,
+            BLOCK_V=cfg.block_p, BLOCK_K=block_k, BLOCK_L=block_l,
+            FOLD_CHUNK=min(cfg.fold_chunk, block_l),
+            FOLD_DOT=bool(cfg.fold_dot) and min(cfg.block_p, block_l, block_k) >= 16, DOT_PRECISION=DOT_PRECISION,
+            HEADS_PER_PROG=hpp, num_warps=cfg.num_warps,
         )
     return step.out

@@ -17,16 +17,20 @@ On a flush step the committed history is first folded into the checkpoint and st
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import triton
 import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_tensor
-from ..common import load_spec_row, store_nan_tokens
+from ..common import DOT_PRECISION, load_spec_row, ring_positions, small_matmul, store_nan_tokens
+from ..launch import LaunchConfig
 from ..mamba2.spec import _check_cursors, _check_spec_sizes, ring_capacity
 from .step_inputs import parse_gdn_step
 
 RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+GDN_SPEC_CONFIG = LaunchConfig(block_p=32, num_warps=4)
 
 
 @triton.jit
@@ -47,6 +51,7 @@ def _gdn_spec_verify_kernel(
     scale, softplus_beta, softplus_threshold,
     USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
     BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr, BUF: tl.constexpr,
+    USE_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     pid_v = tl.program_id(0)
     hv = tl.program_id(1)
@@ -69,7 +74,7 @@ def _gdn_spec_verify_kernel(
         return
     h = hv // v_heads_per_k_head
 
-    # Drafts: normalised q (scaled) and k [T, K], v [T, V], gates [T].
+    # Drafts: normalised q (scaled) and k [T, K], v [V, T], gates [T].
     mask_tk = mask_t[:, None] & mask_k[None, :]
     Q = tl.load(q_ptr + pid_b * stride_q_b + offs_t[:, None] * stride_q_t + h * stride_q_h + offs_k[None, :],
                 mask=mask_tk, other=0.0).to(tl.float32)
@@ -92,28 +97,28 @@ def _gdn_spec_verify_kernel(
     dr_base = d_ring_ptr + slot * stride_dr_slot + hv * stride_dr_h
     kr_base = k_ring_ptr + slot * stride_kr_slot + h * stride_kr_h
     gr_base = g_ring_ptr + slot * stride_gr_slot + hv * stride_gr_h
+    # The committed history as whole tiles gathered through the circular index (all loads
+    # independent, issued together), and the checkpoint.
+    offs_l, phys_l = ring_positions(origin, BUF)
+    mask_l = offs_l < wp
+    g_hist = tl.load(gr_base + phys_l, mask=mask_l, other=0.0)  # [BUF]
+    K_hist = tl.load(kr_base + phys_l[:, None] * stride_kr_l + offs_k[None, :],
+                     mask=mask_l[:, None] & mask_k[None, :], other=0.0).to(tl.float32)  # [BUF, K]
+    D_hist = tl.load(dr_base + phys_l[None, :] * stride_dr_l + offs_v[:, None],
+                     mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [V, BUF]
     state_ptrs = (state_ptr + slot * stride_state_slot + hv * stride_state_h
                   + offs_v[:, None] * stride_state_v + offs_k[None, :])
     mask_vk = mask_v[:, None] & mask_k[None, :]
     S0 = tl.load(state_ptrs, mask=mask_vk, other=0.0).to(tl.float32)
-    offs_l = tl.arange(0, BUF)
-    G = tl.sum(tl.load(gr_base + ((origin + offs_l) & (BUF - 1)), mask=offs_l < wp, other=0.0), axis=0)
+    G = tl.sum(g_hist, axis=0)
+    decay = tl.where(mask_l, tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0)), 0.0)  # exp(G - G_j)
     if is_flush:
-        # Fold the committed history into the checkpoint and store it.
-        S0 = tl.exp(G) * S0
-        seen = G * 0.0
-        for j in range(0, BUF):
-            if j < wp:
-                phys = (origin + j) & (BUF - 1)
-                seen += tl.load(gr_base + phys)
-                d_j = tl.load(dr_base + phys * stride_dr_l + offs_v, mask=mask_v, other=0.0).to(tl.float32)
-                k_j = tl.load(kr_base + phys * stride_kr_l + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-                S0 += (tl.exp(tl.minimum(G - seen, 0.0)) * d_j)[:, None] * k_j[None, :]
+        # Fold the committed history into the checkpoint and store it; the drafts then
+        # stand on it alone.
+        S0 = tl.exp(G) * S0 + small_matmul(D_hist * decay[None, :], K_hist, USE_DOT, DOT_PRECISION)
         tl.store(state_ptrs, S0.to(state_ptr.dtype.element_ty), mask=mask_vk)
         G = G * 0.0
-        n_hist = wp * 0
-    else:
-        n_hist = wp
+        decay = decay * 0.0
 
     # S_h k_t and S_h q_t for every draft position: [V, T] each.
     SK = tl.zeros((BLOCK_V, BLOCK_T), tl.float32)
@@ -123,20 +128,12 @@ def _gdn_spec_verify_kernel(
         k_t = tl.sum(tl.where(sel, Kd, 0.0), axis=0)
         q_t = tl.sum(tl.where(sel, Q, 0.0), axis=0)
         col = offs_t[None, :] == t
-        SK += tl.where(col, tl.sum(S0 * k_t[None, :], axis=1)[:, None], 0.0)
-        SQ += tl.where(col, tl.sum(S0 * q_t[None, :], axis=1)[:, None], 0.0)
-    SK = tl.exp(G) * SK
-    SQ = tl.exp(G) * SQ
-    seen = G * 0.0
-    for j in range(0, BUF):
-        if j < n_hist:
-            phys = (origin + j) & (BUF - 1)
-            seen += tl.load(gr_base + phys)
-            decay = tl.exp(tl.minimum(G - seen, 0.0))
-            d_j = tl.load(dr_base + phys * stride_dr_l + offs_v, mask=mask_v, other=0.0).to(tl.float32)
-            k_j = tl.load(kr_base + phys * stride_kr_l + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-            SK += (decay * d_j)[:, None] * tl.sum(Kd * k_j[None, :], axis=1)[None, :]
-            SQ += (decay * d_j)[:, None] * tl.sum(Q * k_j[None, :], axis=1)[None, :]
+        sk = tl.exp(G) * tl.sum(S0 * k_t[None, :], axis=1) \
+            + tl.sum(D_hist * (decay * tl.sum(K_hist * k_t[None, :], axis=1))[None, :], axis=1)
+        sq = tl.exp(G) * tl.sum(S0 * q_t[None, :], axis=1) \
+            + tl.sum(D_hist * (decay * tl.sum(K_hist * q_t[None, :], axis=1))[None, :], axis=1)
+        SK += tl.where(col, sk[:, None], 0.0)
+        SQ += tl.where(col, sq[:, None], 0.0)
 
     # (I + M) d = r, M[t, s] = beta_t exp(A_t - A_s) (k_s . k_t) for s < t.
     KK = tl.sum(Kd[:, None, :] * Kd[None, :, :], axis=2)  # [t, s] = k_t . k_s
@@ -171,13 +168,14 @@ def _gdn_spec_verify_kernel(
 def gdn_replayssm_spec_decode(
     state, q, k, v, a, b, A_log, dt_bias, scale=None, use_qk_l2norm=True, initial_state_indices=None,
     pad_slot_id=-1, out=None, softplus_beta=1.0, softplus_threshold=20.0, *, d_ring, k_ring, g_ring,
-    write_pos, origin, is_flush, history_len: int, block_v: int = 16, num_warps: int = 4,
+    write_pos, origin, is_flush, history_len: int, config: Optional[LaunchConfig] = None,
 ) -> torch.Tensor:
     """One GDN speculative verify step: ``q, k (B, T, H, K)``, ``v (B, T, HV, V)``,
     ``a, b (B, T, HV)``; returns ``out (B, T, HV, V)``. Ring of this layer:
     ``d_ring (slots, HV, buf, V)``, ``k_ring (slots, H, buf, K)``, ``g_ring (slots, HV, buf)``
     fp32, ``buf = ring_capacity(T, history_len)``; cursors as for Mamba2, moved by
-    :func:`commit_replayssm_spec`."""
+    :func:`commit_replayssm_spec`. ``config``: rows of V per program (``block_p``) and warps
+    (default :data:`GDN_SPEC_CONFIG`)."""
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         raise ValueError("q must have shape (batch, T, num_k_heads, head_k_dim)")
     Bsz, T = q.shape[0], q.shape[1]
@@ -206,6 +204,8 @@ def gdn_replayssm_spec_decode(
     _check_cursors(write_pos, origin, is_flush, slots, q.device)
     if Bsz == 0:
         return out
+    cfg = config or GDN_SPEC_CONFIG
+    block_v, block_k = min(cfg.block_p, triton.next_power_of_2(V)), triton.next_power_of_2(K)
     _gdn_spec_verify_kernel[(triton.cdiv(V, block_v), HV, Bsz)](
         state, d_ring, k_ring, g_ring, write_pos, origin, is_flush, q, k, v, a, b, A_log, dt_bias, out,
         initial_state_indices if initial_state_indices is not None else write_pos,
@@ -217,6 +217,7 @@ def gdn_replayssm_spec_decode(
         v.stride(2), a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2),
         out.stride(0), out.stride(1), out.stride(2), step.scale, step.softplus_beta, step.softplus_threshold,
         USE_QK_L2NORM=step.use_qk_l2norm, HAS_SLOT_IDX=initial_state_indices is not None, BLOCK_V=block_v,
-        BLOCK_K=triton.next_power_of_2(K), BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf, num_warps=num_warps,
+        BLOCK_K=block_k, BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf,
+        USE_DOT=min(block_v, block_k, buf) >= 16, DOT_PRECISION=DOT_PRECISION, num_warps=cfg.num_warps,
     )
     return out

@@ -33,9 +33,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ..._runtime import INTERPRETED, device_arch
+from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_tensor
-from ..common import load_slot, store_nan_heads
+from ..common import DOT_PRECISION, load_slot, store_nan_heads
 from ._common import finish_output, load_dt
 from ..launch import LaunchConfig, grid, select_config, select_route
 from .step_inputs import Mamba2Step, check_state_pool, parse_mamba2_step
@@ -311,7 +311,7 @@ def selective_state_update_replayssm(
             **{**args, "BLOCK_L": block_l}, MODE=mode, BLOCK_P=cfg.block_p,
             FOLD_CHUNK=min(cfg.fold_chunk, block_l), FOLD_DOT=fold_dot,
             # fp32-accurate products (plain TF32 drifts ~1e-2); the interpreter has only fp32.
-            DOT_PRECISION="ieee" if INTERPRETED else "tf32x3", HEADS_PER_PROG=hpp,
+            DOT_PRECISION=DOT_PRECISION, HEADS_PER_PROG=hpp,
             num_warps=cfg.num_warps,
         )
     return step.out

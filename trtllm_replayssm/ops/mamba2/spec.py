@@ -29,11 +29,13 @@ import triton
 import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_tensor
-from ..common import load_spec_row, store_nan_tokens
+from ..common import DOT_PRECISION, load_spec_row, ring_positions, small_matmul, store_nan_tokens
+from ..launch import LaunchConfig
 from .step_inputs import parse_mamba2_step
 
 MAX_T = 8
 MAX_HISTORY = 64
+SPEC_CONFIG = LaunchConfig(block_p=32, num_warps=4)
 
 
 def ring_capacity(num_tokens: int, history_len: int) -> int:
@@ -45,15 +47,15 @@ def ring_capacity(num_tokens: int, history_len: int) -> int:
 def _spec_verify_kernel(
     state_ptr, x_ring_ptr, dt_ring_ptr, B_ring_ptr, wp_ptr, origin_ptr, flush_ptr,
     x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr,
-    num_slots, num_tokens, headdim, dstate, heads_per_group, capacity, pad_slot_id,
+    num_slots, headdim, dstate, heads_per_group, capacity, pad_slot_id,
     stride_state_slot, stride_state_h, stride_state_p,
     stride_xr_slot, stride_xr_h, stride_xr_l, stride_dtr_slot, stride_dtr_h, stride_Br_slot, stride_Br_g, stride_Br_l,
     stride_x_b, stride_x_t, stride_x_h, stride_dt_b, stride_dt_t, stride_dt_h, stride_A_h,
     stride_B_b, stride_B_t, stride_B_g, stride_C_b, stride_C_t, stride_C_g, stride_D_h, stride_D_p,
     stride_z_b, stride_z_t, stride_z_h, stride_dtb_h, stride_out_b, stride_out_t, stride_out_h,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
-    DT_SOFTPLUS: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr,
-    BUF: tl.constexpr,
+    DT_SOFTPLUS: tl.constexpr, NUM_TOKENS: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_T: tl.constexpr, BUF: tl.constexpr, USE_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -63,113 +65,94 @@ def _spec_verify_kernel(
     offs_t = tl.arange(0, BLOCK_T)
     mask_p = offs_p < headdim
     mask_n = offs_n < dstate
-    mask_t = offs_t < num_tokens
+    mask_t = offs_t < NUM_TOKENS
 
     slot, wp, origin, is_flush, is_pad, is_bad = load_spec_row(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, pid_b,
-                                                               num_slots, num_tokens, capacity, pad_slot_id,
+                                                               num_slots, NUM_TOKENS, capacity, pad_slot_id,
                                                                HAS_SLOT_IDX, BUF)
     if is_pad:
         return
     if is_bad:
-        store_nan_tokens(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_t, stride_out_h, num_tokens,
+        store_nan_tokens(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_t, stride_out_h, NUM_TOKENS,
                          BLOCK_T)
         return
     g = pid_h // heads_per_group
     A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
-
-    # Draft tokens, from the inputs (the ring copies written below are for later steps).
-    mask_pt = mask_p[:, None] & mask_t[None, :]
-    X_dr = tl.load(x_ptr + pid_b * stride_x_b + offs_t[None, :] * stride_x_t + pid_h * stride_x_h + offs_p[:, None],
-                   mask=mask_pt, other=0.0).to(tl.float32)  # [P, T]
-    C_all = tl.load(C_ptr + pid_b * stride_C_b + offs_t[:, None] * stride_C_t + g * stride_C_g + offs_n[None, :],
-                    mask=mask_t[:, None] & mask_n[None, :], other=0.0).to(tl.float32)  # [T, N]
-    dt_dr = tl.load(dt_ptr + pid_b * stride_dt_b + offs_t * stride_dt_t + pid_h * stride_dt_h, mask=mask_t,
-                    other=0.0).to(tl.float32)
-    if HAS_DT_BIAS:
-        dt_dr += tl.load(dt_bias_ptr + pid_h * stride_dtb_h).to(tl.float32)
-    if DT_SOFTPLUS:
-        dt_dr = tl.where(dt_dr <= 20.0, tl.log(1.0 + tl.exp(dt_dr)), dt_dr)
-    dt_dr = tl.where(mask_t, dt_dr, 0.0)
-    D_t = tl.cumsum(dt_dr, axis=0)  # draft dt summed up to t
-
     xr_base = x_ring_ptr + slot * stride_xr_slot + pid_h * stride_xr_h
     dtr_base = dt_ring_ptr + slot * stride_dtr_slot + pid_h * stride_dtr_h
     Br_base = B_ring_ptr + slot * stride_Br_slot + g * stride_Br_g
+
+    # Every load below is issued up front: the committed history as whole tiles (gathered
+    # through the circular index), the drafts as [P, T] / [T, N] tiles, the checkpoint.
+    offs_l, phys_l = ring_positions(origin, BUF)
+    mask_l = offs_l < wp
+    dt_hist = tl.load(dtr_base + phys_l, mask=mask_l, other=0.0)  # [BUF]
+    X_hist = tl.load(xr_base + phys_l[None, :] * stride_xr_l + offs_p[:, None],
+                     mask=mask_p[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [P, BUF]
+    B_hist = tl.load(Br_base + phys_l[:, None] * stride_Br_l + offs_n[None, :],
+                     mask=mask_l[:, None] & mask_n[None, :], other=0.0).to(tl.float32)  # [BUF, N]
+    mask_pt = mask_p[:, None] & mask_t[None, :]
+    X_dr = tl.load(x_ptr + pid_b * stride_x_b + offs_t[None, :] * stride_x_t + pid_h * stride_x_h + offs_p[:, None],
+                   mask=mask_pt, other=0.0).to(tl.float32)  # [P, T]
+    B_dr = tl.load(B_ptr + pid_b * stride_B_b + offs_t[:, None] * stride_B_t + g * stride_B_g + offs_n[None, :],
+                   mask=mask_t[:, None] & mask_n[None, :], other=0.0).to(tl.float32)  # [T, N]
+    dt_dr = tl.load(dt_ptr + pid_b * stride_dt_b + offs_t * stride_dt_t + pid_h * stride_dt_h, mask=mask_t,
+                    other=0.0).to(tl.float32)
     state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
                   + offs_p[:, None] * stride_state_p + offs_n[None, :])
     mask_pn = mask_p[:, None] & mask_n[None, :]
     S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
 
-    offs_l = tl.arange(0, BUF)
-    hist_dt = tl.load(dtr_base + ((origin + offs_l) & (BUF - 1)), mask=offs_l < wp, other=0.0)
-    H = tl.sum(hist_dt, axis=0)  # dt summed over the committed history
-    seen = H * 0.0
+    if HAS_DT_BIAS:
+        dt_dr += tl.load(dt_bias_ptr + pid_h * stride_dtb_h).to(tl.float32)
+    if DT_SOFTPLUS:
+        dt_dr = tl.where(dt_dr <= 20.0, tl.log(1.0 + tl.exp(dt_dr)), dt_dr)
+    dt_dr = tl.where(mask_t, dt_dr, 0.0)
+    D_cum = tl.cumsum(dt_dr, axis=0)  # draft dt summed up to t
+    H = tl.sum(dt_hist, axis=0)  # dt summed over the committed history
+    # coef_j = dt_j exp(A (dt summed after j)): history entry j's weight on top of S_0.
+    coef = tl.where(mask_l, dt_hist * tl.exp(tl.minimum(A * (H - tl.cumsum(dt_hist, axis=0)), 0.0)), 0.0)
     if is_flush:
-        # Fold the committed history (never the drafts) and store the new checkpoint.
-        S0 = S0 * tl.exp(tl.minimum(A * H, 0.0))
-        for j in range(0, BUF):
-            if j < wp:
-                phys = (origin + j) & (BUF - 1)
-                dt_j = tl.load(dtr_base + phys)
-                seen += dt_j
-                coef = dt_j * tl.exp(tl.minimum(A * (H - seen), 0.0))
-                x_j = tl.load(xr_base + phys * stride_xr_l + offs_p, mask=mask_p, other=0.0).to(tl.float32)
-                B_j = tl.load(Br_base + phys * stride_Br_l + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-                S0 += (coef * x_j)[:, None] * B_j[None, :]
+        # Fold only the committed history (never the drafts) and store the new checkpoint;
+        # the outputs then stand on it alone.
+        S0 = S0 * tl.exp(tl.minimum(A * H, 0.0)) + small_matmul(X_hist * coef[None, :], B_hist, USE_DOT,
+                                                               DOT_PRECISION)
         tl.store(state_ptrs, S0.to(state_ptr.dtype.element_ty), mask=mask_pn)
         H = H * 0.0
-        n_hist = wp * 0
-    else:
-        n_hist = wp
+        coef = coef * 0.0
 
-    # S_0 C_t for every draft position, one reduction per t (keeps S_0 in its blocked layout).
-    S0C = tl.zeros((BLOCK_P, BLOCK_T), tl.float32)
-    for t in tl.static_range(BLOCK_T):
-        c_t = tl.sum(tl.where(offs_t[:, None] == t, C_all, 0.0), axis=0)  # row t of C_all
-        S0C += tl.where(offs_t[None, :] == t, tl.sum(S0 * c_t[None, :], axis=1)[:, None], 0.0)
-    # History on top of the checkpoint: acc[p, t] = sum_j dt_j exp(A (H - c_j)) (B_j . C_t) x_j[p].
-    acc = tl.zeros((BLOCK_P, BLOCK_T), tl.float32)
-    seen = H * 0.0
-    for j in range(0, BUF):
-        if j < n_hist:
-            phys = (origin + j) & (BUF - 1)
-            dt_j = tl.load(dtr_base + phys)
-            seen += dt_j
-            coef = dt_j * tl.exp(tl.minimum(A * (H - seen), 0.0))
-            x_j = tl.load(xr_base + phys * stride_xr_l + offs_p, mask=mask_p, other=0.0).to(tl.float32)
-            B_j = tl.load(Br_base + phys * stride_Br_l + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-            bc = tl.sum(C_all * B_j[None, :], axis=1)  # [T]
-            acc += (coef * x_j)[:, None] * bc[None, :]
-    # Drafts d <= t.
-    accd = tl.zeros((BLOCK_P, BLOCK_T), tl.float32)
-    for d in tl.static_range(BLOCK_T):
-        if d < num_tokens:
-            x_d = tl.sum(tl.where(offs_t[None, :] == d, X_dr, 0.0), axis=1)  # [P]
-            B_d = tl.load(B_ptr + pid_b * stride_B_b + d * stride_B_t + g * stride_B_g + offs_n, mask=mask_n,
+    # Output t: exp(A (H + D_t)) S_0 C_t + exp(A D_t) sum_j coef_j (B_j . C_t) x_j
+    #           + sum_{d <= t} dt_d exp(A (D_t - D_d)) (B_d . C_t) x_d.
+    for t in tl.static_range(NUM_TOKENS):
+        c_t = tl.load(C_ptr + pid_b * stride_C_b + t * stride_C_t + g * stride_C_g + offs_n, mask=mask_n,
+                      other=0.0).to(tl.float32)
+        D_t = tl.sum(tl.where(offs_t == t, D_cum, 0.0), axis=0)
+        hist_w = coef * tl.sum(B_hist * c_t[None, :], axis=1)  # [BUF]
+        draft_w = tl.where(offs_t <= t, dt_dr * tl.exp(tl.minimum(A * (D_t - D_cum), 0.0)), 0.0) \
+            * tl.sum(B_dr * c_t[None, :], axis=1)  # [T]
+        y = (tl.exp(tl.minimum(A * (H + D_t), 0.0)) * tl.sum(S0 * c_t[None, :], axis=1)
+             + tl.exp(tl.minimum(A * D_t, 0.0)) * tl.sum(X_hist * hist_w[None, :], axis=1)
+             + tl.sum(X_dr * draft_w[None, :], axis=1))
+        x_t = tl.load(x_ptr + pid_b * stride_x_b + t * stride_x_t + pid_h * stride_x_h + offs_p, mask=mask_p,
+                      other=0.0)
+        if HAS_D:
+            y += x_t.to(tl.float32) * tl.load(D_ptr + pid_h * stride_D_h + offs_p * stride_D_p, mask=mask_p,
+                                              other=0.0).to(tl.float32)
+        if HAS_Z:
+            z_t = tl.load(z_ptr + pid_b * stride_z_b + t * stride_z_t + pid_h * stride_z_h + offs_p, mask=mask_p,
                           other=0.0).to(tl.float32)
-            dt_d = tl.sum(tl.where(offs_t == d, dt_dr, 0.0), axis=0)
-            D_d = tl.sum(tl.where(offs_t == d, D_t, 0.0), axis=0)
-            wgt = tl.where((offs_t >= d) & mask_t, dt_d * tl.exp(tl.minimum(A * (D_t - D_d), 0.0)), 0.0)
-            accd += x_d[:, None] * (wgt * tl.sum(C_all * B_d[None, :], axis=1))[None, :]
-            # Append draft d to the ring (logical wp + d) for later steps.
-            phys = (origin + wp + d) & (BUF - 1)
-            tl.store(xr_base + phys * stride_xr_l + offs_p, x_d.to(x_ring_ptr.dtype.element_ty), mask=mask_p)
-            if pid_p == 0:
-                tl.store(dtr_base + phys, dt_d)
-                if pid_h % heads_per_group == 0:
-                    tl.store(Br_base + phys * stride_Br_l + offs_n, B_d.to(B_ring_ptr.dtype.element_ty), mask=mask_n)
-
-    y = (tl.exp(tl.minimum(A * (H + D_t), 0.0))[None, :] * S0C
-         + tl.exp(tl.minimum(A * D_t, 0.0))[None, :] * acc + accd)
-    if HAS_D:
-        Dv = tl.load(D_ptr + pid_h * stride_D_h + offs_p * stride_D_p, mask=mask_p, other=0.0).to(tl.float32)
-        y += X_dr * Dv[:, None]
-    if HAS_Z:
-        Z = tl.load(z_ptr + pid_b * stride_z_b + offs_t[None, :] * stride_z_t + pid_h * stride_z_h + offs_p[:, None],
-                    mask=mask_pt, other=0.0).to(tl.float32)
-        y *= Z * tl.sigmoid(Z)
-    tl.store(out_ptr + pid_b * stride_out_b + offs_t[None, :] * stride_out_t + pid_h * stride_out_h + offs_p[:, None],
-             y.to(out_ptr.dtype.element_ty), mask=mask_pt)
+            y *= z_t * tl.sigmoid(z_t)
+        tl.store(out_ptr + pid_b * stride_out_b + t * stride_out_t + pid_h * stride_out_h + offs_p,
+                 y.to(out_ptr.dtype.element_ty), mask=mask_p)
+        # Append draft t to the ring (logical wp + t) for later steps; reads above stop at wp.
+        phys = (origin + wp + t) & (BUF - 1)
+        tl.store(xr_base + phys * stride_xr_l + offs_p, x_t.to(x_ring_ptr.dtype.element_ty), mask=mask_p)
+        if pid_p == 0:
+            tl.store(dtr_base + phys, tl.sum(tl.where(offs_t == t, dt_dr, 0.0), axis=0))
+            if pid_h % heads_per_group == 0:  # one head per group appends the shared B
+                B_t = tl.load(B_ptr + pid_b * stride_B_b + t * stride_B_t + g * stride_B_g + offs_n, mask=mask_n,
+                              other=0.0)
+                tl.store(Br_base + phys * stride_Br_l + offs_n, B_t.to(B_ring_ptr.dtype.element_ty), mask=mask_n)
 
 
 @triton.jit(do_not_specialize=["batch", "num_slots"])
@@ -224,7 +207,7 @@ def _check_spec_sizes(num_tokens: int, history_len: int) -> int:
 def selective_state_update_replayssm_spec(
     state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False, state_batch_indices=None,
     pad_slot_id=-1, out=None, *, x_ring, dt_ring, B_ring, write_pos, origin, is_flush, history_len: int,
-    block_p: int = 16, num_warps: int = 4,
+    config: Optional[LaunchConfig] = None,
 ) -> torch.Tensor:
     """One speculative verify step: ``x (B, T, H, P)``, ``dt (B, T, H)`` (or tied
     ``(B, T, H, P)``), ``B/C (B, T, G, N)``, ``z (B, T, H, P)``; returns ``out (B, T, H, P)``.
@@ -233,6 +216,7 @@ def selective_state_update_replayssm_spec(
     ``B_ring (slots, G, buf, N)`` with ``buf = ring_capacity(T, history_len)``; cursors
     ``write_pos``/``origin`` int32 and ``is_flush`` int8, ``(slots,)``, shared by all
     layers. Padding rows change nothing; a bad slot or cursor gives NaN outputs.
+    ``config``: rows of headdim per program and warps (default :data:`SPEC_CONFIG`).
     """
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         raise ValueError("x must have shape (batch, T, nheads, headdim)")
@@ -264,12 +248,14 @@ def selective_state_update_replayssm_spec(
         return out
     dt4 = dt if dt.dim() == 3 else dt[..., 0]
     Dt = step.D
+    cfg = config or SPEC_CONFIG
+    block_p, block_n = min(cfg.block_p, triton.next_power_of_2(P)), triton.next_power_of_2(N)
     _spec_verify_kernel[(triton.cdiv(P, block_p), H, Bsz)](
         state, x_ring, dt_ring, B_ring, write_pos, origin, is_flush,
         x, dt4, step.A, B, C, Dt if Dt is not None else x, z if z is not None else x,
         step.dt_bias if step.dt_bias is not None else step.A, out,
         state_batch_indices if state_batch_indices is not None else write_pos,
-        slots, T, P, N, H // G, capacity, pad_slot_id,
+        slots, P, N, H // G, capacity, pad_slot_id,
         state.stride(0), state.stride(1), state.stride(2),
         x_ring.stride(0), x_ring.stride(1), x_ring.stride(2), dt_ring.stride(0), dt_ring.stride(1),
         B_ring.stride(0), B_ring.stride(1), B_ring.stride(2),
@@ -279,9 +265,9 @@ def selective_state_update_replayssm_spec(
         z.stride(0) if z is not None else 0, z.stride(1) if z is not None else 0, z.stride(2) if z is not None else 0,
         step.dt_bias.stride(0) if step.dt_bias is not None else 0, out.stride(0), out.stride(1), out.stride(2),
         HAS_D=Dt is not None, HAS_Z=z is not None, HAS_DT_BIAS=step.dt_bias is not None,
-        HAS_SLOT_IDX=state_batch_indices is not None, DT_SOFTPLUS=bool(dt_softplus),
-        BLOCK_P=block_p, BLOCK_N=triton.next_power_of_2(N), BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf,
-        num_warps=num_warps,
+        HAS_SLOT_IDX=state_batch_indices is not None, DT_SOFTPLUS=bool(dt_softplus), NUM_TOKENS=T,
+        BLOCK_P=block_p, BLOCK_N=block_n, BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf,
+        USE_DOT=min(block_p, block_n, buf) >= 16, DOT_PRECISION=DOT_PRECISION, num_warps=cfg.num_warps,
     )
     return out
 

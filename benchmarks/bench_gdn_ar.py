@@ -93,6 +93,12 @@ def main() -> None:
                         achieved_gbps=round(case.moved_bytes_per_cycle(lc.kernel) / (t * 1e-6 * L) / 1e9, 1),
                         copy_gbps=round(copy_gbps, 1), config=lc.config.to_dict() if lc.config else None,
                         fold_config=lc.fold_config.to_dict() if lc.fold_config else None, commit=commit))
+                    if k == "output_only" and torch.cuda.is_available():  # where the cycle's time goes
+                        rec = records[-1]
+                        nf = rig.time_step_us(lc, L // 2, args.replays)
+                        rec["nonflush_us_per_step"] = round(nf, 3)
+                        rec["nonflush_read_share_of_copy"] = round(case.state_bytes / (nf * 1e-6) / 1e9 / copy_gbps, 3)
+                        rec["flush_us_per_step"] = round(rig.time_step_us(lc, L - 1, args.replays), 3)
                 rows.append([name, sd, batch, baseline, f"{us[baseline]:.1f}", f"{us['output_only']:.1f}",
                              f"{us[baseline] / us['output_only']:.2f}x", f"{us[baseline] / us['auto']:.2f}x ({auto})"])
                 print(rows[-1], f"[{time.time() - t0:.0f}s]", flush=True)

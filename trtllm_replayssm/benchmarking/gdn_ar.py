@@ -26,7 +26,7 @@ ROUTES = ("output_only", "always_flush")
 # with ptxas's register counts (sm_90, K = 128, ``benchmarks/kernel_registers.py``).
 CANDIDATES = {
     "standard": [(4, 1), (8, 1), (8, 2), (16, 2), (16, 4), (32, 4)],
-    "output_only": [(8, 1), (8, 2), (16, 2), (16, 4), (32, 4), (32, 8), (64, 8)],
+    "output_only": [(8, 1), (8, 2), (16, 2), (16, 4), (32, 4), (32, 8), (64, 8), (128, 8), (128, 16)],
     "fold": [(8, 1), (16, 2), (16, 2, 1, 1), (32, 4, 1, 1), (64, 8, 1, 1), (16, 2, 1, 1, 8), (32, 4, 1, 1, 8)],
     "always_flush": [(4, 1), (8, 1), (8, 2), (16, 2), (32, 4)],
 }
@@ -118,7 +118,8 @@ def tune_gdn_case(rig: GDNRig, replays: int = 5, limit: Optional[int] = None) ->
     hv = rig.case.geom.head_v_dim
     best = {k: best_config(lambda c: rig.time_cycle_us(Launch(k, c), replays), candidate_configs(k, hv, limit))
             for k in ("standard", "always_flush")}
-    best["fold"] = best_config(lambda c: rig.time_cycle_us(Launch("output_only", LaunchConfig(32, 1, 4), c), replays),
+    nonflush0 = LaunchConfig(16, 4)  # a spill-free non-flush tile while the fold is tuned
+    best["fold"] = best_config(lambda c: rig.time_cycle_us(Launch("output_only", nonflush0, c), replays),
                                candidate_configs("fold", hv, limit))
     fold = best["fold"]["config"]
     best["output_only"] = best_config(lambda c: rig.time_cycle_us(Launch("output_only", c, fold), replays),

@@ -11,13 +11,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def git_commit() -> str:
-    """Short hash of the checkout, or ``$REPLAYSSM_COMMIT`` where there is no git (the
-    device machine gets a copy of the working tree without ``.git``)."""
+    """``$REPLAYSSM_COMMIT`` where set (the device machine gets a copy of the working
+    tree whose ``.git``, if any, is not this checkout's), else the checkout's short hash."""
+    if os.environ.get("REPLAYSSM_COMMIT"):
+        return os.environ["REPLAYSSM_COMMIT"]
     try:
         return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
                                        stderr=subprocess.DEVNULL).strip()
     except Exception:
-        return os.environ.get("REPLAYSSM_COMMIT", "unknown")
+        return "unknown"
 
 
 def update_table(table: dict, batch: int, key_of: Callable[[str], str], best: Dict[str, Dict], route: str) -> None:

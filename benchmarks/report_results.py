@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Render the committed benchmark results as the README's Markdown tables.
+
+    python benchmarks/report_results.py mamba2_ar     # benchmarks/results/mamba2_ar.json
+    python benchmarks/report_results.py gdn_ar        # benchmarks/results/gdn_ar.json
+    python benchmarks/report_results.py spec          # benchmarks/results/spec.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from tabulate import tabulate
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def by_case(recs, *fields):
+    cases = defaultdict(dict)
+    for r in recs:
+        cases[tuple(r[f] for f in fields)][r["route"]] = r
+    return cases
+
+
+def footer(recs) -> str:
+    r0 = recs[0]
+    return (f"\n{r0['gpu']}, copy bandwidth {r0['copy_gbps']:.0f} GB/s, commit {r0['commit']}, "
+            "bf16 activations, fp32 ring, per layer-step.")
+
+
+def mamba2_ar(recs) -> None:
+    cases = by_case(recs, "model", "state_dtype", "L", "batch")
+    rows = []
+    for (model, sd, L, batch), rs in cases.items():
+        if L != 16:
+            continue
+        oo, auto = rs["output_only"], rs["auto"]
+        rows.append([model, sd, batch, f"{rs['standard']['us_per_step']:.1f}", f"{oo['us_per_step']:.1f}",
+                     f"{oo['speedup']:.2f}x", f"{rs['state_and_output']['speedup']:.2f}x",
+                     f"{auto['speedup']:.2f}x ({auto['chosen_route']})",
+                     f"{oo['nonflush_read_share_of_copy'] * 100:.0f}%"])
+    print(tabulate(rows, headers=["model", "state", "batch", "standard us", "output_only us", "output_only",
+                                  "state_and_output", "auto (route)", "non-flush read / copy BW"],
+                   tablefmt="github"))
+    print()
+    sweep = [[model, L, f"{rs['standard']['us_per_step']:.1f}", f"{rs['output_only']['us_per_step']:.1f}",
+              f"{rs['output_only']['speedup']:.2f}x"]
+             for (model, sd, L, batch), rs in cases.items() if batch == 128 and sd == "fp32"]
+    print(tabulate(sorted(sweep), headers=["model (fp32, batch 128)", "L", "standard us", "output_only us", "speedup"],
+                   tablefmt="github"))
+
+
+def gdn_ar(recs) -> None:
+    rows = []
+    for (model, sd, batch), rs in by_case(recs, "model", "state_dtype", "batch").items():
+        oo, auto = rs["output_only"], rs["auto"]
+        std = rs["standard"]["us_per_step"]
+        rows.append([model, sd, batch, oo["baseline"], f"{oo['baseline_us_per_step']:.1f}", f"{oo['us_per_step']:.1f}",
+                     f"{oo['speedup']:.2f}x", f"{std / auto['us_per_step']:.2f}x ({auto['chosen_route']})",
+                     f"{oo['nonflush_us_per_step'] / std:.2f} / {oo['flush_us_per_step'] / std:.2f}"])
+    print(tabulate(rows, headers=["model", "state", "batch", "faster baseline", "baseline us", "output_only us",
+                                  "output_only", "auto vs standard (route)",
+                                  "non-flush / flush step vs standard step"], tablefmt="github"))
+
+
+def spec(recs) -> None:
+    rows = []
+    for (model, T, acc, batch), rs in by_case(recs, "model", "T", "acceptance", "batch").items():
+        rep, std = rs["replay_spec"], rs["standard_spec"]
+        rows.append([model, T, acc, batch, f"{std['us_per_step']:.1f}", f"{rep['us_per_step']:.1f}",
+                     f"{rep['speedup']:.2f}x", f"{rep['cost_vs_ar']:.2f}", f"{rep['achieved_gbps']:.0f}"])
+    print(tabulate(rows, headers=["model", "T", "accepted", "batch", "standard spec us", "replay spec us",
+                                  "speedup", "replay cost / token vs AR standard", "replay state read GB/s"],
+                   tablefmt="github"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("kind", choices=["mamba2_ar", "gdn_ar", "spec"])
+    ap.add_argument("results", nargs="?", help="default: benchmarks/results/<kind>.json")
+    args = ap.parse_args()
+    recs = json.loads(Path(args.results or REPO / f"benchmarks/results/{args.kind}.json").read_text())
+    {"mamba2_ar": mamba2_ar, "gdn_ar": gdn_ar, "spec": spec}[args.kind](recs)
+    print(footer(recs))
+
+
+if __name__ == "__main__":
+    main()

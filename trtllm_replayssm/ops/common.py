@@ -82,3 +82,20 @@ def ring_positions(origin, BUF: tl.constexpr):
     """Logical ring positions ``0..BUF-1`` and their physical indices on a circular ring."""
     offs_l = tl.arange(0, BUF)
     return offs_l, (origin + offs_l) & (BUF - 1)
+
+
+@triton.jit
+def load_ring_history(scalar_base, rows_base, stride_rows_l, offs_r, mask_r, cols_base, stride_cols_l, offs_c,
+                      mask_c, origin, n_hist, BUF: tl.constexpr):
+    """A slot's committed history on a circular ring, as whole tiles in fp32 (all loads
+    independent, so they issue together): the per-entry scalars ``[BUF]``, a ``[R, BUF]``
+    tile of one per-head vector and a ``[BUF, C]`` tile of another; entries at logical
+    positions ``>= n_hist`` read as 0. Returns ``(mask_l, scalars, rows_tile, cols_tile)``."""
+    offs_l, phys_l = ring_positions(origin, BUF)
+    mask_l = offs_l < n_hist
+    scalars = tl.load(scalar_base + phys_l, mask=mask_l, other=0.0)
+    rows = tl.load(rows_base + phys_l[None, :] * stride_rows_l + offs_r[:, None],
+                   mask=mask_r[:, None] & mask_l[None, :], other=0.0).to(tl.float32)
+    cols = tl.load(cols_base + phys_l[:, None] * stride_cols_l + offs_c[None, :],
+                   mask=mask_l[:, None] & mask_c[None, :], other=0.0).to(tl.float32)
+    return mask_l, scalars, rows, cols

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_tensor
-from ..common import DOT_PRECISION, load_spec_row, ring_positions, small_matmul, store_nan_tokens
+from ..common import DOT_PRECISION, load_ring_history, load_spec_row, small_matmul, store_nan_tokens
 from ..launch import LaunchConfig
 from ..mamba2.spec import _check_cursors, _check_spec_sizes, ring_capacity
 from .step_inputs import parse_gdn_step
@@ -99,13 +99,8 @@ def _gdn_spec_verify_kernel(
     gr_base = g_ring_ptr + slot * stride_gr_slot + hv * stride_gr_h
     # The committed history as whole tiles gathered through the circular index (all loads
     # independent, issued together), and the checkpoint.
-    offs_l, phys_l = ring_positions(origin, BUF)
-    mask_l = offs_l < wp
-    g_hist = tl.load(gr_base + phys_l, mask=mask_l, other=0.0)  # [BUF]
-    K_hist = tl.load(kr_base + phys_l[:, None] * stride_kr_l + offs_k[None, :],
-                     mask=mask_l[:, None] & mask_k[None, :], other=0.0).to(tl.float32)  # [BUF, K]
-    D_hist = tl.load(dr_base + phys_l[None, :] * stride_dr_l + offs_v[:, None],
-                     mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [V, BUF]
+    mask_l, g_hist, D_hist, K_hist = load_ring_history(gr_base, dr_base, stride_dr_l, offs_v, mask_v, kr_base,
+                                                       stride_kr_l, offs_k, mask_k, origin, wp, BUF)  # [V|BUF|K]
     state_ptrs = (state_ptr + slot * stride_state_slot + hv * stride_state_h
                   + offs_v[:, None] * stride_state_v + offs_k[None, :])
     mask_vk = mask_v[:, None] & mask_k[None, :]

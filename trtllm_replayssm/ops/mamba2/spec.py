@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_tensor
-from ..common import DOT_PRECISION, load_spec_row, ring_positions, small_matmul, store_nan_tokens
+from ..common import DOT_PRECISION, load_ring_history, load_spec_row, small_matmul, store_nan_tokens
 from ..launch import LaunchConfig
 from .step_inputs import parse_mamba2_step
 
@@ -84,13 +84,8 @@ def _spec_verify_kernel(
 
     # Every load below is issued up front: the committed history as whole tiles (gathered
     # through the circular index), the drafts as [P, T] / [T, N] tiles, the checkpoint.
-    offs_l, phys_l = ring_positions(origin, BUF)
-    mask_l = offs_l < wp
-    dt_hist = tl.load(dtr_base + phys_l, mask=mask_l, other=0.0)  # [BUF]
-    X_hist = tl.load(xr_base + phys_l[None, :] * stride_xr_l + offs_p[:, None],
-                     mask=mask_p[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [P, BUF]
-    B_hist = tl.load(Br_base + phys_l[:, None] * stride_Br_l + offs_n[None, :],
-                     mask=mask_l[:, None] & mask_n[None, :], other=0.0).to(tl.float32)  # [BUF, N]
+    mask_l, dt_hist, X_hist, B_hist = load_ring_history(dtr_base, xr_base, stride_xr_l, offs_p, mask_p, Br_base,
+                                                        stride_Br_l, offs_n, mask_n, origin, wp, BUF)  # [P|BUF|N]
     mask_pt = mask_p[:, None] & mask_t[None, :]
     X_dr = tl.load(x_ptr + pid_b * stride_x_b + offs_t[None, :] * stride_x_t + pid_h * stride_x_h + offs_p[:, None],
                    mask=mask_pt, other=0.0).to(tl.float32)  # [P, T]

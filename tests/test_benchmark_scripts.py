@@ -45,3 +45,15 @@ def test_bench_spec_dry_run(tmp_path):
     assert {r["route"] for r in records} == {"replay_spec", "standard_spec"}
     assert {r["model"] for r in records} == {"tiny", "tiny-gdn"}
     assert all(SCHEMA | {"T", "B", "acceptance"} <= set(r) for r in records)
+
+
+def test_e2e_decode_speedup_dry_run(tmp_path):
+    out = tmp_path / "e2e.json"
+    subprocess.run([sys.executable, str(REPO / "benchmarks/e2e_decode_speedup.py"), "--dry-run", "--batch-size", "2",
+                    "--num-steps", "5", "--warmup-steps", "2", "--buffer-len", "4", "--route", "auto",
+                    "--out", str(out)], check=True, capture_output=True, text=True, timeout=900)
+    records = json.loads(out.read_text())
+    assert {r["route"] for r in records} == {"standard", "auto"}
+    assert all(r["logits_agree"] for r in records)
+    assert all({"model", "batch", "T", "state_dtype", "L", "ms_per_step", "tokens_per_s", "baseline_tokens_per_s",
+                "speedup", "gpu", "commit"} <= set(r) for r in records)

@@ -1,0 +1,75 @@
+"""Greedy decode loops over the hybrid decoder, eager or captured in one CUDA graph per
+batch size (cursors and positions move on the device inside the graph)."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import time
+
+import torch
+
+from .._runtime import device_arch
+from ..benchmarking.timing import capture
+from ..ops.launch import select_route
+from .model import DecodeCaches, HybridDecoder, StepContext
+
+
+def resolve_route(cfg, batch: int, state_dtype: torch.dtype, act_dtype: torch.dtype, device) -> str:
+    """The dispatcher's route for this model's SSM layers at this batch size."""
+    g = cfg.ssm
+    inner = (g.head_v_dim, g.head_k_dim) if cfg.family == "gdn" else (g.headdim, g.dstate)
+    return select_route(device_arch(torch.device(device)), state_dtype, act_dtype, *inner, batch, family=cfg.family)
+
+
+class DecodeRunner:
+    """One batch of ``batch`` requests decoding greedily from a random prompt."""
+
+    def __init__(self, model: HybridDecoder, batch: int, replay: bool, max_len: int, buffer_len: int = 16,
+                 state_dtype: torch.dtype = torch.float32, route: str = "output_only", prompt_len: int = 4,
+                 seed: int = 0):
+        self.model, self.batch = model, batch
+        dev = model.embed.device
+        self.caches: DecodeCaches = model.make_caches(batch, max_len, buffer_len, state_dtype)
+        if route == "auto":  # resolved once here: the kernels and the cursor advance must agree
+            route = resolve_route(model.cfg, batch, state_dtype, model.embed.dtype, dev)
+        self.ctx = StepContext(torch.arange(batch, dtype=torch.int32, device=dev), replay, route)
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        prompt = torch.randint(0, model.cfg.vocab, (batch, prompt_len), generator=g).to(dev)
+        self.tokens = model.prefill(prompt, self.caches).argmax(-1)  # static input buffer of the graph
+        self.logits: Optional[torch.Tensor] = None
+        self.graph = None
+
+    def _step(self) -> None:
+        self.logits = self.model.step(self.tokens, self.caches, self.ctx)
+        self.tokens.copy_(self.logits.argmax(-1))
+
+    def capture(self) -> None:
+        """Record one decode step in a CUDA graph (after a warm-up step outside it)."""
+        self.graph = capture(self._step)
+
+    def run(self, steps: int) -> List[torch.Tensor]:
+        """``steps`` greedy steps; returns the token chosen at each."""
+        out = []
+        for _ in range(steps):
+            if self.graph is not None:
+                self.graph.replay()
+            else:
+                self._step()
+            out.append(self.tokens.clone())
+        return out
+
+    def time_ms_per_step(self, steps: int) -> float:
+        """Mean milliseconds per decode step over ``steps`` consecutive steps (graph
+        replays on a GPU), so ring cycles and their flushes are averaged in."""
+        if not torch.cuda.is_available():
+            t0 = time.perf_counter()
+            self.run(steps)
+            return (time.perf_counter() - t0) * 1e3 / steps
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(steps):
+            self.graph.replay() if self.graph is not None else self._step()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / steps

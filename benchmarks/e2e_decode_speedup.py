@@ -3,7 +3,10 @@
 
 A hybrid decoder at a real model's shapes (random bf16 weights, ``trtllm_replayssm.e2e``)
 decodes greedily, one CUDA graph per batch size and path; ms/step is the mean over
-``--num-steps`` consecutive steps (ring flushes included) after ``--warmup-steps``.
+``--num-steps`` consecutive steps (ring flushes included) after ``--warmup-steps``. Over
+the warm-up the ReplaySSM path is fed the standard path's tokens, and the last logits of
+the two are compared (relative L2 error; random weights make greedy near-ties common, so
+free-running decodes would part on rounding alone).
 Records go to ``benchmarks/results/e2e.json`` (replacing those of the same case).
 
     python benchmarks/e2e_decode_speedup.py --model nemotron-3-nano-4b --batch-size 128 512
@@ -58,31 +61,36 @@ def main() -> None:
     max_len = 4 + args.warmup_steps + args.num_steps + 4
     records, rows = [], []
     for batch in tqdm(args.batch_size, desc="batch sizes"):
-        ms, runners = {}, {}
+        ms, runners, fed = {}, {}, None
         for replay in (False, True):
             r = DecodeRunner(model, batch, replay, max_len, args.buffer_len, DTYPES[args.state_dtype], args.route)
             if dev == "cuda":
                 r.capture()
-            r.run(args.warmup_steps)
-            ms[replay], runners[replay] = r.time_ms_per_step(args.num_steps), r
-        agree = torch.allclose(runners[True].logits, runners[False].logits, rtol=5e-2, atol=5e-2)
-        del runners
+            # Agreement over the warm-up steps, the replay path fed the standard path's tokens.
+            chosen = r.run(args.warmup_steps, feed=fed)
+            fed = fed or chosen
+            runners[replay] = r.logits.clone()
+            ms[replay] = r.time_ms_per_step(args.num_steps)
+            del r
+        err = ((runners[True] - runners[False]).norm() / runners[False].norm()).item()
+        agree = err < 2e-2
         speedup = ms[False] / ms[True]
         for replay in (False, True):
             records.append(dict(gpu=gpu, model=cfg.name, batch=batch, T=0, state_dtype=args.state_dtype,
                                 L=args.buffer_len, route=args.route if replay else "standard",
                                 ms_per_step=round(ms[replay], 4), tokens_per_s=round(batch / ms[replay] * 1e3, 1),
                                 baseline_tokens_per_s=round(batch / ms[False] * 1e3, 1),
-                                speedup=round(speedup if replay else 1.0, 3), logits_agree=agree, commit=git_commit()))
+                                speedup=round(speedup if replay else 1.0, 3), logits_rel_err=round(err, 6),
+                                logits_agree=agree, commit=git_commit()))
         rows.append([cfg.name, batch, f"{ms[False]:.3f}", f"{ms[True]:.3f}", f"{batch / ms[True] * 1e3:.0f}",
-                     f"{speedup:.2f}x", agree])
+                     f"{speedup:.2f}x", f"{err:.1e}"])
     if not args.dry_run:
         merge_records(Path(args.out), records)
     else:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
     print(tabulate(rows, headers=["model", "batch", "standard ms/step", "ReplaySSM ms/step", "ReplaySSM tok/s",
-                                  "speedup", "logits agree"]))
+                                  "speedup", "logits rel. err (teacher-forced)"]))
 
 
 if __name__ == "__main__":

@@ -12,14 +12,15 @@ L = 4
 
 
 def decode_both(name: str, steps: int, batch: int = 3, dtype=torch.float32, state_dtype=torch.float32,
-                max_len: int = 32, graphs: bool = False):
+                max_len: int = 32, graphs: bool = False, teacher_forced: bool = False):
     model = HybridDecoder(hybrid_config(name), dtype=dtype, device=DEVICE)
     runs = {}
     for replay in (False, True):
         r = DecodeRunner(model, batch, replay, max_len, buffer_len=L, state_dtype=state_dtype)
         if graphs:
             r.capture()
-        runs[replay] = (r, r.run(steps))
+        feed = runs[False][1] if replay and teacher_forced else None
+        runs[replay] = (r, r.run(steps, feed=feed))
     return runs
 
 
@@ -50,6 +51,9 @@ def test_corrupted_ring_changes_the_logits():
 @requires_cuda
 @pytest.mark.parametrize("name", ["nemotron-3-nano-4b", "qwen3.5-4b"])
 def test_cuda_real_shapes_logits_agree_in_graphs(name):
-    runs = decode_both(name, steps=2 * 16 + 2, batch=4, dtype=torch.bfloat16, max_len=64, graphs=True)
-    r_std, r_rep = runs[False][0], runs[True][0]
-    torch.testing.assert_close(r_rep.logits, r_std.logits, rtol=5e-2, atol=5e-2)
+    """bf16 weights and activations: the paths round differently, so the replay path is fed
+    the standard path's tokens and the logits must agree to 2% (relative L2)."""
+    runs = decode_both(name, steps=2 * 16 + 2, batch=4, dtype=torch.bfloat16, max_len=64, graphs=True,
+                       teacher_forced=True)
+    a, b = runs[True][0].logits, runs[False][0].logits
+    assert ((a - b).norm() / b.norm()).item() < 2e-2

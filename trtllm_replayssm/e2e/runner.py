@@ -48,15 +48,20 @@ class DecodeRunner:
         """Record one decode step in a CUDA graph (after a warm-up step outside it)."""
         self.graph = capture(self._step)
 
-    def run(self, steps: int) -> List[torch.Tensor]:
-        """``steps`` greedy steps; returns the token chosen at each."""
+    def run(self, steps: int, feed: Optional[List[torch.Tensor]] = None) -> List[torch.Tensor]:
+        """``steps`` greedy steps; returns the token chosen at each. With ``feed`` (another
+        run's chosen tokens), step ``i + 1`` reads ``feed[i]`` instead of this run's own
+        choice (teacher forcing): two paths then see the same inputs even where a near-tie
+        in the logits would make free-running greedy decodes part."""
         out = []
-        for _ in range(steps):
+        for i in range(steps):
             if self.graph is not None:
                 self.graph.replay()
             else:
                 self._step()
             out.append(self.tokens.clone())
+            if feed is not None:
+                self.tokens.copy_(feed[i])
         return out
 
     def time_ms_per_step(self, steps: int) -> float:

@@ -37,6 +37,22 @@ def test_greedy_tokens_identical_over_cycles(name):
     assert (r_rep.caches.ssm.write_pos == (3 * L + 2) % L).all()  # went round the ring 3 times
 
 
+@pytest.mark.parametrize("name", ["tiny-hybrid", "tiny-hybrid-gdn"])
+def test_speculative_replay_matches_standard_spec(name):
+    """T = 4 verify steps with 3 tokens accepted: the replay path (circular ring, cursor
+    commits, flushes) and the standard path (T intermediate states, promote) choose the
+    same tokens and give the same logits."""
+    model = HybridDecoder(hybrid_config(name), dtype=torch.float32, device=DEVICE)
+    runs = {}
+    for replay in (False, True):
+        r = DecodeRunner(model, 2, replay, 64, buffer_len=8, num_tokens=4, accepted=3)
+        runs[replay] = (r, r.run(8))
+    for t, (a, b) in enumerate(zip(runs[False][1], runs[True][1])):
+        assert torch.equal(a, b), f"step {t}: standard {a.tolist()} != replay {b.tolist()}"
+    torch.testing.assert_close(runs[True][0].logits, runs[False][0].logits, rtol=1e-4, atol=1e-4)
+    assert int(runs[True][0].caches.origin.max()) > 0, "no flush happened"
+
+
 def test_corrupted_ring_changes_the_logits():
     """A test that can fail: one cached ring value corrupted mid-cycle moves the logits."""
     model = HybridDecoder(hybrid_config("tiny-hybrid"), dtype=torch.float32, device=DEVICE)

@@ -128,6 +128,31 @@ def test_bad_sizes():
         commit_replayssm_spec(wp, wp.clone(), wp.clone(), wp, num_tokens=4, history_len=16)
 
 
+def test_strided_token_inputs_are_rejected():
+    """x whose headdim is not unit-stride (e.g. a transposed conv output) must raise, not be
+    read with the flattened copy's strides."""
+    from trtllm_replayssm.ops.mamba2.spec_standard import selective_state_update_spec_standard
+
+    H, P, N, G, T, Bh, Bsz = GEOM.nheads, GEOM.headdim, GEOM.dstate, GEOM.ngroups, 2, 4, 2
+    buf = ring_capacity(T, Bh)
+    x = torch.randn(Bsz, H * P, T, device=DEVICE).transpose(1, 2).reshape(Bsz, T, H, P)  # a view, stride T along P
+    assert x.stride(-1) != 1
+    dt, A = torch.randn(Bsz, T, H, device=DEVICE), -torch.rand(H, device=DEVICE)
+    Bm = torch.randn(Bsz, T, G, N, device=DEVICE)
+    state = torch.zeros(Bsz, H, P, N, device=DEVICE)
+    cur = dict(write_pos=torch.zeros(Bsz, dtype=torch.int32, device=DEVICE),
+               origin=torch.zeros(Bsz, dtype=torch.int32, device=DEVICE),
+               is_flush=torch.zeros(Bsz, dtype=torch.int8, device=DEVICE))
+    with pytest.raises(ValueError, match="x"):
+        selective_state_update_replayssm_spec(
+            state, x, dt, A, Bm, Bm.clone(), x_ring=torch.zeros(Bsz, H, buf, P, device=DEVICE),
+            dt_ring=torch.zeros(Bsz, H, buf, device=DEVICE), B_ring=torch.zeros(Bsz, G, buf, N, device=DEVICE),
+            history_len=Bh, **cur)
+    with pytest.raises(ValueError, match="x"):
+        selective_state_update_spec_standard(state, x, dt, A, Bm, Bm.clone(),
+                                             intermediate_states=torch.zeros(Bsz, T, H, P, N, device=DEVICE))
+
+
 def test_standard_spec_baseline_with_promote():
     """The non-replay speculative path (T intermediate states + promote) against fp64."""
     from trtllm_replayssm.ops.mamba2.spec_standard import promote_spec_state, selective_state_update_spec_standard

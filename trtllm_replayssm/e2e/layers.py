@@ -1,9 +1,11 @@
-"""Blocks of the hybrid decoder, one decode token per row (``h: (B, hidden)``).
+"""Blocks of the hybrid decoder over ``T`` tokens per row (``h: (B, T, hidden)``; T = 1 in
+autoregressive decode, 1 + drafts in a speculative verify).
 
 Mixers do the real per-token work of a decode step: input projections, the causal conv
 update, the SSM step (standard kernel, or ReplaySSM on the checkpoint + ring), the gated
 RMSNorm and the output projection. Caches live in :class:`~.model.DecodeCaches`; a block
-gets its own slice (``index``: its position among the blocks of its kind).
+gets its own slice (``index``: its position among the blocks of its kind). In a verify,
+nothing that depends on acceptance is final until :meth:`~.model.HybridDecoder.commit`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,11 @@ from torch import nn
 
 from ..cache import GDNGeometry, Mamba2Geometry
 from ..ops.gdn import fused_recurrent_gated_delta_rule_replayssm, fused_sigmoid_gating_delta_rule_update
+from ..ops.gdn.spec import gdn_replayssm_spec_decode
+from ..ops.gdn.spec_standard import gdn_spec_standard
 from ..ops.mamba2 import selective_state_update, selective_state_update_replayssm
+from ..ops.mamba2.spec import selective_state_update_replayssm_spec
+from ..ops.mamba2.spec_standard import selective_state_update_spec_standard
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -22,12 +28,16 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
 
 
-def conv_update(conv_state: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """Causal depthwise conv over the last ``K`` inputs, SiLU; ``conv_state (B, C, K-1)``
-    is shifted in place. ``x (B, C)``, ``weight (C, K)``."""
-    window = torch.cat([conv_state, x[:, :, None]], dim=-1)
-    conv_state.copy_(window[:, :, 1:])
-    return F.silu((window.float() * weight.float()).sum(-1) + bias.float()).to(x.dtype)
+def causal_conv(caches, index: int, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """Causal depthwise conv of ``x (B, T, C)`` over the layer's last ``K - 1`` inputs and
+    these, SiLU. The window ``(B, C, K-1+T)`` is kept in ``caches.conv_window``; the conv
+    state moves on at commit (by the accepted count, or by 1 in autoregressive decode)."""
+    K, T = weight.shape[1], x.shape[1]
+    window = caches.conv_window[index][..., :K - 1 + T]
+    window[:, :, :K - 1].copy_(caches.conv[index])
+    window[:, :, K - 1:].copy_(x.transpose(1, 2))
+    out = (window.unfold(-1, K, 1).float() * weight.float()[:, None, :]).sum(-1) + bias.float()[:, None]
+    return F.silu(out).transpose(1, 2).to(x.dtype).contiguous()  # the kernels need unit-stride channels
 
 
 def _param(*shape, dtype, std=0.02, device=None) -> nn.Parameter:
@@ -63,16 +73,17 @@ class Attention(nn.Module):
         self.o = _param(hidden, heads * head_dim, dtype=dtype, device=device)
 
     def forward(self, h: torch.Tensor, caches, ctx) -> torch.Tensor:
-        B, D = h.shape[0], self.head_dim
+        (B, T, _), D = h.shape, self.head_dim
         q, k, v = F.linear(h, self.qkv).split([self.heads * D, self.kv_heads * D, self.kv_heads * D], dim=-1)
         kc, vc = caches.k[self.index], caches.v[self.index]
-        rows = torch.arange(B, device=h.device)
-        kc.index_put_((rows, caches.pos), k.view(B, self.kv_heads, D))
-        vc.index_put_((rows, caches.pos), v.view(B, self.kv_heads, D))
-        visible = torch.arange(kc.shape[1], device=h.device)[None, :] <= caches.pos[:, None]  # (B, max_len)
-        o = F.scaled_dot_product_attention(q.view(B, self.heads, 1, D), kc.transpose(1, 2), vc.transpose(1, 2),
-                                           attn_mask=visible[:, None, None, :], enable_gqa=True)
-        return F.linear(o.reshape(B, self.heads * D), self.o)
+        rows = torch.arange(B, device=h.device)[:, None].expand(B, T)
+        at = caches.pos[:, None] + torch.arange(T, device=h.device)[None, :]  # (B, T) positions of the new tokens
+        kc.index_put_((rows, at), k.view(B, T, self.kv_heads, D))
+        vc.index_put_((rows, at), v.view(B, T, self.kv_heads, D))
+        visible = torch.arange(kc.shape[1], device=h.device)[None, None, :] <= at[:, :, None]  # (B, T, max_len)
+        o = F.scaled_dot_product_attention(q.view(B, T, self.heads, D).transpose(1, 2), kc.transpose(1, 2),
+                                           vc.transpose(1, 2), attn_mask=visible[:, None], enable_gqa=True)
+        return F.linear(o.transpose(1, 2).reshape(B, T, self.heads * D), self.o)
 
 
 class Mamba2Mixer(nn.Module):
@@ -94,22 +105,30 @@ class Mamba2Mixer(nn.Module):
         self.out_proj = _param(hidden, self.d_inner, dtype=dtype, device=device)
 
     def forward(self, h: torch.Tensor, caches, ctx) -> torch.Tensor:
-        g, B = self.geom, h.shape[0]
+        g, (B, T, _) = self.geom, h.shape
         H, P, N, G = g.nheads, g.headdim, g.dstate, g.ngroups
         z, xBC, dt = F.linear(h, self.in_proj).split([self.d_inner, self.d_conv, H], dim=-1)
-        xBC = conv_update(caches.conv[self.index], xBC, self.conv_w, self.conv_b)
+        xBC = causal_conv(caches, self.index, xBC, self.conv_w, self.conv_b)
         x, Bm, Cm = xBC.split([self.d_inner, G * N, G * N], dim=-1)
-        args = (x.reshape(B, H, P), dt.contiguous(), self.A, Bm.reshape(B, G, N), Cm.reshape(B, G, N))
+        args = (x.reshape(B, T, H, P), dt.contiguous(), self.A, Bm.reshape(B, T, G, N), Cm.reshape(B, T, G, N))
         kw = dict(D=self.D, dt_bias=self.dt_bias, dt_softplus=True, state_batch_indices=ctx.slots)
-        state = caches.ssm.ssm_state[self.index]
-        if ctx.replay:
-            y = selective_state_update_replayssm(state, *args, **kw, route=ctx.route,
-                                                 **caches.ssm.ring_kwargs(self.index))
+        state, ssm = caches.ssm.ssm_state[self.index], caches.ssm
+        if ctx.num_tokens > 1 and ctx.replay:
+            y = selective_state_update_replayssm_spec(state, *args, **kw, x_ring=ssm.x_cache[self.index],
+                                                      dt_ring=ssm.dt_cache[self.index], B_ring=ssm.B_cache[self.index],
+                                                      **caches.spec_cursors())
+        elif ctx.num_tokens > 1:
+            y = selective_state_update_spec_standard(state, *args, **kw, intermediate_states=caches.inter[self.index])
+        elif ctx.replay:
+            y = selective_state_update_replayssm(state, *(a[:, 0] for a in args[:2]), self.A,
+                                                 *(a[:, 0] for a in args[3:]), **kw, route=ctx.route,
+                                                 **ssm.ring_kwargs(self.index))
         else:
-            y = selective_state_update(state, *args, **kw)
+            y = selective_state_update(state, *(a[:, 0] for a in args[:2]), self.A, *(a[:, 0] for a in args[3:]),
+                                       **kw)
         # Gated RMSNorm per group (Mamba2's norm_before_gate=False).
-        y = (y.reshape(B, self.d_inner).float() * F.silu(z.float())).view(B, G, -1)
-        y = rms_norm(y, self.norm_w.view(G, -1)).view(B, self.d_inner).to(h.dtype)
+        y = (y.reshape(B, T, self.d_inner).float() * F.silu(z.float())).view(B, T, G, -1)
+        y = rms_norm(y, self.norm_w.view(G, -1)).view(B, T, self.d_inner).to(h.dtype)
         return F.linear(y, self.out_proj)
 
 
@@ -132,18 +151,26 @@ class GDNMixer(nn.Module):
         self.out_proj = _param(hidden, self.d_v, dtype=dtype, device=device)
 
     def forward(self, h: torch.Tensor, caches, ctx) -> torch.Tensor:
-        g, B = self.geom, h.shape[0]
+        g, (B, T, _) = self.geom, h.shape
         H, HV, K, V = g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim
         qkv, z, b, a = F.linear(h, self.in_proj).split([self.d_conv, self.d_v, HV, HV], dim=-1)
-        qkv = conv_update(caches.conv[self.index], qkv, self.conv_w, self.conv_b)
+        qkv = causal_conv(caches, self.index, qkv, self.conv_w, self.conv_b)
         q, k, v = qkv.split([H * K, H * K, HV * V], dim=-1)
-        args = (q.reshape(B, H, K), k.reshape(B, H, K), v.reshape(B, HV, V), a.contiguous(), b.contiguous(),
-                self.A_log, self.dt_bias)
-        state = caches.ssm.ssm_state[self.index]
-        if ctx.replay:
-            o = fused_recurrent_gated_delta_rule_replayssm(state, *args, initial_state_indices=ctx.slots,
-                                                           route=ctx.route, **caches.ssm.ring_kwargs(self.index))
+        args = (q.reshape(B, T, H, K), k.reshape(B, T, H, K), v.reshape(B, T, HV, V), a.contiguous(), b.contiguous())
+        state, ssm = caches.ssm.ssm_state[self.index], caches.ssm
+        if ctx.num_tokens > 1 and ctx.replay:
+            o = gdn_replayssm_spec_decode(state, *args, self.A_log, self.dt_bias, initial_state_indices=ctx.slots,
+                                          d_ring=ssm.d_cache[self.index], k_ring=ssm.k_cache[self.index],
+                                          g_ring=ssm.g_cache[self.index], **caches.spec_cursors())
+        elif ctx.num_tokens > 1:
+            o = gdn_spec_standard(state, *args, self.A_log, self.dt_bias, initial_state_indices=ctx.slots,
+                                  intermediate_states=caches.inter[self.index])
+        elif ctx.replay:
+            o = fused_recurrent_gated_delta_rule_replayssm(state, *(t[:, 0] for t in args), self.A_log, self.dt_bias,
+                                                           initial_state_indices=ctx.slots, route=ctx.route,
+                                                           **ssm.ring_kwargs(self.index))
         else:
-            o = fused_sigmoid_gating_delta_rule_update(state, *args, initial_state_indices=ctx.slots)
-        o = rms_norm(o, self.norm_w).float() * F.silu(z.float().view(B, HV, V))
-        return F.linear(o.reshape(B, self.d_v).to(h.dtype), self.out_proj)
+            o = fused_sigmoid_gating_delta_rule_update(state, *(t[:, 0] for t in args), self.A_log, self.dt_bias,
+                                                       initial_state_indices=ctx.slots)
+        o = rms_norm(o.view(B, T, HV, V), self.norm_w).float() * F.silu(z.float().view(B, T, HV, V))
+        return F.linear(o.reshape(B, T, self.d_v).to(h.dtype), self.out_proj)

@@ -9,30 +9,48 @@ import torch
 from torch import nn
 
 from ..cache import GDNReplayCache, Mamba2ReplayCache
+from ..ops.mamba2.spec import commit_replayssm_spec, reset_replayssm_spec_cursors, ring_capacity
+from ..ops.mamba2.spec_standard import promote_spec_state
 from .config import HybridConfig
 from .layers import MLP, Attention, GDNMixer, Mamba2Mixer, rms_norm
 
 
 class DecodeCaches:
     """Per-row decode state of one batch (row ``i`` owns slot ``i``): the SSM checkpoint
-    pool with its rings and cursors, the conv windows, the static KV cache and positions."""
+    pool with its rings and cursors, the conv windows, the static KV cache and positions.
+
+    Speculative decode (``num_tokens = T > 1``): the rings hold ``ring_capacity(T, Bh)``
+    entries with the circular cursors ``write_pos / origin / is_flush``, and the standard
+    path gets T intermediate states per layer (``inter``), as TensorRT-LLM keeps them."""
 
     def __init__(self, cfg: HybridConfig, batch: int, max_len: int, buffer_len: int, state_dtype: torch.dtype,
-                 dtype: torch.dtype, device):
-        n_ssm, n_attn = cfg.num_ssm_layers, cfg.pattern.count("*")
+                 dtype: torch.dtype, device, num_tokens: int = 1, replay: bool = True):
+        n_ssm, n_attn, T = cfg.num_ssm_layers, cfg.pattern.count("*"), num_tokens
+        self.num_tokens, self.history_len = T, buffer_len
+        ring_len = buffer_len if T == 1 else ring_capacity(T, buffer_len)
+        g = cfg.ssm
         if cfg.family == "gdn":
-            self.ssm = GDNReplayCache(cfg.ssm, n_ssm, batch, buffer_len, state_dtype, device=device)
-            g = cfg.ssm
+            self.ssm = GDNReplayCache(g, n_ssm, batch, ring_len, state_dtype, device=device)
             d_conv = 2 * g.num_k_heads * g.head_k_dim + g.num_v_heads * g.head_v_dim
+            state_shape = (g.num_v_heads, g.head_v_dim, g.head_k_dim)
         else:
-            self.ssm = Mamba2ReplayCache(cfg.ssm, n_ssm, batch, buffer_len, state_dtype, dtype, device=device)
-            g = cfg.ssm
+            self.ssm = Mamba2ReplayCache(g, n_ssm, batch, ring_len, state_dtype, dtype, device=device)
             d_conv = g.nheads * g.headdim + 2 * g.ngroups * g.dstate
+            state_shape = (g.nheads, g.headdim, g.dstate)
         self.conv = torch.zeros(n_ssm, batch, d_conv, cfg.conv_kernel - 1, dtype=dtype, device=device)
+        self.conv_window = torch.zeros(n_ssm, batch, d_conv, cfg.conv_kernel - 1 + T, dtype=dtype, device=device)
         self.k = torch.zeros(n_attn, batch, max_len, cfg.kv_heads, cfg.head_dim, dtype=dtype, device=device)
         self.v = torch.zeros_like(self.k)
         self.pos = torch.zeros(batch, dtype=torch.long, device=device)
         self.max_len = max_len
+        self.origin = torch.zeros(batch, dtype=torch.int32, device=device)
+        self.is_flush = torch.zeros(batch, dtype=torch.int8, device=device)
+        self.inter = (torch.zeros(n_ssm, batch, T, *state_shape, dtype=state_dtype, device=device)
+                      if T > 1 and not replay else None)
+
+    def spec_cursors(self) -> dict:
+        return dict(write_pos=self.ssm.write_pos, origin=self.origin, is_flush=self.is_flush,
+                    history_len=self.history_len)
 
 
 @dataclass
@@ -40,6 +58,8 @@ class StepContext:
     slots: torch.Tensor  # (B,) int32 slot of each row
     replay: bool  # SSM step on checkpoint + ring (ReplaySSM) instead of the standard kernel
     route: str = "output_only"
+    num_tokens: int = 1  # T: 1 + drafts per verify (1: autoregressive)
+    accepted: Optional[torch.Tensor] = None  # (B,) int32 tokens accepted per verify, bonus included
 
 
 class HybridDecoder(nn.Module):
@@ -69,32 +89,62 @@ class HybridDecoder(nn.Module):
         self.lm_head = nn.Parameter(torch.randn(cfg.vocab, cfg.hidden, device=device).mul_(cfg.hidden ** -0.5)
                                     .to(dtype), requires_grad=False)
 
-    def make_caches(self, batch: int, max_len: int, buffer_len: int = 16,
-                    state_dtype: torch.dtype = torch.float32) -> DecodeCaches:
-        return DecodeCaches(self.cfg, batch, max_len, buffer_len, state_dtype, self.embed.dtype, self.embed.device)
+    def make_caches(self, batch: int, max_len: int, buffer_len: int = 16, state_dtype: torch.dtype = torch.float32,
+                    num_tokens: int = 1, replay: bool = True) -> DecodeCaches:
+        """``buffer_len``: the ring length L (autoregressive) or the history budget Bh (T > 1)."""
+        return DecodeCaches(self.cfg, batch, max_len, buffer_len, state_dtype, self.embed.dtype, self.embed.device,
+                            num_tokens, replay)
 
     @torch.no_grad()
-    def step(self, tokens: torch.Tensor, caches: DecodeCaches, ctx: StepContext) -> torch.Tensor:
-        """One decode token per row: ``tokens (B,)`` -> logits ``(B, vocab)`` fp32. Advances
-        positions and (ReplaySSM) the ring cursors on the device, so it can be captured."""
+    def forward_tokens(self, tokens: torch.Tensor, caches: DecodeCaches, ctx: StepContext) -> torch.Tensor:
+        """``tokens (B, T)`` -> logits ``(B, T, vocab)`` fp32; nothing that depends on
+        acceptance moves (see :meth:`commit`)."""
         h = self.embed[tokens]
         for i, block in enumerate(self.blocks):
             h = h + block(rms_norm(h, self.norms[i]), caches, ctx)
-        logits = torch.nn.functional.linear(rms_norm(h, self.norms[-1]), self.lm_head).float()
-        caches.pos += 1
+        return torch.nn.functional.linear(rms_norm(h, self.norms[-1]), self.lm_head).float()
+
+    @torch.no_grad()
+    def commit(self, caches: DecodeCaches, ctx: StepContext) -> None:
+        """After a step, on the device: conv states, positions and SSM cursors (or, on the
+        standard verify path, the accepted intermediate states) move by the accepted count."""
+        K1 = caches.conv.shape[-1]
+        if ctx.num_tokens == 1:
+            caches.conv.copy_(caches.conv_window[..., 1:K1 + 1])
+            caches.pos += 1
+            if ctx.replay:
+                caches.ssm.advance(ctx.slots, route=ctx.route)
+            return
+        a = ctx.accepted
+        idx = (a.long()[:, None] + torch.arange(K1, device=a.device)[None, :])[None, :, None, :]
+        caches.conv.copy_(torch.gather(caches.conv_window, -1, idx.expand_as(caches.conv)))
+        caches.pos += a.long()
         if ctx.replay:
-            caches.ssm.advance(ctx.slots, route=ctx.route)
+            commit_replayssm_spec(caches.ssm.write_pos, caches.origin, caches.is_flush, a, ctx.num_tokens,
+                                  caches.history_len, ctx.slots)
+        else:
+            for i in range(self.cfg.num_ssm_layers):
+                promote_spec_state(caches.ssm.ssm_state[i], caches.inter[i], a, ctx.slots)
+
+    @torch.no_grad()
+    def step(self, tokens: torch.Tensor, caches: DecodeCaches, ctx: StepContext) -> torch.Tensor:
+        """One autoregressive token per row: ``tokens (B,)`` -> logits ``(B, vocab)``; commits."""
+        logits = self.forward_tokens(tokens[:, None], caches, ctx)[:, 0]
+        self.commit(caches, ctx)
         return logits
 
     @torch.no_grad()
     def prefill(self, prompt: torch.Tensor, caches: DecodeCaches, slots: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``prompt (B, S)`` through the standard path one token at a time (simple and exact:
-        its speed is not measured); the final states become the replay checkpoints and the
-        rings start empty. Returns the last logits."""
+        """``prompt (B, S)`` through the standard autoregressive path one token at a time
+        (simple and exact: its speed is not measured); the final states become the replay
+        checkpoints and the rings start empty. Returns the last logits."""
         slots = slots if slots is not None else torch.arange(prompt.shape[0], dtype=torch.int32,
                                                              device=prompt.device)
         ctx = StepContext(slots, replay=False)
         for t in range(prompt.shape[1]):
             logits = self.step(prompt[:, t], caches, ctx)
         caches.ssm.reset(slots)
+        if caches.num_tokens > 1:
+            reset_replayssm_spec_cursors(caches.ssm.write_pos, caches.origin, caches.is_flush, slots,
+                                         caches.num_tokens, caches.history_len)
         return logits

@@ -23,26 +23,42 @@ def resolve_route(cfg, batch: int, state_dtype: torch.dtype, act_dtype: torch.dt
 
 
 class DecodeRunner:
-    """One batch of ``batch`` requests decoding greedily from a random prompt."""
+    """One batch of ``batch`` requests decoding greedily from a random prompt.
+
+    ``num_tokens = T > 1``: speculative decode. Each step verifies the last chosen token
+    plus ``T - 1`` synthetic drafts and accepts ``accepted`` tokens per row (bonus
+    included), a fixed pattern: it measures throughput, not draft quality. ``buffer_len``
+    is then the history budget Bh."""
 
     def __init__(self, model: HybridDecoder, batch: int, replay: bool, max_len: int, buffer_len: int = 16,
                  state_dtype: torch.dtype = torch.float32, route: str = "output_only", prompt_len: int = 4,
-                 seed: int = 0):
+                 seed: int = 0, num_tokens: int = 1, accepted: Optional[int] = None):
         self.model, self.batch = model, batch
         dev = model.embed.device
-        self.caches: DecodeCaches = model.make_caches(batch, max_len, buffer_len, state_dtype)
+        self.caches: DecodeCaches = model.make_caches(batch, max_len, buffer_len, state_dtype, num_tokens, replay)
         if route == "auto":  # resolved once here: the kernels and the cursor advance must agree
             route = resolve_route(model.cfg, batch, state_dtype, model.embed.dtype, dev)
-        self.ctx = StepContext(torch.arange(batch, dtype=torch.int32, device=dev), replay, route)
+        acc = torch.full((batch,), accepted or num_tokens, dtype=torch.int32, device=dev)
+        self.ctx = StepContext(torch.arange(batch, dtype=torch.int32, device=dev), replay, route, num_tokens, acc)
         g = torch.Generator(device="cpu").manual_seed(seed)
         prompt = torch.randint(0, model.cfg.vocab, (batch, prompt_len), generator=g).to(dev)
-        self.tokens = model.prefill(prompt, self.caches).argmax(-1)  # static input buffer of the graph
-        self.logits: Optional[torch.Tensor] = None
+        first = model.prefill(prompt, self.caches).argmax(-1)
+        self.tokens = torch.empty(batch, num_tokens, dtype=torch.long, device=dev)  # the graph's static input
+        self._set_tokens(first)
+        self.logits: Optional[torch.Tensor] = None  # (B, T, vocab) of the last step
         self.graph = None
 
+    def _set_tokens(self, first: torch.Tensor) -> None:
+        """Next verify input: the chosen token, then synthetic drafts."""
+        T = self.tokens.shape[1]
+        drafts = (first[:, None] + 1 + torch.arange(T - 1, device=first.device)[None, :]) % self.model.cfg.vocab
+        self.tokens.copy_(torch.cat([first[:, None], drafts], dim=1))
+
     def _step(self) -> None:
-        self.logits = self.model.step(self.tokens, self.caches, self.ctx)
-        self.tokens.copy_(self.logits.argmax(-1))
+        self.logits = self.model.forward_tokens(self.tokens, self.caches, self.ctx)
+        self.model.commit(self.caches, self.ctx)
+        rows = torch.arange(self.batch, device=self.tokens.device)
+        self._set_tokens(self.logits[rows, self.ctx.accepted.long() - 1].argmax(-1))
 
     def capture(self) -> None:
         """Record one decode step in a CUDA graph (after a warm-up step outside it)."""
@@ -59,9 +75,9 @@ class DecodeRunner:
                 self.graph.replay()
             else:
                 self._step()
-            out.append(self.tokens.clone())
+            out.append(self.tokens[:, 0].clone())
             if feed is not None:
-                self.tokens.copy_(feed[i])
+                self._set_tokens(feed[i])
         return out
 
     def time_ms_per_step(self, steps: int) -> float:

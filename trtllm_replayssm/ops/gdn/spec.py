@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_tensor
+from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_tensor
 from ..common import DOT_PRECISION, load_ring_history, load_spec_row, small_matmul, store_nan_tokens
 from ..launch import LaunchConfig
 from ..mamba2.spec import _check_cursors, _check_spec_sizes, ring_capacity
@@ -180,6 +180,9 @@ def gdn_replayssm_spec_decode(
             raise ValueError(f"{name} must start with the dimensions (batch, T) = {(Bsz, T)}, got {tuple(t.shape)}")
     if out is None:
         out = torch.empty(v.shape, dtype=q.dtype, device=q.device)
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+        if t is not None:  # the kernel reads these with their own strides, not the flattened copies'
+            check_last_dim_contiguous(name, t)
     step = parse_gdn_step(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), a.flatten(0, 1), b.flatten(0, 1), A_log,
                           dt_bias, scale, use_qk_l2norm, None, pad_slot_id, out.flatten(0, 1), softplus_beta,
                           softplus_threshold)

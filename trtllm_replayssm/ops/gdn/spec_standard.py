@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_tensor
+from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_tensor
 from ..common import load_slot
 from ..mamba2.spec_standard import promote_spec_state
 from ._common import delta_rule_step, load_gates, load_qk
@@ -65,6 +65,9 @@ def gdn_spec_standard(state, q, k, v, a, b, A_log, dt_bias, scale=None, use_qk_l
     Bsz, T = q.shape[0], q.shape[1]
     if out is None:
         out = torch.empty(v.shape, dtype=q.dtype, device=q.device)
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+        if t is not None:  # the kernel reads these with their own strides, not the flattened copies'
+            check_last_dim_contiguous(name, t)
     step = parse_gdn_step(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), a.flatten(0, 1), b.flatten(0, 1), A_log,
                           dt_bias, scale, use_qk_l2norm, None, pad_slot_id, out.flatten(0, 1), softplus_beta,
                           softplus_threshold)

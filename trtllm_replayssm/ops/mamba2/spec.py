@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_tensor
+from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_tensor
 from ..common import DOT_PRECISION, load_ring_history, load_spec_row, small_matmul, store_nan_tokens
 from ..launch import LaunchConfig
 from .step_inputs import parse_mamba2_step
@@ -223,6 +223,9 @@ def selective_state_update_replayssm_spec(
     for name, t in (("dt", dt), ("B", B), ("C", C), ("z", z), ("out", out)):
         if t is not None and (t.dim() < 2 or tuple(t.shape[:2]) != (Bsz, T)):
             raise ValueError(f"{name} must start with the dimensions (batch, T) = {(Bsz, T)}, got {tuple(t.shape)}")
+    for name, t in (("x", x), ("B", B), ("C", C), ("z", z), ("out", out)):
+        if t is not None:  # the kernel reads these with their own strides, not the flattened copies'
+            check_last_dim_contiguous(name, t)
     step = parse_mamba2_step(flat(x), flat(dt), A, flat(B), flat(C), D, flat(z), dt_bias, dt_softplus, None,
                              pad_slot_id, flat(out))
     if state_batch_indices is not None:

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_tensor
+from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_tensor
 from ..common import load_slot
 from ._common import finish_output, load_dt
 from .step_inputs import parse_mamba2_step
@@ -74,6 +74,9 @@ def selective_state_update_spec_standard(
     Bsz, T = x.shape[0], x.shape[1]
     if out is None:
         out = torch.empty_like(x)
+    for name, t in (("x", x), ("B", B), ("C", C), ("z", z), ("out", out)):
+        if t is not None:  # the kernel reads these with their own strides, not the flattened copies'
+            check_last_dim_contiguous(name, t)
     step = parse_mamba2_step(x.flatten(0, 1), dt.flatten(0, 1), A, B.flatten(0, 1), C.flatten(0, 1), D,
                              None if z is None else z.flatten(0, 1), dt_bias, dt_softplus, None, pad_slot_id,
                              out.flatten(0, 1))

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = {"gpu", "model", "state_dtype", "act_dtype", "batch", "L", "route", "us_per_step", "baseline_us_per_step",
           "speedup", "achieved_gbps", "copy_gbps", "commit"}
@@ -47,13 +49,31 @@ def test_bench_spec_dry_run(tmp_path):
     assert all(SCHEMA | {"T", "B", "acceptance"} <= set(r) for r in records)
 
 
-def test_e2e_decode_speedup_dry_run(tmp_path):
+@pytest.mark.parametrize("script,extra,routes", [
+    ("e2e_decode_speedup.py", ["--num-steps", "5", "--warmup-steps", "2", "--buffer-len", "4", "--route", "auto"],
+     {"standard", "auto"}),
+    ("e2e_spec_decode_throughput.py", ["--num-steps", "3", "--warmup-steps", "2", "--buffer-len", "4",
+                                       "--num-spec", "2", "--acceptance", "2"], {"standard_spec", "replay_spec"}),
+])
+def test_e2e_scripts_dry_run(tmp_path, script, extra, routes):
     out = tmp_path / "e2e.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks/e2e_decode_speedup.py"), "--dry-run", "--batch-size", "2",
-                    "--num-steps", "5", "--warmup-steps", "2", "--buffer-len", "4", "--route", "auto",
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / script), "--dry-run", "--batch-size", "2", *extra,
                     "--out", str(out)], check=True, capture_output=True, text=True, timeout=900)
     records = json.loads(out.read_text())
-    assert {r["route"] for r in records} == {"standard", "auto"}
-    assert all(r["logits_agree"] for r in records)
+    assert {r["route"] for r in records} == routes
+    assert all(r["logits_rel_err"] < 2e-2 for r in records)
+    if script == "e2e_decode_speedup.py":
+        std = next(r for r in records if r["route"] == "standard")
+        assert {"ssm_share", "attention_share", "mlp_share"} <= set(std)
     assert all({"model", "batch", "T", "state_dtype", "L", "ms_per_step", "tokens_per_s", "baseline_tokens_per_s",
                 "speedup", "gpu", "commit"} <= set(r) for r in records)
+
+
+def test_plot_e2e(tmp_path):
+    recs = [dict(model="m", batch=b, T=T, acceptance=3 if T else None, state_dtype="fp32", L=16, route=route,
+                 speedup=s) for b in (128, 512) for T, route, s in ((0, "standard", 1.0), (0, "output_only", 1.2),
+                                                                     (4, "replay_spec", 1.5))]
+    (tmp_path / "e2e.json").write_text(json.dumps(recs))
+    subprocess.run([sys.executable, str(REPO / "benchmarks/plot_e2e.py"), str(tmp_path / "e2e.json"), "--out",
+                    str(tmp_path / "e2e.png")], check=True, capture_output=True, text=True, timeout=300)
+    assert (tmp_path / "e2e.png").stat().st_size > 1000

@@ -1,4 +1,4 @@
-"""The README's main job: ``trtllm-replayssm decode`` on its built-in default."""
+"""The README's main job (``trtllm-replayssm e2e``) and the kernel-level ``decode`` command."""
 
 import pytest
 
@@ -24,3 +24,14 @@ def test_decode_gdn_agrees(capsys):
 def test_decode_gdn_rejects_mamba2_only_route():
     with pytest.raises(SystemExit):
         main(["decode", "--model", "tiny-gdn", "--route", "state_and_output", "--steps", "1", "--quiet"])
+
+
+def test_e2e_main_job_tokens_identical(capsys):
+    """The README's main job: a whole tiny hybrid model, standard vs ReplaySSM."""
+    assert main(["e2e", "--quiet"]) == 0
+    assert "identical greedy tokens over 14 steps (3 ring cycles): True" in capsys.readouterr().out
+
+
+def test_e2e_gdn_model(capsys):
+    assert main(["e2e", "--model", "tiny-hybrid-gdn", "--steps", "6", "--quiet"]) == 0
+    assert ": True" in capsys.readouterr().out

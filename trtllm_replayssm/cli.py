@@ -1,6 +1,8 @@
 """``trtllm-replayssm``: the command-line entry point.
 
-    trtllm-replayssm decode                      # standard vs ReplaySSM, built-in Mamba2 geometry
+    trtllm-replayssm e2e                         # a whole hybrid model decoding both ways
+    trtllm-replayssm e2e --model tiny-hybrid-gdn
+    trtllm-replayssm decode                      # kernel level: standard vs ReplaySSM, Mamba2 geometry
     trtllm-replayssm decode --model tiny-gdn     # the same for Gated DeltaNet
 
 On a machine without a CUDA device the kernels run in Triton's interpreter on a tiny
@@ -141,6 +143,43 @@ def _timing_rows(name, geom, batch, L, sd, ad) -> List[list]:
             ["speedup (whole cycles, CUDA graphs, cold L2)", f"{std / rep:.2f}x"]]
 
 
+def e2e(args) -> int:
+    """Whole-model decode (``trtllm_replayssm.e2e``): standard vs ReplaySSM."""
+    from .e2e import DecodeRunner, HybridDecoder, hybrid_config
+    from .e2e.bench import compare_paths
+
+    gpu = torch.cuda.is_available()
+    cfg = hybrid_config(args.model or ("nemotron-3-nano-4b" if gpu else "tiny-hybrid"))
+    batch, L = args.batch or (128 if gpu else 3), args.buffer_len or (16 if gpu else 4)
+    steps = args.steps or 3 * L + 2
+    dtype = torch.bfloat16 if gpu else torch.float32
+    print(f"{cfg.name}: {len(cfg.pattern)} blocks ({cfg.num_ssm_layers} {cfg.family} mixers), batch {batch}, "
+          f"L = {L}, {steps} decode steps, {str(dtype)[6:]} weights, fp32 SSM state"
+          + ("" if gpu else " (CPU: Triton interpreter)"))
+    model = HybridDecoder(cfg, dtype=dtype, device="cuda" if gpu else "cpu")
+    if gpu:  # bf16 rounds differently on the two paths: teacher-forced logits, then timings
+        res = compare_paths(model, batch, steps, 4 * L, max_len=4 + steps + 4 * L + 4, buffer_len=L)
+        ok = res["logits_rel_err"] < 2e-2
+        std, rep = res["standard_ms"], res["replay_ms"]
+        rows = [["standard", f"{std:.3f}", f"{batch / std * 1e3:.0f}", "1.00x"],
+                ["ReplaySSM", f"{rep:.3f}", f"{batch / rep * 1e3:.0f}", f"{std / rep:.2f}x"]]
+        print(tabulate(rows, headers=["SSM step", "ms/step", "tokens/s", "speedup"]))
+        print(f"logits agree (teacher-forced, relative L2 error {res['logits_rel_err']:.1e}): {ok}")
+        return 0 if ok else 1
+    chosen, logits = {}, {}
+    for replay in (False, True):  # fp32: free-running greedy decodes must pick identical tokens
+        r = DecodeRunner(model, batch, replay, max_len=4 + steps + 4, buffer_len=L)
+        chosen[replay] = [r.run(1)[0] for _ in tqdm(range(steps), desc="ReplaySSM" if replay else "standard",
+                                                    disable=args.quiet)]
+        logits[replay] = r.logits
+    same = all(torch.equal(a, b) for a, b in zip(chosen[False], chosen[True]))
+    rows = [[("ReplaySSM" if rp else "standard"), " ".join(str(int(t[0])) for t in chosen[rp])] for rp in (False, True)]
+    print(tabulate(rows, headers=["SSM step", "greedy tokens of row 0"]))
+    print(f"identical greedy tokens over {steps} steps ({steps // L} ring cycles): {same}; "
+          f"last logits relative error {_rel(logits[True], logits[False]):.1e}")
+    return 0 if same else 1
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="trtllm-replayssm", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -157,8 +196,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     d.add_argument("--route", choices=list(ROUTES) + ["auto"], default="auto")
     d.add_argument("--no-timing", action="store_true", help="skip the GPU timing")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
+    e = sub.add_parser("e2e", help="decode a whole hybrid model (attention, MLPs, SSM mixers) both ways; compare")
+    e.add_argument("--model", help="hybrid geometry (default: nemotron-3-nano-4b on a GPU, tiny-hybrid on the CPU); "
+                                   "see trtllm_replayssm.e2e.HYBRID_MODELS")
+    e.add_argument("--batch", type=int, help="requests (default: 128 on a GPU, 3 on the CPU)")
+    e.add_argument("--buffer-len", type=int, help="ring length L (default: 16 on a GPU, 4 on the CPU)")
+    e.add_argument("--steps", type=int, help="decode steps (default: 3 cycles + 2)")
+    e.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
-    return {"decode": decode}[args.command](args)
+    return {"decode": decode, "e2e": e2e}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -84,6 +84,8 @@ class HybridDecoder(nn.Module):
             else:
                 blocks.append(MLP(cfg.hidden, cfg.mlp_hidden, cfg.mlp_act, dtype, device))
         self.blocks = nn.ModuleList(blocks)
+        self.kinds = ["ssm" if c in "MG" else "attention" if c == "*" else "mlp" for c in cfg.pattern]
+        self.skip: set = set()  # block kinds left out of the step (to measure each kind's share of it)
         self.norms = nn.Parameter(torch.ones(len(blocks) + 1, cfg.hidden, device=device, dtype=dtype),
                                   requires_grad=False)
         self.lm_head = nn.Parameter(torch.randn(cfg.vocab, cfg.hidden, device=device).mul_(cfg.hidden ** -0.5)
@@ -101,7 +103,8 @@ class HybridDecoder(nn.Module):
         acceptance moves (see :meth:`commit`)."""
         h = self.embed[tokens]
         for i, block in enumerate(self.blocks):
-            h = h + block(rms_norm(h, self.norms[i]), caches, ctx)
+            if self.kinds[i] not in self.skip:
+                h = h + block(rms_norm(h, self.norms[i]), caches, ctx)
         return torch.nn.functional.linear(rms_norm(h, self.norms[-1]), self.lm_head).float()
 
     @torch.no_grad()

@@ -1,0 +1,61 @@
+"""Standard vs ReplaySSM decode of one hybrid decoder, side by side in one process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Dict
+
+import torch
+
+from .model import HybridDecoder
+from .runner import DecodeRunner
+
+RECORD_KEY = ("model", "batch", "T", "acceptance", "state_dtype", "L", "route")
+
+
+def compare_paths(model: HybridDecoder, batch: int, warmup_steps: int, num_steps: int, **runner_kw) -> Dict:
+    """ms/step of the standard and the ReplaySSM path (one CUDA graph each on a GPU) and
+    the relative L2 error of their last logits after the warm-up, where the ReplaySSM path
+    was fed the standard path's tokens (random weights make greedy near-ties common)."""
+    ms, logits, fed = {}, {}, None
+    for replay in (False, True):
+        r = DecodeRunner(model, batch, replay, **runner_kw)
+        if torch.cuda.is_available():
+            r.capture()
+        chosen = r.run(warmup_steps, feed=fed)
+        fed = fed or chosen
+        logits[replay] = r.logits.clone()
+        ms[replay] = r.time_ms_per_step(num_steps)
+        del r
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    err = ((logits[True] - logits[False]).norm() / logits[False].norm()).item()
+    return {"standard_ms": ms[False], "replay_ms": ms[True], "logits_rel_err": err}
+
+
+def step_shares(model: HybridDecoder, batch: int, num_steps: int, **runner_kw) -> Dict[str, float]:
+    """Share of the standard path's step time spent in each block kind: the step timed
+    whole and with the blocks of one kind left out (``model.skip``)."""
+    def ms(skip: set) -> float:
+        model.skip = skip
+        try:
+            r = DecodeRunner(model, batch, False, **runner_kw)
+            if torch.cuda.is_available():
+                r.capture()
+            r.run(2)
+            return r.time_ms_per_step(num_steps)
+        finally:
+            model.skip = set()
+
+    full = ms(set())
+    return {f"{kind}_share": round(max(0.0, 1 - ms({kind}) / full), 3) for kind in ("attention", "mlp", "ssm")}
+
+
+def write_records(path: Path, new: list, merge: bool) -> None:
+    """Write ``new``; with ``merge``, keep the file's other records (different case keys)."""
+    old = json.loads(path.read_text()) if merge and path.exists() else []
+    keys = {tuple(r.get(k) for k in RECORD_KEY) for r in new}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    kept = [r for r in old if tuple(r.get(k) for k in RECORD_KEY) not in keys]
+    path.write_text(json.dumps(kept + new, indent=1) + "\n")

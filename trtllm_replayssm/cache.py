@@ -72,13 +72,14 @@ class Mamba2ReplayCache:
 
     def __init__(self, geom: Mamba2Geometry, num_layers: int, num_slots: int, buffer_len: int,
                  state_dtype: torch.dtype = torch.float32, act_dtype: torch.dtype = torch.bfloat16,
-                 device: torch.device | str = "cuda"):
+                 device: torch.device | str = "cuda", with_state: bool = True):
         check_buffer_len(buffer_len)
         self.geom, self.num_layers, self.num_slots, self.buffer_len = geom, num_layers, num_slots, buffer_len
         self.state_dtype, self.act_dtype = state_dtype, act_dtype
         H, P, N, G, L = geom.nheads, geom.headdim, geom.dstate, geom.ngroups, buffer_len
         kw = dict(device=device)
-        self.ssm_state = torch.zeros(num_layers, num_slots, H, P, N, dtype=state_dtype, **kw)
+        # with_state=False: an engine owns the state pool; only the rings and cursors live here.
+        self.ssm_state = torch.zeros(num_layers, num_slots, H, P, N, dtype=state_dtype, **kw) if with_state else None
         self.x_cache = torch.zeros(num_layers, num_slots, H, L, P, dtype=act_dtype, **kw)
         self.dt_cache = torch.zeros(num_layers, num_slots, H, L, dtype=torch.float32, **kw)
         self.B_cache = torch.zeros(num_layers, num_slots, G, L, N, dtype=act_dtype, **kw)
@@ -147,12 +148,13 @@ class GDNReplayCache:
 
     def __init__(self, geom: GDNGeometry, num_layers: int, num_slots: int, buffer_len: int,
                  state_dtype: torch.dtype = torch.float32, ring_dtype: torch.dtype = torch.float32,
-                 device: torch.device | str = "cuda"):
+                 device: torch.device | str = "cuda", with_state: bool = True):
         check_buffer_len(buffer_len)
         self.geom, self.num_layers, self.num_slots, self.buffer_len = geom, num_layers, num_slots, buffer_len
         self.state_dtype, self.ring_dtype = state_dtype, ring_dtype
         H, HV, K, V, L = geom.num_k_heads, geom.num_v_heads, geom.head_k_dim, geom.head_v_dim, buffer_len
-        self.ssm_state = torch.zeros(num_layers, num_slots, HV, V, K, dtype=state_dtype, device=device)
+        self.ssm_state = (torch.zeros(num_layers, num_slots, HV, V, K, dtype=state_dtype, device=device)
+                          if with_state else None)  # with_state=False: the engine owns the state pool
         self.d_cache = torch.zeros(num_layers, num_slots, HV, L, V, dtype=ring_dtype, device=device)
         self.k_cache = torch.zeros(num_layers, num_slots, H, L, K, dtype=ring_dtype, device=device)
         self.g_cache = torch.zeros(num_layers, num_slots, HV, L, dtype=torch.float32, device=device)

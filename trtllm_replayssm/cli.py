@@ -180,6 +180,23 @@ def e2e(args) -> int:
     return 0 if same else 1
 
 
+def memory(args) -> int:
+    """Capacity planning: the extra bytes of ReplaySSM per slot and for the whole batch."""
+    from .integration.hf_config import load_ssm_model
+    from .integration.memory import replay_memory
+
+    m = load_ssm_model(args.model)
+    mem = replay_memory(m, args.max_batch, args.buffer_len, args.state_dtype, args.ring_dtype)
+    mib = lambda b: f"{b / 2**20:,.2f} MiB"  # noqa: E731
+    print(f"{m.name}: {m.num_ssm_layers} {m.family} layers, {m.geom}, L = {args.buffer_len}")
+    print(tabulate([["SSM state (held anyway)", mib(mem["checkpoint_per_slot"]), mib(mem["checkpoint_total"])],
+                    ["ReplaySSM rings + cursors", mib(mem["extra_per_slot"]), mib(mem["extra_total"])]],
+                   headers=["", "per slot", f"{args.max_batch} slots"]))
+    print(f"extra: {mem['extra_per_slot']:,} bytes per slot, {mem['extra_total']:,} bytes in total "
+          f"({mem['extra_per_slot'] / mem['checkpoint_per_slot']:.1%} of the SSM state)")
+    return 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="trtllm-replayssm", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -203,8 +220,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     e.add_argument("--buffer-len", type=int, help="ring length L (default: 16 on a GPU, 4 on the CPU)")
     e.add_argument("--steps", type=int, help="decode steps (default: 3 cycles + 2)")
     e.add_argument("--quiet", action="store_true", help="no progress bar")
+    mem = sub.add_parser("memory", help="extra memory of ReplaySSM for a model and a batch size")
+    mem.add_argument("--model", required=True, help="a built-in model name or a Hugging Face config.json (or its folder)")
+    mem.add_argument("--max-batch", type=int, required=True, help="slots (TensorRT-LLM's max_batch_size)")
+    mem.add_argument("--buffer-len", type=int, default=16, help="ring length L")
+    mem.add_argument("--state-dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
+    mem.add_argument("--ring-dtype", choices=["bf16", "fp16", "fp32"], default="bf16",
+                     help="Mamba2 ring (activation) dtype; GDN rings are fp32")
     args = ap.parse_args(argv)
-    return {"decode": decode, "e2e": e2e}[args.command](args)
+    return {"decode": decode, "e2e": e2e, "memory": memory}[args.command](args)
 
 
 if __name__ == "__main__":

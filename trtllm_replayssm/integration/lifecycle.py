@@ -1,0 +1,140 @@
+"""The per-slot life of ReplaySSM state inside an engine, with no engine types.
+
+An engine (TensorRT-LLM's Mamba cache manager) owns the SSM state pool and hands slots to
+requests; :class:`ReplaySlots` keeps the rings and cursors beside it and is told of each
+event. A slot's life:
+
+1. **assigned** (prefill wrote its final state): :meth:`on_slots_assigned` empties the
+   ring, so that state is the checkpoint;
+2. **decode steps**: per layer :meth:`mamba2_step` / :meth:`gdn_step` (drop-in for the
+   engine's state update, same arguments), then once per step :meth:`after_step` moves the
+   cursors on the device (inside a captured graph; padding rows never move);
+3. **speculative verify** (``spec=(T, Bh)``): :meth:`mamba2_verify` / :meth:`gdn_verify`
+   and :meth:`commit` with the accepted counts;
+4. **exact state needed** (a mixed prefill + decode batch whose decode rows go through the
+   chunked kernel, a state handed elsewhere): :meth:`make_exact` folds the ring into the
+   state and empties it;
+5. **freed or preempted**: nothing to fold (the state leaves with the request, or is
+   recomputed by a later prefill); the next :meth:`on_slots_assigned` starts it clean.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple
+
+import torch
+
+from ..cache import GDNGeometry, GDNReplayCache, Mamba2Geometry, Mamba2ReplayCache
+from ..ops.fold import fold_gdn_rings, fold_mamba2_rings
+from ..ops.gdn import fused_recurrent_gated_delta_rule_replayssm
+from ..ops.gdn.spec import gdn_replayssm_spec_decode
+from ..ops.mamba2 import selective_state_update_replayssm
+from ..ops.mamba2.spec import (
+    commit_replayssm_spec,
+    reset_replayssm_spec_cursors,
+    ring_capacity,
+    selective_state_update_replayssm_spec,
+)
+
+
+class ReplaySlots:
+    """Rings and cursors of ``num_layers`` SSM layers for ``num_slots`` engine slots.
+
+    ``spec=None``: autoregressive rings of ``buffer_len`` entries; ``spec=(T, Bh)``:
+    circular rings of ``ring_capacity(T, Bh)`` entries for speculative verify."""
+
+    def __init__(self, geom, num_layers: int, num_slots: int, buffer_len: int = 16,
+                 act_dtype: torch.dtype = torch.bfloat16, gdn_ring_dtype: torch.dtype = torch.float32,
+                 device="cuda", pad_slot_id: int = -1, spec: Optional[Tuple[int, int]] = None,
+                 route: str = "output_only"):
+        self.geom, self.pad_slot_id, self.spec, self.route = geom, pad_slot_id, spec, route
+        ring_len = buffer_len if spec is None else ring_capacity(*spec)
+        if isinstance(geom, GDNGeometry):
+            self.rings = GDNReplayCache(geom, num_layers, num_slots, ring_len, ring_dtype=gdn_ring_dtype,
+                                        device=device, with_state=False)
+        elif isinstance(geom, Mamba2Geometry):
+            self.rings = Mamba2ReplayCache(geom, num_layers, num_slots, ring_len, act_dtype=act_dtype, device=device,
+                                           with_state=False)
+        else:
+            raise TypeError(f"geom must be a Mamba2Geometry or a GDNGeometry, got {type(geom).__name__}")
+        self.origin = torch.zeros(num_slots, dtype=torch.int32, device=device)
+        self.is_flush = torch.zeros(num_slots, dtype=torch.int8, device=device)
+
+    @property
+    def write_pos(self) -> torch.Tensor:
+        return self.rings.write_pos
+
+    def extra_bytes(self) -> int:
+        """Bytes this object holds (what ReplaySSM adds to the engine's memory)."""
+        tensors = [t for t in vars(self.rings).values() if isinstance(t, torch.Tensor)] + [self.origin, self.is_flush]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    # -- slot events ----------------------------------------------------------------------
+    def on_slots_assigned(self, slots: torch.Tensor) -> None:
+        """Prefill wrote these slots' states: they are the checkpoints; rings start empty."""
+        self.rings.reset(slots, self.pad_slot_id)
+        if self.spec is not None:
+            reset_replayssm_spec_cursors(self.write_pos, self.origin, self.is_flush, slots, *self.spec,
+                                         pad_slot_id=self.pad_slot_id)
+
+    def make_exact(self, states: Sequence[torch.Tensor], slots: torch.Tensor,
+                   A: Optional[Sequence[torch.Tensor]] = None) -> None:
+        """Fold the rings of ``slots`` into ``states[layer]`` (Mamba2 needs each layer's
+        ``A``) and empty them. Autoregressive rings only (a verify ring folds on its own)."""
+        if self.spec is not None:
+            raise ValueError("make_exact folds autoregressive rings; speculative rings flush at verify")
+        slots = slots[slots != self.pad_slot_id]
+        r = self.rings
+        for i, state in enumerate(states):
+            if isinstance(r, GDNReplayCache):
+                fold_gdn_rings(state, r.d_cache[i], r.k_cache[i], r.g_cache[i], r.write_pos, slots)
+            else:
+                fold_mamba2_rings(state, r.x_cache[i], r.dt_cache[i], r.B_cache[i], A[i], r.write_pos, slots)
+        r.reset(slots, self.pad_slot_id)
+
+    # -- decode ---------------------------------------------------------------------------
+    def mamba2_step(self, layer: int, state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
+                    state_batch_indices=None, pad_slot_id=None, out=None, **_ignored):
+        """TensorRT-LLM's ``selective_state_update`` arguments; extra keywords it passes
+        (``disable_state_update``, ...) are ignored."""
+        return selective_state_update_replayssm(
+            state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
+            state_batch_indices=state_batch_indices, pad_slot_id=self._pad(pad_slot_id), out=out, route=self.route,
+            **self.rings.ring_kwargs(layer))
+
+    def gdn_step(self, layer: int, state, q, k, v, a, b, A_log, dt_bias, scale=None, use_qk_l2norm=True,
+                 initial_state_indices=None, pad_slot_id=None, out=None, softplus_beta=1.0, softplus_threshold=20.0):
+        return fused_recurrent_gated_delta_rule_replayssm(
+            state, q, k, v, a, b, A_log, dt_bias, scale, use_qk_l2norm, initial_state_indices,
+            self._pad(pad_slot_id), out, softplus_beta, softplus_threshold, route=self.route,
+            **self.rings.ring_kwargs(layer))
+
+    def after_step(self, state_batch_indices: torch.Tensor, batch: Optional[int] = None) -> None:
+        """Once per decode step, after every layer ran: cursors move on the device."""
+        self.rings.advance(state_batch_indices, route=self.route, pad_slot_id=self.pad_slot_id, batch=batch)
+
+    # -- speculative verify ---------------------------------------------------------------
+    def _spec_kwargs(self) -> dict:
+        return dict(write_pos=self.write_pos, origin=self.origin, is_flush=self.is_flush, history_len=self.spec[1])
+
+    def mamba2_verify(self, layer: int, state, x, dt, A, B, C, **kw):
+        r = self.rings
+        kw.setdefault("pad_slot_id", self.pad_slot_id)
+        return selective_state_update_replayssm_spec(state, x, dt, A, B, C, **kw, x_ring=r.x_cache[layer],
+                                                     dt_ring=r.dt_cache[layer], B_ring=r.B_cache[layer],
+                                                     **self._spec_kwargs())
+
+    def gdn_verify(self, layer: int, state, q, k, v, a, b, A_log, dt_bias, **kw):
+        r = self.rings
+        kw.setdefault("pad_slot_id", self.pad_slot_id)
+        return gdn_replayssm_spec_decode(state, q, k, v, a, b, A_log, dt_bias, **kw, d_ring=r.d_cache[layer],
+                                         k_ring=r.k_cache[layer], g_ring=r.g_cache[layer], **self._spec_kwargs())
+
+    def commit(self, accepted: torch.Tensor, state_batch_indices: torch.Tensor) -> None:
+        """After acceptance (TensorRT-LLM's ``update_mamba_states`` point): ``accepted (B,)``
+        tokens per row, bonus included; rows with 0 (padding) do not move."""
+        commit_replayssm_spec(self.write_pos, self.origin, self.is_flush, accepted, *self.spec,
+                              state_batch_indices, self.pad_slot_id)
+
+    def _pad(self, pad_slot_id: Optional[int]) -> int:
+        return self.pad_slot_id if pad_slot_id is None else pad_slot_id

@@ -197,6 +197,21 @@ def memory(args) -> int:
     return 0
 
 
+def autoload(args) -> int:
+    """Install, remove or show the ``.pth`` hook behind ``TRTLLM_REPLAYSSM=1``."""
+    from .integration import pth
+
+    if args.action == "install":
+        print(f"installed {pth.install(args.site)}: TRTLLM_REPLAYSSM=1 now switches ReplaySSM on in every "
+              "process of this environment")
+    elif args.action == "remove":
+        print("removed" if pth.remove(args.site) else "nothing to remove")
+    else:
+        p = pth.status(args.site)
+        print(f"installed: {p}" if p else "not installed (run: trtllm-replayssm autoload install)")
+    return 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="trtllm-replayssm", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -227,8 +242,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     mem.add_argument("--state-dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
     mem.add_argument("--ring-dtype", choices=["bf16", "fp16", "fp32"], default="bf16",
                      help="Mamba2 ring (activation) dtype; GDN rings are fp32")
+    au = sub.add_parser("autoload", help="the .pth hook that applies TRTLLM_REPLAYSSM=1 in every process")
+    au.add_argument("action", choices=["install", "remove", "status"])
+    au.add_argument("--site", help="site-packages folder (default: this interpreter's)")
     args = ap.parse_args(argv)
-    return {"decode": decode, "e2e": e2e, "memory": memory}[args.command](args)
+    return {"decode": decode, "e2e": e2e, "memory": memory, "autoload": autoload}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,78 @@
+"""The drop-in state-update functions an adapter installs, on plain tensors: decode calls
+on registered pools run ReplaySSM and match the standard kernel over several cycles; the
+last layer of a step moves the cursors once; everything else reaches the original."""
+
+import torch
+
+from mamba2_harness import DEVICE
+from trtllm_replayssm.cache import GDNGeometry, Mamba2Geometry
+from trtllm_replayssm.integration.hooks import StateRegistry, make_gdn_update, make_mamba2_update
+from trtllm_replayssm.integration.lifecycle import ReplaySlots
+from trtllm_replayssm.ops.gdn import fused_sigmoid_gating_delta_rule_update as gdn_standard
+from trtllm_replayssm.ops.mamba2 import selective_state_update as m2_standard
+
+PAD = -1
+
+
+def _rel(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+def test_mamba2_hook_matches_standard_and_falls_back():
+    geom, L = Mamba2Geometry(nheads=4, headdim=8, dstate=16, ngroups=2), 4
+    g = torch.Generator().manual_seed(0)
+    pool = torch.randn(2, 3, 4, 8, 16, generator=g).to(DEVICE)
+    twin = pool.clone()
+    calls = []
+
+    def original(state, x, *args, **kw):  # stands in for the engine's own kernel
+        calls.append(x.dim())
+        kw = {k: v for k, v in kw.items() if k not in ("disable_state_update", "intermediate_states_buffer",
+                                                         "cache_steps")}
+        return m2_standard(state, x, *args, **kw)
+
+    replay = ReplaySlots(geom, 2, 3, L, act_dtype=torch.float32, device=DEVICE)
+    reg = StateRegistry()
+    reg.register_pool(pool, replay)
+    update = make_mamba2_update(original, reg)
+    idx = torch.tensor([2, PAD, 0], dtype=torch.int32, device=DEVICE)
+    replay.on_slots_assigned(idx)
+    A = [-(torch.rand(4, generator=g) + 0.5).to(DEVICE) for _ in range(2)]
+    for step in range(2 * L + 1):
+        for layer in range(2):
+            kw = dict(x=torch.randn(3, 4, 8, generator=g).to(DEVICE), dt=torch.randn(3, 4, generator=g).to(DEVICE),
+                      A=A[layer], B=torch.randn(3, 2, 16, generator=g).to(DEVICE),
+                      C=torch.randn(3, 2, 16, generator=g).to(DEVICE), dt_softplus=True, state_batch_indices=idx,
+                      pad_slot_id=PAD)
+            y = update(pool[layer], **kw, disable_state_update=False)
+            y_std = m2_standard(twin[layer], **kw)
+            assert _rel(y[[0, 2]], y_std[[0, 2]]) < 1e-4, f"step {step} layer {layer}"
+        assert int(replay.write_pos[2]) == (step + 1) % L  # moved once per step, by the last layer
+    assert calls == []  # every decode call took the replay path
+    before = pool.clone()
+    update(twin[0], **kw)  # an unregistered pool goes to the original
+    assert calls == [3] and torch.equal(pool, before)
+
+
+def test_gdn_hook_matches_standard():
+    geom, L = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=8), 4
+    g = torch.Generator().manual_seed(1)
+    pool = (torch.randn(1, 3, 2, 8, 16, generator=g) * 0.3).to(DEVICE)
+    twin = pool.clone()
+    replay = ReplaySlots(geom, 1, 3, L, device=DEVICE)
+    reg = StateRegistry()
+    reg.register_pool(pool, replay)
+    update = make_gdn_update(lambda **kw: None, reg)
+    idx = torch.tensor([1, 2], dtype=torch.int32, device=DEVICE)
+    replay.on_slots_assigned(idx)
+    A_log, dtb = (torch.randn(2, generator=g) * 0.5).to(DEVICE), torch.randn(2, generator=g).to(DEVICE)
+    for step in range(2 * L + 1):
+        q, k = torch.randn(2, 1, 1, 16, generator=g).to(DEVICE), torch.randn(2, 1, 1, 16, generator=g).to(DEVICE)
+        v, a, b = (torch.randn(2, 1, 2, 8, generator=g).to(DEVICE), torch.randn(2, 1, 2, generator=g).to(DEVICE),
+                   torch.randn(2, 1, 2, generator=g).to(DEVICE))
+        o = update(A_log=A_log, a=a, dt_bias=dtb, softplus_beta=1.0, softplus_threshold=20.0, q=q, k=k, v=v, b=b,
+                   initial_state_source=pool[0], initial_state_indices=idx, use_qk_l2norm_in_kernel=True)
+        o_std = gdn_standard(twin[0], q[:, 0], k[:, 0], v[:, 0], a[:, 0], b[:, 0], A_log, dtb,
+                             initial_state_indices=idx)
+        assert o.shape == (2, 1, 2, 8) and _rel(o[:, 0], o_std) < 1e-4, f"step {step}"
+    assert int(replay.write_pos[1]) == (2 * L + 1) % L

@@ -1,0 +1,56 @@
+"""Against a real TensorRT-LLM install on a GPU (skipped where either is missing, as on
+every machine of this project so far). Checkpoints come from the environment:
+``REPLAYSSM_NEMOTRON_H_CKPT`` (a small Nemotron-H) and, once GDN is wired,
+``REPLAYSSM_QWEN3_NEXT_CKPT``."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("tensorrt_llm", reason="TensorRT-LLM is not installed (it cannot be on this project's machines)")
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+GENERATE = """
+import json, sys
+from tensorrt_llm import LLM, SamplingParams
+llm = LLM(model=sys.argv[1], max_batch_size=8, kv_cache_config={"enable_block_reuse": False})
+outs = llm.generate(["The capital of France is", "def fibonacci(n):"],
+                    SamplingParams(max_tokens=48, temperature=0.0, logprobs=1))
+print(json.dumps([[o.outputs[0].token_ids, [list(d.values())[0].logprob for d in o.outputs[0].logprobs]]
+                  for o in outs]))
+"""
+
+
+def _ckpt(var: str) -> str:
+    path = os.environ.get(var)
+    if not path:
+        pytest.skip(f"set {var} to a checkpoint folder")
+    return path
+
+
+def test_patch_lands_on_the_real_classes():
+    from trtllm_replayssm.integration.apply import apply_replayssm
+
+    info = apply_replayssm(models=["mamba2"])
+    import tensorrt_llm._torch.modules.mamba.mamba2_mixer as mixer
+
+    assert any(hasattr(getattr(mixer, name, None), "__wrapped__")
+               for name in ("selective_state_update", "selective_state_update_native")), info
+
+
+def test_greedy_outputs_and_logprobs_agree_nemotron_h():
+    ckpt = _ckpt("REPLAYSSM_NEMOTRON_H_CKPT")
+    runs = {}
+    for on in ("0", "1"):  # in fresh processes, so the executor workers are spawned with the switch
+        env = dict(os.environ, TRTLLM_REPLAYSSM=on)
+        out = subprocess.run([sys.executable, "-c", GENERATE, ckpt], env=env, capture_output=True, text=True,
+                             timeout=1800, check=True)
+        runs[on] = (json.loads(out.stdout.strip().splitlines()[-1]), out.stderr)
+    assert "ReplaySSM on" in runs["1"][1] and "ReplaySSM on" not in runs["0"][1]
+    for (tok0, lp0), (tok1, lp1) in zip(runs["0"][0], runs["1"][0]):
+        assert tok0 == tok1
+        assert max(abs(a - b) for a, b in zip(lp0, lp1)) < 5e-2

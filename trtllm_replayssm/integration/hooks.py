@@ -1,0 +1,92 @@
+"""Drop-in replacements for an engine's SSM state-update functions, on plain tensors.
+
+The engine's state pool ``(layers, slots, ...)`` is registered with the
+:class:`ReplaySlots` that holds its rings; a call whose ``state`` is one of those layer
+views (found by address) runs the ReplaySSM kernel, and the call for the last registered
+layer of a step moves the cursors, on the device, inside whatever graph is being
+captured. Every other call (prefill, speculative verify, a state that is not registered,
+arguments the replay path does not take) goes to the engine's own function unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, Optional, Sequence, Tuple
+
+import torch
+
+from .lifecycle import ReplaySlots
+
+
+class StateRegistry:
+    def __init__(self):
+        self._by_ptr: Dict[int, Tuple[ReplaySlots, int, bool]] = {}
+
+    def register_pool(self, pool: torch.Tensor, replay: ReplaySlots, layers: Optional[Sequence[int]] = None) -> None:
+        """``pool (layers, slots, ...)``: layer ``i``'s view uses ring ``layers[i]``."""
+        layers = list(range(pool.shape[0])) if layers is None else list(layers)
+        for i, ring_layer in enumerate(layers):
+            self._by_ptr[pool[i].data_ptr()] = (replay, ring_layer, i == len(layers) - 1)
+
+    def lookup(self, state: torch.Tensor) -> Optional[Tuple[ReplaySlots, int, bool]]:
+        return self._by_ptr.get(state.data_ptr())
+
+    def clear(self) -> None:
+        self._by_ptr.clear()
+
+
+def make_mamba2_update(original: Callable, registry: StateRegistry) -> Callable:
+    """TensorRT-LLM's ``selective_state_update(state, x, dt, A, B, C, D, z, dt_bias,
+    dt_softplus, state_batch_indices, pad_slot_id, out, disable_state_update,
+    intermediate_states_buffer, cache_steps, ...)``."""
+
+    def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
+                               state_batch_indices=None, pad_slot_id=-1, out=None, disable_state_update=False,
+                               intermediate_states_buffer=None, cache_steps=None, **extra):
+        hit = registry.lookup(state)
+        if (hit is None or x.dim() != 3 or disable_state_update or intermediate_states_buffer is not None
+                or cache_steps is not None or extra):
+            return original(state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
+                            state_batch_indices=state_batch_indices, pad_slot_id=pad_slot_id, out=out,
+                            disable_state_update=disable_state_update,
+                            intermediate_states_buffer=intermediate_states_buffer, cache_steps=cache_steps, **extra)
+        replay, layer, last = hit
+        y = replay.mamba2_step(layer, state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
+                               state_batch_indices=state_batch_indices, pad_slot_id=pad_slot_id, out=out)
+        if last:
+            replay.after_step(state_batch_indices)
+        return y
+
+    selective_state_update.__wrapped__ = original
+    return selective_state_update
+
+
+def make_gdn_update(original: Callable, registry: StateRegistry) -> Callable:
+    """``fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta,
+    softplus_threshold, q, k, v, b, initial_state_source, initial_state_indices, scale,
+    use_qk_l2norm_in_kernel, cu_seqlens, output)`` with decode tokens laid out
+    ``q (N, 1, H, K)`` (one token per row) and the state pool ``[slots, HV, V, K]``."""
+
+    def fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta, softplus_threshold, q, k, v, b,
+                                               initial_state_source, initial_state_indices, scale=None,
+                                               use_qk_l2norm_in_kernel=False, cu_seqlens=None, output=None,
+                                               **extra):
+        hit = registry.lookup(initial_state_source)
+        one_token = q.dim() == 4 and q.shape[1] == 1 and cu_seqlens is None
+        if hit is None or not one_token or extra:
+            return original(A_log=A_log, a=a, dt_bias=dt_bias, softplus_beta=softplus_beta,
+                            softplus_threshold=softplus_threshold, q=q, k=k, v=v, b=b,
+                            initial_state_source=initial_state_source, initial_state_indices=initial_state_indices,
+                            scale=scale, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, cu_seqlens=cu_seqlens,
+                            output=output, **extra)
+        replay, layer, last = hit
+        n = q.shape[0]
+        o = replay.gdn_step(layer, initial_state_source, q[:, 0], k[:, 0], v[:, 0], a.reshape(n, -1),
+                            b.reshape(n, -1), A_log, dt_bias, scale, use_qk_l2norm_in_kernel, initial_state_indices,
+                            out=None if output is None else output.view(n, *output.shape[-2:]),
+                            softplus_beta=softplus_beta, softplus_threshold=softplus_threshold)
+        if last:
+            replay.after_step(initial_state_indices)
+        return o.view(n, 1, *o.shape[1:]) if output is None else output
+
+    fused_sigmoid_gating_delta_rule_update.__wrapped__ = original
+    return fused_sigmoid_gating_delta_rule_update

@@ -103,17 +103,23 @@ def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16):
 
 
 def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
-    """Speculative verify kernels, Super (P 64, N 128) and Qwen3.5 (K = V = 128) tiles."""
+    """Speculative verify kernels, Super (P 64, N 128) and Qwen3.5 (K = V = 128) tiles; a
+    ``split_fold`` config is two launches (the fold of flush rows, then the verify)."""
     buf = m2_spec.ring_capacity(T, history_len)
-    common = dict(HAS_SLOT_IDX=True, BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf, DOT_PRECISION="tf32x3")
-    for cfg in SPEC_CANDIDATES:
-        c = dict(common, HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, DT_SOFTPLUS=True, NUM_TOKENS=T,
-                 BLOCK_P=min(cfg.block_p, 64), BLOCK_N=128, USE_DOT=True)
-        yield ["mamba2", f"spec T={T}", str(cfg), registers(m2_spec._spec_verify_kernel, c, cfg.num_warps, state_dtype)]
-    for cfg in SPEC_CANDIDATES:
-        c = dict(common, USE_QK_L2NORM=True, BLOCK_V=cfg.block_p, BLOCK_K=128, USE_DOT=True)
-        yield ["gdn", f"spec T={T}", str(cfg), registers(gdn_spec._gdn_spec_verify_kernel, c, cfg.num_warps,
-                                                         state_dtype)]
+    common = dict(HAS_SLOT_IDX=True, BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf, DOT_PRECISION="tf32x3",
+                  USE_DOT=True)
+    families = (
+        ("mamba2", m2_spec._spec_verify_kernel,
+         lambda cfg: dict(HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, DT_SOFTPLUS=True, NUM_TOKENS=T,
+                          BLOCK_P=min(cfg.block_p, 64), BLOCK_N=128)),
+        ("gdn", gdn_spec._gdn_spec_verify_kernel, lambda cfg: dict(USE_QK_L2NORM=True, BLOCK_V=cfg.block_p, BLOCK_K=128)),
+    )
+    for family, fn, shape in families:
+        for cfg in SPEC_CANDIDATES:
+            phases = {"fold": 1, "verify": 2} if cfg.split_fold else {"verify+fold": 0}
+            regs = ", ".join(f"{name} {registers(fn, dict(common, **shape(cfg), PHASE=p), cfg.num_warps, state_dtype)}"
+                             for name, p in phases.items())
+            yield [family, f"spec T={T}", str(cfg), regs]
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ import torch
 from conftest import requires_cuda
 from mamba2_harness import DEVICE, rel_err, same_bits, tolerance
 from trtllm_replayssm.benchmarking.spec import SPEC_CANDIDATES
+from trtllm_replayssm.ops.launch import LaunchConfig
 from trtllm_replayssm.cache import GDNGeometry
 from trtllm_replayssm.ops.gdn.naive import gdn_step_ref, l2norm
 from trtllm_replayssm.ops.gdn.spec import gdn_replayssm_spec_decode
@@ -78,6 +79,13 @@ def test_rollback_fuzz():
 @pytest.mark.parametrize("T,Bh", [(2, 2), (4, 4), (8, 8), (8, 24)])
 def test_fuzz_sizes(T, Bh):
     flushes = run_gdn_spec_fuzz(T=T, Bh=Bh, steps=20, seed=T + Bh)
+    assert min(flushes.values()) >= 1, flushes
+
+
+def test_flush_rows_fold_in_their_own_launch():
+    """``split_fold``: the flush rows fold first, then the verify launch (compiled without
+    the fold) reads their new checkpoint with an empty history."""
+    flushes = run_gdn_spec_fuzz(T=4, Bh=16, steps=40, seed=3, config=LaunchConfig(16, 4, split_fold=1))
     assert min(flushes.values()) >= 1, flushes
 
 

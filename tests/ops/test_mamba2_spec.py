@@ -12,6 +12,7 @@ import torch
 from conftest import requires_cuda
 from mamba2_harness import DEVICE, rel_err, same_bits, tolerance
 from trtllm_replayssm.benchmarking.spec import SPEC_CANDIDATES
+from trtllm_replayssm.ops.launch import LaunchConfig
 from trtllm_replayssm.cache import Mamba2Geometry
 from trtllm_replayssm.ops.mamba2.naive import mamba2_step_ref
 from trtllm_replayssm.ops.mamba2.spec import (
@@ -99,6 +100,13 @@ def test_rollback_fuzz_200_steps():
 @pytest.mark.parametrize("T,Bh", [(2, 2), (2, 16), (4, 4), (4, 24), (8, 8), (8, 16)])
 def test_fuzz_sizes(T, Bh):
     flushes = run_spec_fuzz(T=T, Bh=Bh, steps=24, seed=T * 100 + Bh)
+    assert min(flushes.values()) >= 1, flushes
+
+
+def test_flush_rows_fold_in_their_own_launch():
+    """``split_fold``: the flush rows fold first, then the verify launch (compiled without
+    the fold) reads their new checkpoint with an empty history."""
+    flushes = run_spec_fuzz(T=4, Bh=16, steps=40, seed=3, move_row_at=20, config=LaunchConfig(16, 4, split_fold=1))
     assert min(flushes.values()) >= 1, flushes
 
 

@@ -32,8 +32,11 @@ from .rig import best_config
 from .timing import capture, layers_for_cold_l2, time_graph_ms
 
 
-# Verify-kernel launch configs tried per case: (rows of headdim / of V per program, warps).
-SPEC_CANDIDATES = [LaunchConfig(*c) for c in [(16, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8)]]
+# Verify-kernel launch configs tried per case: rows of headdim / of V per program, warps,
+# and whether flush rows fold in a launch of their own (the verify launch then needs fewer
+# registers: ``benchmarks/kernel_registers.py --family spec``).
+SPEC_CANDIDATES = [LaunchConfig(b, w) for b, w in [(16, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8)]] + \
+    [LaunchConfig(b, w, split_fold=1) for b, w in [(16, 4), (32, 4), (32, 8), (64, 8)]]
 
 
 def state_shape(geom: Union[Mamba2Geometry, GDNGeometry]) -> tuple:

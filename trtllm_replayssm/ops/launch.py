@@ -24,17 +24,23 @@ import triton
 class LaunchConfig:
     """Compile-time choices of one launch: rows of headdim per program, warps, and for
     the replay kernel how many ring entries are loaded together (``fold_chunk``),
-    whether a fold uses one matmul over the ring instead (``fold_dot``), and how many
-    heads one program of the fold launch loops over (``heads_per_prog``)."""
+    whether a fold uses one matmul over the ring instead (``fold_dot``), how many
+    heads one program of the fold launch loops over (``heads_per_prog``), and whether a
+    speculative verify folds its flush rows in a launch of their own (``split_fold``), so
+    the verify launch is compiled without the fold."""
 
     block_p: int
     num_warps: int
     fold_chunk: int = 1
     fold_dot: int = 0
     heads_per_prog: int = 1
+    split_fold: int = 0  # speculative verify: flush rows fold in a launch of their own
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+CONFIG_FIELDS = ("block_p", "num_warps", "fold_chunk", "fold_dot", "heads_per_prog", "split_fold")
 
 
 def grid(batch: int, nheads: int, headdim: int, cfg: LaunchConfig) -> tuple:
@@ -83,7 +89,7 @@ def select_config(kernel: str, arch: str, state_dtype: torch.dtype, act_dtype: t
     row = _lookup(arch, table_key(kernel, state_dtype, act_dtype, headdim, dstate), batch, family)
     if row is None:
         return default_config(kernel, headdim, batch)
-    return LaunchConfig(**{k: row[k] for k in ("block_p", "num_warps", "fold_chunk", "fold_dot", "heads_per_prog") if k in row})
+    return LaunchConfig(**{k: row[k] for k in CONFIG_FIELDS if k in row})
 
 
 def select_route(arch: str, state_dtype: torch.dtype, act_dtype: torch.dtype,

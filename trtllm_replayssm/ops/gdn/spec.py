@@ -26,7 +26,7 @@ import triton.language as tl
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_tensor
 from ..common import DOT_PRECISION, load_ring_history, load_spec_row, small_matmul, store_nan_tokens
 from ..launch import LaunchConfig
-from ..mamba2.spec import _check_cursors, _check_spec_sizes, ring_capacity
+from ..mamba2.spec import AFTER_FOLD, BOTH, FOLD_ONLY, _check_cursors, _check_spec_sizes, ring_capacity
 from .step_inputs import parse_gdn_step
 
 RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -51,7 +51,7 @@ def _gdn_spec_verify_kernel(
     scale, softplus_beta, softplus_threshold,
     USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
     BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr, BUF: tl.constexpr,
-    USE_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    USE_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, PHASE: tl.constexpr,
 ):
     pid_v = tl.program_id(0)
     hv = tl.program_id(1)
@@ -69,9 +69,16 @@ def _gdn_spec_verify_kernel(
     if is_pad:
         return
     if is_bad:
-        store_nan_tokens(out_ptr, offs_v, mask_v, pid_b, hv, stride_out_b, stride_out_t, stride_out_h, num_tokens,
-                         BLOCK_T)
+        if PHASE != FOLD_ONLY:  # the verify launch reports
+            store_nan_tokens(out_ptr, offs_v, mask_v, pid_b, hv, stride_out_b, stride_out_t, stride_out_h,
+                             num_tokens, BLOCK_T)
         return
+    if PHASE == FOLD_ONLY:
+        if not is_flush:
+            return
+    n_hist = wp
+    if PHASE == AFTER_FOLD:  # the flush rows' history is in the checkpoint already
+        n_hist = tl.where(is_flush, 0, wp)
     h = hv // v_heads_per_k_head
 
     # Drafts: normalised q (scaled) and k [T, K], v [V, T], gates [T].
@@ -100,64 +107,66 @@ def _gdn_spec_verify_kernel(
     # The committed history as whole tiles gathered through the circular index (all loads
     # independent, issued together), and the checkpoint.
     mask_l, g_hist, D_hist, K_hist = load_ring_history(gr_base, dr_base, stride_dr_l, offs_v, mask_v, kr_base,
-                                                       stride_kr_l, offs_k, mask_k, origin, wp, BUF)  # [V|BUF|K]
+                                                       stride_kr_l, offs_k, mask_k, origin, n_hist, BUF)  # [V|BUF|K]
     state_ptrs = (state_ptr + slot * stride_state_slot + hv * stride_state_h
                   + offs_v[:, None] * stride_state_v + offs_k[None, :])
     mask_vk = mask_v[:, None] & mask_k[None, :]
     S0 = tl.load(state_ptrs, mask=mask_vk, other=0.0).to(tl.float32)
     G = tl.sum(g_hist, axis=0)
     decay = tl.where(mask_l, tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0)), 0.0)  # exp(G - G_j)
-    if is_flush:
-        # Fold the committed history into the checkpoint and store it; the drafts then
-        # stand on it alone.
-        S0 = tl.exp(G) * S0 + small_matmul(D_hist * decay[None, :], K_hist, USE_DOT, DOT_PRECISION)
-        tl.store(state_ptrs, S0.to(state_ptr.dtype.element_ty), mask=mask_vk)
-        G = G * 0.0
-        decay = decay * 0.0
+    if PHASE != AFTER_FOLD:
+        if is_flush:
+            # Fold the committed history into the checkpoint and store it; the drafts then
+            # stand on it alone.
+            S0 = tl.exp(G) * S0 + small_matmul(D_hist * decay[None, :], K_hist, USE_DOT, DOT_PRECISION)
+            tl.store(state_ptrs, S0.to(state_ptr.dtype.element_ty), mask=mask_vk)
+            G = G * 0.0
+            decay = decay * 0.0
+    if PHASE != FOLD_ONLY:
+        # S_h k_t and S_h q_t for every draft position: [V, T] each.
+        SK = tl.zeros((BLOCK_V, BLOCK_T), tl.float32)
+        SQ = tl.zeros((BLOCK_V, BLOCK_T), tl.float32)
+        for t in tl.static_range(BLOCK_T):
+            sel = offs_t[:, None] == t
+            k_t = tl.sum(tl.where(sel, Kd, 0.0), axis=0)
+            q_t = tl.sum(tl.where(sel, Q, 0.0), axis=0)
+            col = offs_t[None, :] == t
+            sk = tl.exp(G) * tl.sum(S0 * k_t[None, :], axis=1) \
+                + tl.sum(D_hist * (decay * tl.sum(K_hist * k_t[None, :], axis=1))[None, :], axis=1)
+            sq = tl.exp(G) * tl.sum(S0 * q_t[None, :], axis=1) \
+                + tl.sum(D_hist * (decay * tl.sum(K_hist * q_t[None, :], axis=1))[None, :], axis=1)
+            SK += tl.where(col, sk[:, None], 0.0)
+            SQ += tl.where(col, sq[:, None], 0.0)
 
-    # S_h k_t and S_h q_t for every draft position: [V, T] each.
-    SK = tl.zeros((BLOCK_V, BLOCK_T), tl.float32)
-    SQ = tl.zeros((BLOCK_V, BLOCK_T), tl.float32)
-    for t in tl.static_range(BLOCK_T):
-        sel = offs_t[:, None] == t
-        k_t = tl.sum(tl.where(sel, Kd, 0.0), axis=0)
-        q_t = tl.sum(tl.where(sel, Q, 0.0), axis=0)
-        col = offs_t[None, :] == t
-        sk = tl.exp(G) * tl.sum(S0 * k_t[None, :], axis=1) \
-            + tl.sum(D_hist * (decay * tl.sum(K_hist * k_t[None, :], axis=1))[None, :], axis=1)
-        sq = tl.exp(G) * tl.sum(S0 * q_t[None, :], axis=1) \
-            + tl.sum(D_hist * (decay * tl.sum(K_hist * q_t[None, :], axis=1))[None, :], axis=1)
-        SK += tl.where(col, sk[:, None], 0.0)
-        SQ += tl.where(col, sq[:, None], 0.0)
+        # (I + M) d = r, M[t, s] = beta_t exp(A_t - A_s) (k_s . k_t) for s < t.
+        KK = tl.sum(Kd[:, None, :] * Kd[None, :, :], axis=2)  # [t, s] = k_t . k_s
+        QK = tl.sum(Q[:, None, :] * Kd[None, :, :], axis=2)  # [t, s] = q_t . k_s
+        diff = A_t[:, None] - A_t[None, :]
+        lower = offs_t[None, :] < offs_t[:, None]
+        M = tl.where(lower, beta[:, None] * tl.exp(tl.minimum(diff, 0.0)) * KK, 0.0)
+        eye = tl.where(offs_t[:, None] == offs_t[None, :], 1.0, 0.0)
+        M2 = _matmul_tt(M, M)
+        M4 = _matmul_tt(M2, M2)
+        Inv = _matmul_tt(_matmul_tt(eye - M, eye + M2), eye + M4)
+        R = beta[None, :] * (Vd - tl.exp(A_t)[None, :] * SK)  # [V, T]
+        Dd = tl.sum(R[:, None, :] * Inv[None, :, :], axis=2)  # d[:, t] = sum_s Inv[t, s] r[:, s]
+        W = tl.where(offs_t[None, :] <= offs_t[:, None], tl.exp(tl.minimum(diff, 0.0)) * QK, 0.0)  # [t, s], s <= t
+        O = tl.exp(A_t)[None, :] * SQ + tl.sum(Dd[:, None, :] * W[None, :, :], axis=2)  # [V, T]
 
-    # (I + M) d = r, M[t, s] = beta_t exp(A_t - A_s) (k_s . k_t) for s < t.
-    KK = tl.sum(Kd[:, None, :] * Kd[None, :, :], axis=2)  # [t, s] = k_t . k_s
-    QK = tl.sum(Q[:, None, :] * Kd[None, :, :], axis=2)  # [t, s] = q_t . k_s
-    diff = A_t[:, None] - A_t[None, :]
-    lower = offs_t[None, :] < offs_t[:, None]
-    M = tl.where(lower, beta[:, None] * tl.exp(tl.minimum(diff, 0.0)) * KK, 0.0)
-    eye = tl.where(offs_t[:, None] == offs_t[None, :], 1.0, 0.0)
-    M2 = _matmul_tt(M, M)
-    M4 = _matmul_tt(M2, M2)
-    Inv = _matmul_tt(_matmul_tt(eye - M, eye + M2), eye + M4)
-    R = beta[None, :] * (Vd - tl.exp(A_t)[None, :] * SK)  # [V, T]
-    Dd = tl.sum(R[:, None, :] * Inv[None, :, :], axis=2)  # d[:, t] = sum_s Inv[t, s] r[:, s]
-    W = tl.where(offs_t[None, :] <= offs_t[:, None], tl.exp(tl.minimum(diff, 0.0)) * QK, 0.0)  # [t, s], s <= t
-    O = tl.exp(A_t)[None, :] * SQ + tl.sum(Dd[:, None, :] * W[None, :, :], axis=2)  # [V, T]
-
-    # Append the drafts (logical wp + t) for later steps.
-    for t in tl.static_range(BLOCK_T):
-        if t < num_tokens:
-            phys = (origin + wp + t) & (BUF - 1)
-            d_t = tl.sum(tl.where(offs_t[None, :] == t, Dd, 0.0), axis=1)
-            tl.store(dr_base + phys * stride_dr_l + offs_v, d_t.to(d_ring_ptr.dtype.element_ty), mask=mask_v)
-            if pid_v == 0:
-                tl.store(gr_base + phys, tl.sum(tl.where(offs_t == t, g_dr, 0.0), axis=0))
-                if hv % v_heads_per_k_head == 0:
-                    k_t = tl.sum(tl.where(offs_t[:, None] == t, Kd, 0.0), axis=0)
-                    tl.store(kr_base + phys * stride_kr_l + offs_k, k_t.to(k_ring_ptr.dtype.element_ty), mask=mask_k)
-    tl.store(out_ptr + pid_b * stride_out_b + offs_t[None, :] * stride_out_t + hv * stride_out_h + offs_v[:, None],
-             O.to(out_ptr.dtype.element_ty), mask=mask_v[:, None] & mask_t[None, :])
+        # Append the drafts (logical wp + t) for later steps.
+        for t in tl.static_range(BLOCK_T):
+            if t < num_tokens:
+                phys = (origin + wp + t) & (BUF - 1)
+                d_t = tl.sum(tl.where(offs_t[None, :] == t, Dd, 0.0), axis=1)
+                tl.store(dr_base + phys * stride_dr_l + offs_v, d_t.to(d_ring_ptr.dtype.element_ty), mask=mask_v)
+                if pid_v == 0:
+                    tl.store(gr_base + phys, tl.sum(tl.where(offs_t == t, g_dr, 0.0), axis=0))
+                    if hv % v_heads_per_k_head == 0:
+                        k_t = tl.sum(tl.where(offs_t[:, None] == t, Kd, 0.0), axis=0)
+                        tl.store(kr_base + phys * stride_kr_l + offs_k, k_t.to(k_ring_ptr.dtype.element_ty),
+                                 mask=mask_k)
+        tl.store(out_ptr + pid_b * stride_out_b + offs_t[None, :] * stride_out_t + hv * stride_out_h + offs_v[:, None],
+                 O.to(out_ptr.dtype.element_ty), mask=mask_v[:, None] & mask_t[None, :])
 
 
 def gdn_replayssm_spec_decode(
@@ -204,18 +213,20 @@ def gdn_replayssm_spec_decode(
         return out
     cfg = config or GDN_SPEC_CONFIG
     block_v, block_k = min(cfg.block_p, triton.next_power_of_2(V)), triton.next_power_of_2(K)
-    _gdn_spec_verify_kernel[(triton.cdiv(V, block_v), HV, Bsz)](
-        state, d_ring, k_ring, g_ring, write_pos, origin, is_flush, q, k, v, a, b, A_log, dt_bias, out,
-        initial_state_indices if initial_state_indices is not None else write_pos,
-        slots, T, K, V, HV // H, capacity, pad_slot_id,
-        state.stride(0), state.stride(1), state.stride(2),
-        d_ring.stride(0), d_ring.stride(1), d_ring.stride(2), k_ring.stride(0), k_ring.stride(1), k_ring.stride(2),
-        g_ring.stride(0), g_ring.stride(1),
-        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1),
-        v.stride(2), a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2),
-        out.stride(0), out.stride(1), out.stride(2), step.scale, step.softplus_beta, step.softplus_threshold,
-        USE_QK_L2NORM=step.use_qk_l2norm, HAS_SLOT_IDX=initial_state_indices is not None, BLOCK_V=block_v,
-        BLOCK_K=block_k, BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf,
-        USE_DOT=min(block_v, block_k, buf) >= 16, DOT_PRECISION=DOT_PRECISION, num_warps=cfg.num_warps,
-    )
+    for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
+        _gdn_spec_verify_kernel[(triton.cdiv(V, block_v), HV, Bsz)](
+            state, d_ring, k_ring, g_ring, write_pos, origin, is_flush, q, k, v, a, b, A_log, dt_bias, out,
+            initial_state_indices if initial_state_indices is not None else write_pos,
+            slots, T, K, V, HV // H, capacity, pad_slot_id,
+            state.stride(0), state.stride(1), state.stride(2),
+            d_ring.stride(0), d_ring.stride(1), d_ring.stride(2), k_ring.stride(0), k_ring.stride(1), k_ring.stride(2),
+            g_ring.stride(0), g_ring.stride(1),
+            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1),
+            v.stride(2), a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2),
+            out.stride(0), out.stride(1), out.stride(2), step.scale, step.softplus_beta, step.softplus_threshold,
+            USE_QK_L2NORM=step.use_qk_l2norm, HAS_SLOT_IDX=initial_state_indices is not None, BLOCK_V=block_v,
+            BLOCK_K=block_k, BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf,
+            USE_DOT=min(block_v, block_k, buf) >= 16, DOT_PRECISION=DOT_PRECISION, PHASE=phase.value,
+            num_warps=cfg.num_warps,
+        )
     return out

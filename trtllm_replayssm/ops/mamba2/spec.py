@@ -35,6 +35,9 @@ from .step_inputs import parse_mamba2_step
 
 MAX_T = 8
 MAX_HISTORY = 64
+# Verify phases: one launch does everything, or the flush rows fold first in a launch of
+# their own (FOLD_ONLY) and the verify launch (AFTER_FOLD) is compiled without the fold.
+BOTH, FOLD_ONLY, AFTER_FOLD = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 SPEC_CONFIG = LaunchConfig(block_p=32, num_warps=4)
 
 
@@ -56,6 +59,7 @@ def _spec_verify_kernel(
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
     DT_SOFTPLUS: tl.constexpr, NUM_TOKENS: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_T: tl.constexpr, BUF: tl.constexpr, USE_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    PHASE: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -73,9 +77,17 @@ def _spec_verify_kernel(
     if is_pad:
         return
     if is_bad:
-        store_nan_tokens(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_t, stride_out_h, NUM_TOKENS,
-                         BLOCK_T)
+        if PHASE != FOLD_ONLY:  # the verify launch reports
+            store_nan_tokens(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_t, stride_out_h,
+                             NUM_TOKENS, BLOCK_T)
         return
+    if PHASE == FOLD_ONLY:
+        if not is_flush:
+            return
+    # After a FOLD_ONLY launch the flush rows' history is in the checkpoint already.
+    n_hist = wp
+    if PHASE == AFTER_FOLD:
+        n_hist = tl.where(is_flush, 0, wp)
     g = pid_h // heads_per_group
     A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
     xr_base = x_ring_ptr + slot * stride_xr_slot + pid_h * stride_xr_h
@@ -85,7 +97,7 @@ def _spec_verify_kernel(
     # Every load below is issued up front: the committed history as whole tiles (gathered
     # through the circular index), the drafts as [P, T] / [T, N] tiles, the checkpoint.
     mask_l, dt_hist, X_hist, B_hist = load_ring_history(dtr_base, xr_base, stride_xr_l, offs_p, mask_p, Br_base,
-                                                        stride_Br_l, offs_n, mask_n, origin, wp, BUF)  # [P|BUF|N]
+                                                        stride_Br_l, offs_n, mask_n, origin, n_hist, BUF)  # [P|BUF|N]
     mask_pt = mask_p[:, None] & mask_t[None, :]
     X_dr = tl.load(x_ptr + pid_b * stride_x_b + offs_t[None, :] * stride_x_t + pid_h * stride_x_h + offs_p[:, None],
                    mask=mask_pt, other=0.0).to(tl.float32)  # [P, T]
@@ -107,47 +119,48 @@ def _spec_verify_kernel(
     H = tl.sum(dt_hist, axis=0)  # dt summed over the committed history
     # coef_j = dt_j exp(A (dt summed after j)): history entry j's weight on top of S_0.
     coef = tl.where(mask_l, dt_hist * tl.exp(tl.minimum(A * (H - tl.cumsum(dt_hist, axis=0)), 0.0)), 0.0)
-    if is_flush:
-        # Fold only the committed history (never the drafts) and store the new checkpoint;
-        # the outputs then stand on it alone.
-        S0 = S0 * tl.exp(tl.minimum(A * H, 0.0)) + small_matmul(X_hist * coef[None, :], B_hist, USE_DOT,
-                                                               DOT_PRECISION)
-        tl.store(state_ptrs, S0.to(state_ptr.dtype.element_ty), mask=mask_pn)
-        H = H * 0.0
-        coef = coef * 0.0
-
-    # Output t: exp(A (H + D_t)) S_0 C_t + exp(A D_t) sum_j coef_j (B_j . C_t) x_j
-    #           + sum_{d <= t} dt_d exp(A (D_t - D_d)) (B_d . C_t) x_d.
-    for t in tl.static_range(NUM_TOKENS):
-        c_t = tl.load(C_ptr + pid_b * stride_C_b + t * stride_C_t + g * stride_C_g + offs_n, mask=mask_n,
-                      other=0.0).to(tl.float32)
-        D_t = tl.sum(tl.where(offs_t == t, D_cum, 0.0), axis=0)
-        hist_w = coef * tl.sum(B_hist * c_t[None, :], axis=1)  # [BUF]
-        draft_w = tl.where(offs_t <= t, dt_dr * tl.exp(tl.minimum(A * (D_t - D_cum), 0.0)), 0.0) \
-            * tl.sum(B_dr * c_t[None, :], axis=1)  # [T]
-        y = (tl.exp(tl.minimum(A * (H + D_t), 0.0)) * tl.sum(S0 * c_t[None, :], axis=1)
-             + tl.exp(tl.minimum(A * D_t, 0.0)) * tl.sum(X_hist * hist_w[None, :], axis=1)
-             + tl.sum(X_dr * draft_w[None, :], axis=1))
-        x_t = tl.load(x_ptr + pid_b * stride_x_b + t * stride_x_t + pid_h * stride_x_h + offs_p, mask=mask_p,
-                      other=0.0)
-        if HAS_D:
-            y += x_t.to(tl.float32) * tl.load(D_ptr + pid_h * stride_D_h + offs_p * stride_D_p, mask=mask_p,
-                                              other=0.0).to(tl.float32)
-        if HAS_Z:
-            z_t = tl.load(z_ptr + pid_b * stride_z_b + t * stride_z_t + pid_h * stride_z_h + offs_p, mask=mask_p,
+    if PHASE != AFTER_FOLD:
+        if is_flush:
+            # Fold only the committed history (never the drafts) and store the new
+            # checkpoint; the outputs then stand on it alone.
+            S0 = S0 * tl.exp(tl.minimum(A * H, 0.0)) + small_matmul(X_hist * coef[None, :], B_hist, USE_DOT,
+                                                                   DOT_PRECISION)
+            tl.store(state_ptrs, S0.to(state_ptr.dtype.element_ty), mask=mask_pn)
+            H = H * 0.0
+            coef = coef * 0.0
+    if PHASE != FOLD_ONLY:
+        # Output t: exp(A (H + D_t)) S_0 C_t + exp(A D_t) sum_j coef_j (B_j . C_t) x_j
+        #           + sum_{d <= t} dt_d exp(A (D_t - D_d)) (B_d . C_t) x_d.
+        for t in tl.static_range(NUM_TOKENS):
+            c_t = tl.load(C_ptr + pid_b * stride_C_b + t * stride_C_t + g * stride_C_g + offs_n, mask=mask_n,
                           other=0.0).to(tl.float32)
-            y *= z_t * tl.sigmoid(z_t)
-        tl.store(out_ptr + pid_b * stride_out_b + t * stride_out_t + pid_h * stride_out_h + offs_p,
-                 y.to(out_ptr.dtype.element_ty), mask=mask_p)
-        # Append draft t to the ring (logical wp + t) for later steps; reads above stop at wp.
-        phys = (origin + wp + t) & (BUF - 1)
-        tl.store(xr_base + phys * stride_xr_l + offs_p, x_t.to(x_ring_ptr.dtype.element_ty), mask=mask_p)
-        if pid_p == 0:
-            tl.store(dtr_base + phys, tl.sum(tl.where(offs_t == t, dt_dr, 0.0), axis=0))
-            if pid_h % heads_per_group == 0:  # one head per group appends the shared B
-                B_t = tl.load(B_ptr + pid_b * stride_B_b + t * stride_B_t + g * stride_B_g + offs_n, mask=mask_n,
-                              other=0.0)
-                tl.store(Br_base + phys * stride_Br_l + offs_n, B_t.to(B_ring_ptr.dtype.element_ty), mask=mask_n)
+            D_t = tl.sum(tl.where(offs_t == t, D_cum, 0.0), axis=0)
+            hist_w = coef * tl.sum(B_hist * c_t[None, :], axis=1)  # [BUF]
+            draft_w = tl.where(offs_t <= t, dt_dr * tl.exp(tl.minimum(A * (D_t - D_cum), 0.0)), 0.0) \
+                * tl.sum(B_dr * c_t[None, :], axis=1)  # [T]
+            y = (tl.exp(tl.minimum(A * (H + D_t), 0.0)) * tl.sum(S0 * c_t[None, :], axis=1)
+                 + tl.exp(tl.minimum(A * D_t, 0.0)) * tl.sum(X_hist * hist_w[None, :], axis=1)
+                 + tl.sum(X_dr * draft_w[None, :], axis=1))
+            x_t = tl.load(x_ptr + pid_b * stride_x_b + t * stride_x_t + pid_h * stride_x_h + offs_p, mask=mask_p,
+                          other=0.0)
+            if HAS_D:
+                y += x_t.to(tl.float32) * tl.load(D_ptr + pid_h * stride_D_h + offs_p * stride_D_p, mask=mask_p,
+                                                  other=0.0).to(tl.float32)
+            if HAS_Z:
+                z_t = tl.load(z_ptr + pid_b * stride_z_b + t * stride_z_t + pid_h * stride_z_h + offs_p, mask=mask_p,
+                              other=0.0).to(tl.float32)
+                y *= z_t * tl.sigmoid(z_t)
+            tl.store(out_ptr + pid_b * stride_out_b + t * stride_out_t + pid_h * stride_out_h + offs_p,
+                     y.to(out_ptr.dtype.element_ty), mask=mask_p)
+            # Append draft t to the ring (logical wp + t) for later steps; reads above stop at wp.
+            phys = (origin + wp + t) & (BUF - 1)
+            tl.store(xr_base + phys * stride_xr_l + offs_p, x_t.to(x_ring_ptr.dtype.element_ty), mask=mask_p)
+            if pid_p == 0:
+                tl.store(dtr_base + phys, tl.sum(tl.where(offs_t == t, dt_dr, 0.0), axis=0))
+                if pid_h % heads_per_group == 0:  # one head per group appends the shared B
+                    B_t = tl.load(B_ptr + pid_b * stride_B_b + t * stride_B_t + g * stride_B_g + offs_n, mask=mask_n,
+                                  other=0.0)
+                    tl.store(Br_base + phys * stride_Br_l + offs_n, B_t.to(B_ring_ptr.dtype.element_ty), mask=mask_n)
 
 
 @triton.jit(do_not_specialize=["batch", "num_slots"])
@@ -248,25 +261,27 @@ def selective_state_update_replayssm_spec(
     Dt = step.D
     cfg = config or SPEC_CONFIG
     block_p, block_n = min(cfg.block_p, triton.next_power_of_2(P)), triton.next_power_of_2(N)
-    _spec_verify_kernel[(triton.cdiv(P, block_p), H, Bsz)](
-        state, x_ring, dt_ring, B_ring, write_pos, origin, is_flush,
-        x, dt4, step.A, B, C, Dt if Dt is not None else x, z if z is not None else x,
-        step.dt_bias if step.dt_bias is not None else step.A, out,
-        state_batch_indices if state_batch_indices is not None else write_pos,
-        slots, P, N, H // G, capacity, pad_slot_id,
-        state.stride(0), state.stride(1), state.stride(2),
-        x_ring.stride(0), x_ring.stride(1), x_ring.stride(2), dt_ring.stride(0), dt_ring.stride(1),
-        B_ring.stride(0), B_ring.stride(1), B_ring.stride(2),
-        x.stride(0), x.stride(1), x.stride(2), dt4.stride(0), dt4.stride(1), dt4.stride(2), step.A.stride(0),
-        B.stride(0), B.stride(1), B.stride(2), C.stride(0), C.stride(1), C.stride(2),
-        Dt.stride(0) if Dt is not None else 0, Dt.stride(1) if Dt is not None else 0,
-        z.stride(0) if z is not None else 0, z.stride(1) if z is not None else 0, z.stride(2) if z is not None else 0,
-        step.dt_bias.stride(0) if step.dt_bias is not None else 0, out.stride(0), out.stride(1), out.stride(2),
-        HAS_D=Dt is not None, HAS_Z=z is not None, HAS_DT_BIAS=step.dt_bias is not None,
-        HAS_SLOT_IDX=state_batch_indices is not None, DT_SOFTPLUS=bool(dt_softplus), NUM_TOKENS=T,
-        BLOCK_P=block_p, BLOCK_N=block_n, BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf,
-        USE_DOT=min(block_p, block_n, buf) >= 16, DOT_PRECISION=DOT_PRECISION, num_warps=cfg.num_warps,
-    )
+    for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
+        _spec_verify_kernel[(triton.cdiv(P, block_p), H, Bsz)](
+            state, x_ring, dt_ring, B_ring, write_pos, origin, is_flush,
+            x, dt4, step.A, B, C, Dt if Dt is not None else x, z if z is not None else x,
+            step.dt_bias if step.dt_bias is not None else step.A, out,
+            state_batch_indices if state_batch_indices is not None else write_pos,
+            slots, P, N, H // G, capacity, pad_slot_id,
+            state.stride(0), state.stride(1), state.stride(2),
+            x_ring.stride(0), x_ring.stride(1), x_ring.stride(2), dt_ring.stride(0), dt_ring.stride(1),
+            B_ring.stride(0), B_ring.stride(1), B_ring.stride(2),
+            x.stride(0), x.stride(1), x.stride(2), dt4.stride(0), dt4.stride(1), dt4.stride(2), step.A.stride(0),
+            B.stride(0), B.stride(1), B.stride(2), C.stride(0), C.stride(1), C.stride(2),
+            Dt.stride(0) if Dt is not None else 0, Dt.stride(1) if Dt is not None else 0,
+            *(z.stride()[:3] if z is not None else (0, 0, 0)),
+            step.dt_bias.stride(0) if step.dt_bias is not None else 0, out.stride(0), out.stride(1), out.stride(2),
+            HAS_D=Dt is not None, HAS_Z=z is not None, HAS_DT_BIAS=step.dt_bias is not None,
+            HAS_SLOT_IDX=state_batch_indices is not None, DT_SOFTPLUS=bool(dt_softplus), NUM_TOKENS=T,
+            BLOCK_P=block_p, BLOCK_N=block_n, BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf,
+            USE_DOT=min(block_p, block_n, buf) >= 16, DOT_PRECISION=DOT_PRECISION, PHASE=phase.value,
+            num_warps=cfg.num_warps,
+        )
     return out
 
 

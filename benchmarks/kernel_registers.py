@@ -72,11 +72,12 @@ def registers(fn, constexprs: dict, num_warps: int, state_dtype: str) -> str:
 
 def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int = 16):
     common = dict(HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, HAS_SLOT_IDX=True, DT_SOFTPLUS=True)
-    modes = {"output_only": 1, "fold": 2, "state_and_output": 3, "always_flush": 2}
+    modes = {"output_only": 1, "fold": 2, "state_and_output": 3}
     for kernel in mamba2_ar.CANDIDATES:
         for cfg in mamba2_ar.candidate_configs(kernel, headdim):
-            if kernel == "standard":
-                fn, c = m2_standard._selective_state_update_kernel, dict(common, BLOCK_P=cfg.block_p, BLOCK_N=dstate)
+            if kernel in ("standard", "always_flush"):  # always_flush's step is the standard kernel's
+                fn, c = m2_standard._selective_state_update_kernel, dict(common, BLOCK_P=cfg.block_p, BLOCK_N=dstate,
+                                                                        HAS_CURSOR=kernel == "always_flush")
             else:
                 dot = bool(cfg.fold_dot) and kernel != "output_only"
                 fn, c = m2_replay._replay_step_kernel, dict(
@@ -88,11 +89,12 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
 
 def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16):
     common = dict(USE_QK_L2NORM=True, HAS_SLOT_IDX=True, BLOCK_K=head_dim)
-    modes = {"output_only": 1, "fold": 2, "always_flush": 2}
+    modes = {"output_only": 1, "fold": 2}
     for kernel in gdn_ar.CANDIDATES:
         for cfg in gdn_ar.candidate_configs(kernel, head_dim):
-            if kernel == "standard":
-                fn, c = gdn_standard._gdn_update_kernel, dict(common, BLOCK_V=cfg.block_p)
+            if kernel in ("standard", "always_flush"):  # always_flush's step is the standard kernel's
+                fn, c = gdn_standard._gdn_update_kernel, dict(common, BLOCK_V=cfg.block_p,
+                                                              HAS_CURSOR=kernel == "always_flush")
             else:
                 fn, c = gdn_replay._gdn_replay_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, FLUSH_ALL=kernel == "always_flush", MODE=modes[kernel],

@@ -26,6 +26,18 @@ def load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX: tl.cons
 
 
 @triton.jit
+def cursor_out_of_range(write_pos_ptr, slot, buffer_len, HAS_CURSOR: tl.constexpr):
+    """With a cursor pool (a standard kernel serving the replay kernels' always_flush
+    route), a cursor outside ``[0, buffer_len)`` makes the row an error row."""
+    if HAS_CURSOR:
+        w = tl.load(write_pos_ptr + slot)
+        bad = (w < 0) | (w >= buffer_len)
+    else:
+        bad = slot != slot
+    return bad
+
+
+@triton.jit
 def store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h):
     """Mark a row whose slot or cursor was invalid; nothing else is written."""
     out_ptrs = out_ptr + pid_b * stride_out_b + pid_h * stride_out_h + offs_p

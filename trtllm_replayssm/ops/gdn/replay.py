@@ -12,8 +12,9 @@ so a non-flush step reads the checkpoint once (``S_0 k`` and ``S_0 q`` together)
 forms a state; a flush folds the ring and this token into the checkpoint and stores it.
 
 Routes: ``output_only`` (a non-flush launch and a fold launch, each compiled and tuned
-for itself, as for Mamba2) and ``always_flush`` (fold and store every step: the standard
-kernel's cost). Cursors (``write_pos``) and their ops are shared with Mamba2.
+for itself, as for Mamba2) and ``always_flush`` (non-empty rings folded by a launch that
+returns at once in steady state, then the standard kernel: its cost). Cursors
+(``write_pos``) and their ops are shared with Mamba2.
 """
 
 from __future__ import annotations
@@ -29,12 +30,14 @@ from ..._validation import check_buffer_len, check_contiguous, check_tensor
 from ..common import DOT_PRECISION, load_slot, store_nan_heads
 from ..launch import LaunchConfig, grid, select_config, select_route
 from ._common import delta_rule_step, load_gates, load_qk
+from .standard import launch_standard_step
 from .step_inputs import GDNStep, check_gdn_state_pool, parse_gdn_step
 
 ROUTES = ("output_only", "always_flush")
 RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 NONFLUSH = tl.constexpr(1)  # rows that do not flush: output only; append d, k, g
 FOLD = tl.constexpr(2)  # rows that flush: fold the ring and this token, store the checkpoint
+DRAIN = tl.constexpr(4)  # rows with a non-empty ring: fold it (no new token) and store; others return
 
 
 @triton.jit(do_not_specialize=["num_slots"])
@@ -87,6 +90,9 @@ def _gdn_replay_kernel(
             return
     if MODE == FOLD:
         if not is_flush:
+            return
+    if MODE == DRAIN:  # always_flush: the standard kernel then takes this token
+        if w == 0:
             return
 
     for hh in range(0, HEADS_PER_PROG):
@@ -154,10 +160,14 @@ def _gdn_replay_kernel(
                                 k_j = tl.load(kc_base + j * stride_kc_l + offs_k, mask=mask_k & m,
                                               other=0.0).to(tl.float32)
                                 S += (coef * d_j)[:, None] * k_j[None, :]
-                S, o = delta_rule_step(S, q, k, v, alpha, beta)
-                tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_vk)
-            tl.store(out_ptr + pid_b * stride_out_b + hv * stride_out_h + offs_v, o.to(out_ptr.dtype.element_ty),
-                     mask=mask_v)
+                if MODE == DRAIN:  # the ring only: this token is the standard kernel's
+                    tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_vk)
+                else:
+                    S, o = delta_rule_step(S, q, k, v, alpha, beta)
+                    tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_vk)
+            if MODE != DRAIN:
+                tl.store(out_ptr + pid_b * stride_out_b + hv * stride_out_h + offs_v,
+                         o.to(out_ptr.dtype.element_ty), mask=mask_v)
 
 
 def check_gdn_ring(step: GDNStep, state: torch.Tensor, d_cache: torch.Tensor, k_cache: torch.Tensor,
@@ -241,11 +251,16 @@ def fused_recurrent_gated_delta_rule_replayssm(
 
     launches = {
         "output_only": [(NONFLUSH.value, pick("output_only", config)), (FOLD.value, pick("fold", fold_config))],
-        "always_flush": [(FOLD.value, pick("always_flush", config))],
+        # Rows whose ring is not empty (a route switch) fold it first; in steady state that
+        # launch returns at once and the step costs the standard kernel's.
+        "always_flush": [(DRAIN.value, pick("fold", fold_config)), ("standard", pick("always_flush", config))],
     }[route]
     block_l, block_k = max(2, triton.next_power_of_2(L)), triton.next_power_of_2(step.head_k_dim)
     for mode, cfg in launches:
-        hpp = cfg.heads_per_prog if mode == FOLD.value else 1
+        if mode == "standard":
+            launch_standard_step(state, step, cfg, write_pos, L)
+            continue
+        hpp = cfg.heads_per_prog if mode in (FOLD.value, DRAIN.value) else 1
         _gdn_replay_kernel[grid(step.batch, triton.cdiv(step.num_v_heads, hpp), step.head_v_dim, cfg)](
             state_ptr=state, d_cache_ptr=d_cache, k_cache_ptr=k_cache, g_cache_ptr=g_cache, write_pos_ptr=write_pos,
             force_flush_ptr=force_flush if force_flush is not None else write_pos,

@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from ..._runtime import device_arch
-from ..common import load_slot, store_nan_output
+from ..common import cursor_out_of_range, load_slot, store_nan_output
 from ..launch import LaunchConfig, grid, select_config
 from ._common import delta_rule_step, load_gates, load_qk
 from .step_inputs import check_gdn_state_pool, parse_gdn_step
@@ -21,14 +21,14 @@ from .step_inputs import check_gdn_state_pool, parse_gdn_step
 
 @triton.jit(do_not_specialize=["num_slots"])
 def _gdn_update_kernel(
-    state_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr,
-    num_slots, head_k_dim, head_v_dim, v_heads_per_k_head, pad_slot_id,
+    state_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr, write_pos_ptr,
+    num_slots, head_k_dim, head_v_dim, v_heads_per_k_head, pad_slot_id, buffer_len,
     stride_state_slot, stride_state_h, stride_state_v,
     stride_q_b, stride_q_h, stride_k_b, stride_k_h, stride_v_b, stride_v_h,
     stride_a_b, stride_a_h, stride_b_b, stride_b_h, stride_out_b, stride_out_h,
     scale, softplus_beta, softplus_threshold,
     USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
-    BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, HAS_CURSOR: tl.constexpr = False,
 ):
     pid_v = tl.program_id(0)
     hv = tl.program_id(1)
@@ -42,6 +42,9 @@ def _gdn_update_kernel(
     if is_pad:
         return
     if is_bad:
+        store_nan_output(out_ptr, offs_v, mask_v, pid_b, hv, stride_out_b, stride_out_h)
+        return
+    if cursor_out_of_range(write_pos_ptr, slot, buffer_len, HAS_CURSOR):
         store_nan_output(out_ptr, offs_v, mask_v, pid_b, hv, stride_out_b, stride_out_h)
         return
     state_ptrs = (state_ptr + slot * stride_state_slot + hv * stride_state_h
@@ -98,11 +101,20 @@ def fused_sigmoid_gating_delta_rule_update(
                                step.head_k_dim, step.batch, family="gdn")
     if step.batch == 0:
         return step.out
+    launch_standard_step(state, step, config)
+    return step.out
+
+
+def launch_standard_step(state: torch.Tensor, step, config: LaunchConfig,
+                         write_pos: Optional[torch.Tensor] = None, buffer_len: int = 0) -> None:
+    """The standard kernel on a parsed step; with ``write_pos``, rows whose cursor is
+    outside ``[0, buffer_len)`` get NaN outputs and leave their state alone."""
     _gdn_update_kernel[grid(step.batch, step.num_v_heads, step.head_v_dim, config)](
-        state_ptr=state, num_slots=state.shape[0], head_k_dim=step.head_k_dim, head_v_dim=step.head_v_dim,
-        v_heads_per_k_head=step.num_v_heads // step.num_k_heads,
+        state_ptr=state, write_pos_ptr=write_pos if write_pos is not None else state, num_slots=state.shape[0],
+        head_k_dim=step.head_k_dim, head_v_dim=step.head_v_dim,
+        v_heads_per_k_head=step.num_v_heads // step.num_k_heads, buffer_len=buffer_len,
         stride_state_slot=state.stride(0), stride_state_h=state.stride(1), stride_state_v=state.stride(2),
         **step.kernel_args(),
-        BLOCK_V=config.block_p, BLOCK_K=triton.next_power_of_2(step.head_k_dim), num_warps=config.num_warps,
+        BLOCK_V=config.block_p, BLOCK_K=triton.next_power_of_2(step.head_k_dim), HAS_CURSOR=write_pos is not None,
+        num_warps=config.num_warps,
     )
-    return step.out

@@ -20,8 +20,10 @@ Routes (one kernel; ``MODE`` is a compile-time switch):
   is cheap on the many steps where no row flushes.
 - ``state_and_output``: every step rebuilds the ``S`` tile (``w`` rank-1 updates on top
   of ``exp(A T) S_0``, the ``(P x w) @ (w x N)`` product) and takes ``y = S C``.
-- ``always_flush``: every step folds and stores, costing what the standard kernel costs;
-  the dispatcher takes it where replay cannot win (batch 1). Cursors must then be
+- ``always_flush``: the state is exact after every step. A launch folds the rings that
+  are not empty (after a route switch) and returns at once for the others, then the
+  standard kernel takes the step, so in steady state it costs the standard kernel plus one
+  near-empty launch; the dispatcher takes it where replay cannot win. Cursors must then be
   advanced with ``flush_all=True``.
 """
 
@@ -38,6 +40,7 @@ from ..._validation import check_buffer_len, check_contiguous, check_tensor
 from ..common import DOT_PRECISION, load_slot, store_nan_heads
 from ._common import finish_output, load_dt
 from ..launch import LaunchConfig, grid, select_config, select_route
+from .standard import launch_standard_step
 from .step_inputs import Mamba2Step, check_state_pool, parse_mamba2_step
 
 ROUTES = ("output_only", "state_and_output", "always_flush")
@@ -61,6 +64,7 @@ def _ring_entry(j, w, seen, total, A, dtc_base, xc_base, Bc_base, stride_xc_l, s
 NONFLUSH = tl.constexpr(1)  # rows that do not flush: output only, never forms S; appends
 FOLD = tl.constexpr(2)  # rows that flush: fold the ring into S, store it, output S C
 REBUILD = tl.constexpr(3)  # every row: rebuild S each step, store it on flush, else append
+DRAIN = tl.constexpr(4)  # rows with a non-empty ring: fold it (no new token) and store; others return
 
 
 # Batch-dependent sizes are not specialised on, so one compile serves every batch.
@@ -123,6 +127,10 @@ def _replay_step_kernel(
     if MODE == FOLD:
         if not is_flush:
             return
+    if MODE == DRAIN:  # always_flush: the standard kernel then takes this token
+        if w == 0:
+            return
+        is_flush = w > 0
 
     for hh in range(0, HEADS_PER_PROG):
         pid_h = pid_hg * HEADS_PER_PROG + hh
@@ -139,6 +147,9 @@ def _replay_step_kernel(
             A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
             B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n, other=0.0)
             Bf = B.to(tl.float32)
+            if MODE == DRAIN:  # fold the ring only: this token is the standard kernel's
+                xf = tl.zeros_like(xf)
+                dt = A * 0.0
 
             dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
             xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
@@ -202,8 +213,9 @@ def _replay_step_kernel(
                     if pid_h % heads_per_group == 0:  # one head per group appends the shared B
                         tl.store(Bc_base + w * stride_Bc_l + offs_n, B.to(B_cache_ptr.dtype.element_ty), mask=mask_n)
 
-            finish_output(y, xf, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
-                          stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+            if MODE != DRAIN:
+                finish_output(y, xf, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
+                              stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
 
 
 def check_ring(step: Mamba2Step, state: torch.Tensor, x_cache: torch.Tensor, dt_cache: torch.Tensor,
@@ -286,7 +298,9 @@ def selective_state_update_replayssm(
     launches = {
         "output_only": [(NONFLUSH.value, pick("output_only", config)), (FOLD.value, pick("fold", fold_config))],
         "state_and_output": [(REBUILD.value, pick("state_and_output", config))],
-        "always_flush": [(FOLD.value, pick("always_flush", config))],
+        # Rows whose ring is not empty (a route switch) fold it first; in steady state that
+        # launch returns at once and the step costs the standard kernel's.
+        "always_flush": [(DRAIN.value, pick("fold", fold_config)), ("standard", pick("always_flush", config))],
     }[route]
     args = dict(
         state_ptr=state, x_cache_ptr=x_cache, dt_cache_ptr=dt_cache, B_cache_ptr=B_cache,
@@ -302,11 +316,14 @@ def selective_state_update_replayssm(
         BLOCK_N=triton.next_power_of_2(step.dstate), BLOCK_L=max(2, triton.next_power_of_2(L)),
     )
     for mode, cfg in launches:
+        if mode == "standard":
+            launch_standard_step(state, step, cfg, write_pos, L)
+            continue
         fold_dot = bool(cfg.fold_dot) and mode != NONFLUSH.value
         if fold_dot and (cfg.block_p < 16 or args["BLOCK_N"] < 16):
             raise ValueError(f"fold_dot needs block_p >= 16 and dstate >= 16, got {cfg} and dstate {step.dstate}")
         block_l = max(16, args["BLOCK_L"]) if fold_dot else args["BLOCK_L"]  # tl.dot: K >= 16
-        hpp = cfg.heads_per_prog if mode == FOLD.value else 1
+        hpp = cfg.heads_per_prog if mode in (FOLD.value, DRAIN.value) else 1
         _replay_step_kernel[grid(step.batch, triton.cdiv(step.nheads, hpp), step.headdim, cfg)](
             **{**args, "BLOCK_L": block_l}, MODE=mode, BLOCK_P=cfg.block_p,
             FOLD_CHUNK=min(cfg.fold_chunk, block_l), FOLD_DOT=fold_dot,

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from ..._runtime import device_arch
-from ..common import load_slot, store_nan_output
+from ..common import cursor_out_of_range, load_slot, store_nan_output
 from ._common import finish_output, load_dt
 from ..launch import LaunchConfig, grid, select_config
 from .step_inputs import check_state_pool, parse_mamba2_step
@@ -23,15 +23,15 @@ from .step_inputs import check_state_pool, parse_mamba2_step
 # Batch-dependent sizes are not specialised on, so one compile serves every batch.
 @triton.jit(do_not_specialize=["num_slots"])
 def _selective_state_update_kernel(
-    state_ptr, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr,
-    num_slots, headdim, dstate, heads_per_group, pad_slot_id,
+    state_ptr, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr, write_pos_ptr,
+    num_slots, headdim, dstate, heads_per_group, pad_slot_id, buffer_len,
     stride_state_slot, stride_state_h, stride_state_p,
     stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h,
     stride_B_b, stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p,
     stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
     HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
-    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, HAS_CURSOR: tl.constexpr = False,
 ):
     pid_p = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -45,6 +45,9 @@ def _selective_state_update_kernel(
     if is_pad:
         return
     if is_bad:
+        store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
+        return
+    if cursor_out_of_range(write_pos_ptr, slot, buffer_len, HAS_CURSOR):
         store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
         return
     g = pid_h // heads_per_group
@@ -104,12 +107,19 @@ def selective_state_update(
                                step.headdim, step.dstate, step.batch)
     if step.batch == 0:
         return step.out
+    launch_standard_step(state, step, config)
+    return step.out
+
+
+def launch_standard_step(state: torch.Tensor, step, config: LaunchConfig,
+                         write_pos: Optional[torch.Tensor] = None, buffer_len: int = 0) -> None:
+    """The standard kernel on a parsed step; with ``write_pos``, rows whose cursor is
+    outside ``[0, buffer_len)`` get NaN outputs and leave their state alone."""
     _selective_state_update_kernel[grid(step.batch, step.nheads, step.headdim, config)](
-        state_ptr=state, num_slots=state.shape[0], headdim=step.headdim, dstate=step.dstate,
-        heads_per_group=step.nheads // step.ngroups,
+        state_ptr=state, write_pos_ptr=write_pos if write_pos is not None else state, num_slots=state.shape[0],
+        headdim=step.headdim, dstate=step.dstate, heads_per_group=step.nheads // step.ngroups, buffer_len=buffer_len,
         stride_state_slot=state.stride(0), stride_state_h=state.stride(1), stride_state_p=state.stride(2),
         **step.kernel_args(),
-        BLOCK_P=config.block_p, BLOCK_N=triton.next_power_of_2(step.dstate),
+        BLOCK_P=config.block_p, BLOCK_N=triton.next_power_of_2(step.dstate), HAS_CURSOR=write_pos is not None,
         num_warps=config.num_warps,
     )
-    return step.out

@@ -195,7 +195,4 @@ def tune_verify_config(case: SpecCase, steps: int, replays: int = 20, limit: Opt
         rig.config = cfg
         return rig.time_us(rig.replay_fn(steps), steps, replays)
 
-    try:
-        return best_config(time_config, SPEC_CANDIDATES[:limit])
-    finally:
-        del rig
+    return best_config(time_config, SPEC_CANDIDATES[:limit])

@@ -14,15 +14,21 @@ from .runner import DecodeRunner
 RECORD_KEY = ("model", "batch", "T", "acceptance", "state_dtype", "L", "route")
 
 
+def _runner(model: HybridDecoder, batch: int, replay: bool, **runner_kw) -> DecodeRunner:
+    """A runner, captured in a CUDA graph where there is a GPU."""
+    r = DecodeRunner(model, batch, replay, **runner_kw)
+    if torch.cuda.is_available():
+        r.capture()
+    return r
+
+
 def compare_paths(model: HybridDecoder, batch: int, warmup_steps: int, num_steps: int, **runner_kw) -> Dict:
     """ms/step of the standard and the ReplaySSM path (one CUDA graph each on a GPU) and
     the relative L2 error of their last logits after the warm-up, where the ReplaySSM path
     was fed the standard path's tokens (random weights make greedy near-ties common)."""
     ms, logits, fed = {}, {}, None
     for replay in (False, True):
-        r = DecodeRunner(model, batch, replay, **runner_kw)
-        if torch.cuda.is_available():
-            r.capture()
+        r = _runner(model, batch, replay, **runner_kw)
         chosen = r.run(warmup_steps, feed=fed)
         fed = fed or chosen
         logits[replay] = r.logits.clone()
@@ -40,9 +46,7 @@ def step_shares(model: HybridDecoder, batch: int, num_steps: int, **runner_kw) -
     def ms(skip: set) -> float:
         model.skip = skip
         try:
-            r = DecodeRunner(model, batch, False, **runner_kw)
-            if torch.cuda.is_available():
-                r.capture()
+            r = _runner(model, batch, False, **runner_kw)
             r.run(2)
             return r.time_ms_per_step(num_steps)
         finally:

@@ -119,13 +119,12 @@ class Mamba2Mixer(nn.Module):
                                                       **caches.spec_cursors())
         elif ctx.num_tokens > 1:
             y = selective_state_update_spec_standard(state, *args, **kw, intermediate_states=caches.inter[self.index])
-        elif ctx.replay:
-            y = selective_state_update_replayssm(state, *(a[:, 0] for a in args[:2]), self.A,
-                                                 *(a[:, 0] for a in args[3:]), **kw, route=ctx.route,
-                                                 **ssm.ring_kwargs(self.index))
-        else:
-            y = selective_state_update(state, *(a[:, 0] for a in args[:2]), self.A, *(a[:, 0] for a in args[3:]),
-                                       **kw)
+        else:  # autoregressive: the token axis goes (A is per head, not per token)
+            one = tuple(t if t is self.A else t[:, 0] for t in args)
+            if ctx.replay:
+                y = selective_state_update_replayssm(state, *one, **kw, route=ctx.route, **ssm.ring_kwargs(self.index))
+            else:
+                y = selective_state_update(state, *one, **kw)
         # Gated RMSNorm per group (Mamba2's norm_before_gate=False).
         y = (y.reshape(B, T, self.d_inner).float() * F.silu(z.float())).view(B, T, G, -1)
         y = rms_norm(y, self.norm_w.view(G, -1)).view(B, T, self.d_inner).to(h.dtype)
@@ -165,12 +164,14 @@ class GDNMixer(nn.Module):
         elif ctx.num_tokens > 1:
             o = gdn_spec_standard(state, *args, self.A_log, self.dt_bias, initial_state_indices=ctx.slots,
                                   intermediate_states=caches.inter[self.index])
-        elif ctx.replay:
-            o = fused_recurrent_gated_delta_rule_replayssm(state, *(t[:, 0] for t in args), self.A_log, self.dt_bias,
-                                                           initial_state_indices=ctx.slots, route=ctx.route,
-                                                           **ssm.ring_kwargs(self.index))
-        else:
-            o = fused_sigmoid_gating_delta_rule_update(state, *(t[:, 0] for t in args), self.A_log, self.dt_bias,
-                                                       initial_state_indices=ctx.slots)
+        else:  # autoregressive: the token axis goes
+            one = tuple(t[:, 0] for t in args)
+            if ctx.replay:
+                o = fused_recurrent_gated_delta_rule_replayssm(state, *one, self.A_log, self.dt_bias,
+                                                               initial_state_indices=ctx.slots, route=ctx.route,
+                                                               **ssm.ring_kwargs(self.index))
+            else:
+                o = fused_sigmoid_gating_delta_rule_update(state, *one, self.A_log, self.dt_bias,
+                                                           initial_state_indices=ctx.slots)
         o = rms_norm(o.view(B, T, HV, V), self.norm_w).float() * F.silu(z.float().view(B, T, HV, V))
         return F.linear(o.reshape(B, T, self.d_v).to(h.dtype), self.out_proj)

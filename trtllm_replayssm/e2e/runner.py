@@ -60,6 +60,13 @@ class DecodeRunner:
         rows = torch.arange(self.batch, device=self.tokens.device)
         self._set_tokens(self.logits[rows, self.ctx.accepted.long() - 1].argmax(-1))
 
+    def _advance(self) -> None:
+        """One step: the captured graph where there is one, else eagerly."""
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self._step()
+
     def capture(self) -> None:
         """Record one decode step in a CUDA graph (after a warm-up step outside it)."""
         self.graph = capture(self._step)
@@ -71,10 +78,7 @@ class DecodeRunner:
         in the logits would make free-running greedy decodes part."""
         out = []
         for i in range(steps):
-            if self.graph is not None:
-                self.graph.replay()
-            else:
-                self._step()
+            self._advance()
             out.append(self.tokens[:, 0].clone())
             if feed is not None:
                 self._set_tokens(feed[i])
@@ -90,7 +94,7 @@ class DecodeRunner:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(steps):
-            self.graph.replay() if self.graph is not None else self._step()
+            self._advance()
         end.record()
         torch.cuda.synchronize()
         return start.elapsed_time(end) / steps

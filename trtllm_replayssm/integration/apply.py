@@ -19,10 +19,11 @@ from typing import Dict, Optional, Sequence
 
 import torch
 
+from ..cache import Mamba2Geometry
 from .eras import Era, UnsupportedTensorRTLLM, detect_era
 from .hooks import StateRegistry, make_gdn_update, make_mamba2_update
 from .lifecycle import ReplaySlots
-from .switch import FAMILIES, ReplayOptions
+from .switch import ReplayOptions
 
 log = logging.getLogger("trtllm_replayssm")
 REGISTRY = StateRegistry()
@@ -112,8 +113,6 @@ def attach_rings(ssm_pool: torch.Tensor, conv_pool: torch.Tensor, opts: ReplayOp
     """Rings for an engine's Mamba2 pools, ``ssm (layers, slots, H, P, N)`` and
     ``conv (layers, slots, H*P + 2*G*N, d_conv - 1)`` (which gives the group count),
     allocated now (before the engine's memory profiling) and registered by address."""
-    from ..cache import Mamba2Geometry
-
     layers, slots, H, P, N = ssm_pool.shape
     groups, rem = divmod(conv_pool.shape[2] - H * P, 2 * N)
     if rem or groups < 1:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 
 class UnsupportedTensorRTLLM(RuntimeError):
@@ -98,7 +98,3 @@ def detect_era(families: Tuple[str, ...] = ("mamba2", "gdn"), version: Optional[
                                      f"{', '.join(missing)}; nothing was patched. {supported()}")
     return era
 
-
-def era_table() -> List[Dict[str, str]]:
-    return [{"era": e.name, "versions": e.versions, "speculative": str(e.speculative),
-             "hooks": ", ".join(f"{h.module}.{h.attr}" for h in e.hooks)} for e in ERAS]

@@ -94,9 +94,11 @@ class ReplaySlots:
 
     # -- decode ---------------------------------------------------------------------------
     def mamba2_step(self, layer: int, state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
-                    state_batch_indices=None, pad_slot_id=None, out=None, **_ignored):
-        """TensorRT-LLM's ``selective_state_update`` arguments; extra keywords it passes
-        (``disable_state_update``, ...) are ignored."""
+                    state_batch_indices=None, pad_slot_id=None, out=None, disable_state_update=False):
+        """TensorRT-LLM's ``selective_state_update`` arguments (a decode step that keeps the
+        state is not a replay step: :mod:`.hooks` sends those to the engine's kernel)."""
+        if disable_state_update:
+            raise ValueError("disable_state_update=True has no ReplaySSM step; call the engine's kernel")
         return selective_state_update_replayssm(
             state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
             state_batch_indices=state_batch_indices, pad_slot_id=self._pad(pad_slot_id), out=out, route=self.route,

@@ -11,7 +11,7 @@ executor workers: ``trtllm-serve --custom_module_dirs`` imports only in the CLI 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping, Optional, Tuple
 
 FAMILIES = ("mamba2", "gdn")
@@ -24,7 +24,6 @@ class ReplayOptions:
     route: str = "auto"
     families: Tuple[str, ...] = ("mamba2",)  # GDN inside TensorRT-LLM is not wired yet
     speculative: bool = False
-    extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
         if not 1 <= self.buffer_len <= 64:

@@ -122,9 +122,10 @@ def _gdn_replay_kernel(
             decay = tl.where(mask_l, tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0)), 0.0)  # exp(G - G_j)
             D_hist = tl.load(dc_base + offs_l[None, :] * stride_dc_l + offs_v[:, None],
                              mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [V, L]
+            K_hist = tl.load(kc_base + offs_l[:, None] * stride_kc_l + offs_k[None, :],
+                             mask=mask_l[:, None] & mask_k[None, :], other=0.0).to(tl.float32)  # [L, K]
+            # (The rank-1 fold below reads the ring entry by entry; the tiles are then unused.)
             if MODE == NONFLUSH:
-                K_hist = tl.load(kc_base + offs_l[:, None] * stride_kc_l + offs_k[None, :],
-                                 mask=mask_l[:, None] & mask_k[None, :], other=0.0).to(tl.float32)  # [L, K]
                 Sk = tl.exp(G) * tl.sum(S0 * k[None, :], axis=1) \
                     + tl.sum(D_hist * (decay * tl.sum(K_hist * k[None, :], axis=1))[None, :], axis=1)
                 Sq = tl.exp(G) * tl.sum(S0 * q[None, :], axis=1) \
@@ -140,8 +141,6 @@ def _gdn_replay_kernel(
             else:
                 if FOLD_DOT:
                     # S_prev = exp(G) S_0 + (D * decay) @ K: one fp32-accurate matmul over the ring.
-                    K_hist = tl.load(kc_base + offs_l[:, None] * stride_kc_l + offs_k[None, :],
-                                     mask=mask_l[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
                     S = tl.exp(G) * S0 + tl.dot(D_hist * decay[None, :], K_hist, input_precision=DOT_PRECISION)
                 else:
                     # w rank-1 updates (fp32 FMAs), in chunks of FOLD_CHUNK entries loaded together;

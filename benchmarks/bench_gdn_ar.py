@@ -69,6 +69,7 @@ def main() -> None:
                 best = tune_gdn_case(rig, limit=args.max_candidates)
                 launches = {"standard": Launch("standard", best["standard"]["config"]),
                             "output_only": Launch("output_only", best["output_only"]["config"], best["fold"]["config"]),
+                            "standard_step": Launch("standard_step", best["always_flush"]["config"]),
                             "always_flush": Launch("always_flush", best["always_flush"]["config"])}
                 if rig.fla is not None and torch.cuda.is_available():
                     launches["fla"] = Launch("fla")

@@ -109,6 +109,7 @@ def main() -> None:
         launches = {"standard": Launch("standard", best["standard"]["config"]),
                     "output_only": Launch("output_only", best["output_only"]["config"], best["fold"]["config"]),
                     "state_and_output": Launch("state_and_output", best["state_and_output"]["config"]),
+                    "standard_step": Launch("standard_step", best["always_flush"]["config"]),
                     "always_flush": Launch("always_flush", best["always_flush"]["config"])}
         cycle_us = {k: rig.time_cycle_us(lc, args.replays) for k, lc in launches.items()}
         base_us = cycle_us["standard"]

@@ -9,6 +9,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 
 import trtllm_replayssm as rs
+from trtllm_replayssm.ops.cursors import FLUSH_EVERY_STEP
 from mamba2_harness import DEVICE, NUM_SLOTS, PAD, SLOTS, RunResult, bits, rel_err, same_bits, tolerance
 from trtllm_replayssm.cache import GDNGeometry, GDNReplayCache
 from trtllm_replayssm.ops.gdn.naive import gdn_step_ref
@@ -51,7 +52,7 @@ class GDNScenario:
         return gdn_step_ref(state64, inp["q"], inp["k"], inp["v"], inp["a"], inp["b"], self.A_log, self.dt_bias)
 
 
-def run_gdn_replay(sc: GDNScenario, steps: int, route: str = "output_only",
+def run_gdn_replay(sc: GDNScenario, steps: int, route="output_only",
                    corrupt: Optional[Callable[[int, GDNReplayCache], None]] = None,
                    force_flush_at: Optional[Dict[int, List[int]]] = None, **launch_configs) -> RunResult:
     L, batch, G = sc.buffer_len, len(SLOTS), sc.geom
@@ -84,7 +85,8 @@ def run_gdn_replay(sc: GDNScenario, steps: int, route: str = "output_only",
     sentinel = torch.full((batch, G.num_v_heads, G.head_v_dim), 7.25, dtype=sc.act_dtype, device=DEVICE)
     out = sentinel.clone()
     tol = tolerance(sc.state_dtype, max(sc.act_dtype, sc.ring_dtype, key=lambda d: torch.finfo(d).eps))
-    if route == "always_flush" and sc.state_dtype != torch.float32:
+    route_at = route if callable(route) else (lambda t: route)  # a route per step, or one for all
+    if any(route_at(t) in FLUSH_EVERY_STEP for t in range(steps)) and sc.state_dtype != torch.float32:
         tol *= 4  # it rounds the state every step, as the standard kernel does
     flushes, max_err = [0] * batch, 0.0
     for t in range(steps):
@@ -96,10 +98,11 @@ def run_gdn_replay(sc: GDNScenario, steps: int, route: str = "output_only",
         ff[rows_ff] = 1
         ff_dev = ff.to(DEVICE) if force_flush_at is not None else None
         wp_before = cache.write_pos.cpu().clone()
+        route_t = route_at(t)
         rs.fused_recurrent_gated_delta_rule_replayssm(
             cache.ssm_state[0], **sc.kernel_kwargs(inp), initial_state_indices=slot_idx, pad_slot_id=PAD, out=out,
-            force_flush=ff_dev, route=route, **cache.ring_kwargs(0), **launch_configs)
-        cache.advance(slot_idx, ff_dev, route=route, pad_slot_id=PAD)
+            force_flush=ff_dev, route=route_t, **cache.ring_kwargs(0), **launch_configs)
+        cache.advance(slot_idx, ff_dev, route=route_t, pad_slot_id=PAD)
         for r, s in enumerate(SLOTS):
             if s == PAD:
                 assert same_bits(out[r], sentinel[r]), f"step {t}: padding row {r} output was written"
@@ -109,7 +112,7 @@ def run_gdn_replay(sc: GDNScenario, steps: int, route: str = "output_only",
             err = rel_err(out[r].cpu(), y[0])
             max_err = max(max_err, err)
             assert err <= tol, f"step {t} row {r} (slot {s}): output error {err:.3g} > {tol:.3g}"
-            flushed = route == "always_flush" or int(wp_before[s]) == L - 1 or r in rows_ff
+            flushed = route_t in FLUSH_EVERY_STEP or int(wp_before[s]) == L - 1 or r in rows_ff
             assert int(cache.write_pos[s]) == (0 if flushed else int(wp_before[s]) + 1), f"step {t} slot {s}: cursor"
             if flushed:
                 flushes[r] += 1

@@ -15,6 +15,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 
 import trtllm_replayssm as rs
+from trtllm_replayssm.ops.cursors import FLUSH_EVERY_STEP
 from trtllm_replayssm.cache import Mamba2Geometry, Mamba2ReplayCache
 from trtllm_replayssm.ops.mamba2.naive import mamba2_step_ref, process_dt
 
@@ -100,7 +101,7 @@ class RunResult:
     flushes_per_row: List[int]
 
 
-def run_replay(sc: Scenario, steps: int, route: str = "output_only",
+def run_replay(sc: Scenario, steps: int, route="output_only",
                corrupt: Optional[Callable[[int, Mamba2ReplayCache], None]] = None,
                force_flush_at: Optional[Dict[int, List[int]]] = None, **launch_configs) -> RunResult:
     """Decode ``steps`` steps with the replay kernel; assert against the reference.
@@ -144,7 +145,8 @@ def run_replay(sc: Scenario, steps: int, route: str = "output_only",
     sentinel = torch.full((batch, sc.geom.nheads, sc.geom.headdim), 7.25, dtype=sc.act_dtype, device=DEVICE)
     out = sentinel.clone()
     tol = tolerance(sc.state_dtype, sc.act_dtype)
-    if route == "always_flush" and sc.state_dtype != torch.float32:
+    route_at = route if callable(route) else (lambda t: route)  # a route per step, or one for all
+    if any(route_at(t) in FLUSH_EVERY_STEP for t in range(steps)) and sc.state_dtype != torch.float32:
         tol *= 4  # it rounds the state every step, as the standard kernel does
     flushes = [0] * batch
     max_err = 0.0
@@ -157,11 +159,12 @@ def run_replay(sc: Scenario, steps: int, route: str = "output_only",
         ff = torch.zeros(batch, dtype=torch.int8)
         ff[rows_ff] = 1
         wp_before = cache.write_pos.cpu().clone()
+        route_t = route_at(t)
         rs.selective_state_update_replayssm(
             cache.ssm_state[0], **sc.kernel_kwargs(inp), state_batch_indices=slot_idx, pad_slot_id=PAD, out=out,
-            force_flush=ff.to(DEVICE) if force_flush_at is not None else None, route=route, **cache.ring_kwargs(0),
+            force_flush=ff.to(DEVICE) if force_flush_at is not None else None, route=route_t, **cache.ring_kwargs(0),
             **launch_configs)
-        cache.advance(slot_idx, ff.to(DEVICE) if force_flush_at is not None else None, route=route, pad_slot_id=PAD)
+        cache.advance(slot_idx, ff.to(DEVICE) if force_flush_at is not None else None, route=route_t, pad_slot_id=PAD)
 
         for r, s in enumerate(SLOTS):
             if s == PAD:
@@ -173,7 +176,7 @@ def run_replay(sc: Scenario, steps: int, route: str = "output_only",
             err = rel_err(out[r].cpu(), y[0])
             max_err = max(max_err, err)
             assert err <= tol, f"step {t} row {r} (slot {s}): output error {err:.3g} > {tol:.3g}"
-            flushed = route == "always_flush" or int(wp_before[s]) == L - 1 or r in rows_ff
+            flushed = route_t in FLUSH_EVERY_STEP or int(wp_before[s]) == L - 1 or r in rows_ff
             expect_wp = 0 if flushed else int(wp_before[s]) + 1
             assert int(cache.write_pos[s]) == expect_wp, f"step {t} slot {s}: write_pos {int(cache.write_pos[s])} != {expect_wp}"
             if flushed:

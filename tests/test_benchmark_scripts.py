@@ -20,7 +20,8 @@ def test_bench_mamba2_ar_dry_run(tmp_path):
                     "--max-candidates", "1", "--out", str(out), "--table-dir", str(tmp_path)],
                    check=True, capture_output=True, text=True, timeout=900)
     records = json.loads(out.read_text())
-    assert {r["route"] for r in records} == {"standard", "output_only", "state_and_output", "always_flush", "auto"}
+    assert {r["route"] for r in records} == {"standard", "output_only", "state_and_output", "standard_step", "always_flush",
+                                           "auto"}
     assert all(SCHEMA <= set(r) for r in records)
     table = json.loads((tmp_path / "mamba2_cpu.json").read_text())
     assert any(k.startswith("route|") for k in table)
@@ -33,7 +34,7 @@ def test_bench_gdn_ar_dry_run(tmp_path):
                     "--max-candidates", "1", "--out", str(out), "--table-dir", str(tmp_path)],
                    check=True, capture_output=True, text=True, timeout=900)
     records = json.loads(out.read_text())
-    assert {r["route"] for r in records} >= {"standard", "output_only", "always_flush", "auto"}
+    assert {r["route"] for r in records} >= {"standard", "output_only", "standard_step", "always_flush", "auto"}
     assert all(SCHEMA | {"baseline", "ring_dtype"} <= set(r) for r in records)
     assert (tmp_path / "gdn_cpu.json").exists()
 

@@ -23,7 +23,7 @@ from typing import Dict, NamedTuple
 import torch
 
 from ._validation import check_buffer_len
-from .ops.cursors import advance_write_pos, reset_write_pos
+from .ops.cursors import FLUSH_EVERY_STEP, advance_write_pos, reset_write_pos
 
 
 def _bytes(dtype: torch.dtype) -> int:
@@ -100,7 +100,7 @@ class Mamba2ReplayCache:
                 pad_slot_id: int = -1, batch=None) -> None:
         """After all layers of a step ran: move the cursors (see :func:`advance_write_pos`)."""
         advance_write_pos(self.write_pos, self.buffer_len, state_batch_indices, force_flush,
-                          flush_all=route == "always_flush", pad_slot_id=pad_slot_id, batch=batch)
+                          flush_all=route in FLUSH_EVERY_STEP, pad_slot_id=pad_slot_id, batch=batch)
 
     def reset(self, slots: torch.Tensor, pad_slot_id: int = -1) -> None:
         """Slots entering decode: empty their rings."""

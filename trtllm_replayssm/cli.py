@@ -25,6 +25,7 @@ from .cache import GDNReplayCache, Mamba2ReplayCache
 from .models import MODELS, TINY_MAMBA2, model
 from .ops.gdn import ROUTES as GDN_ROUTES
 from .ops.gdn import choose_gdn_route, fused_recurrent_gated_delta_rule_replayssm, fused_sigmoid_gating_delta_rule_update
+from .ops.cursors import FLUSH_EVERY_STEP
 from .ops.mamba2 import ROUTES, choose_route, selective_state_update, selective_state_update_replayssm
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -114,7 +115,7 @@ def decode(args: argparse.Namespace) -> int:
             y_std, y_rep = pair.step(layer, route)
             out_err = max(out_err, _rel(y_rep, y_std))
         pair.cache.advance(route=route)
-        if route == "always_flush" or (t + 1) % L == 0:  # every row flushed at this step
+        if route in FLUSH_EVERY_STEP or (t + 1) % L == 0:  # every row flushed at this step
             flushes += 1
             state_err = max(state_err, _rel(pair.cache.ssm_state, pair.standard_state))
 

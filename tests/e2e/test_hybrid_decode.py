@@ -67,9 +67,11 @@ def test_corrupted_ring_changes_the_logits():
 @requires_cuda
 @pytest.mark.parametrize("name", ["nemotron-3-nano-4b", "qwen3.5-4b"])
 def test_cuda_real_shapes_logits_agree_in_graphs(name):
-    """bf16 weights and activations: the paths round differently, so the replay path is fed
-    the standard path's tokens and the logits must agree to 2% (relative L2)."""
-    runs = decode_both(name, steps=2 * 16 + 2, batch=4, dtype=torch.bfloat16, max_len=64, graphs=True,
+    """Real shapes in fp32 (weights, activations, state), CUDA graphs, teacher forced: the
+    replay path's logits equal the standard path's to 1e-3 (relative L2) over two ring
+    cycles. (In bf16 the two paths round differently and 42 random-weight layers amplify
+    that to ~2%, which would hide a real error.)"""
+    runs = decode_both(name, steps=2 * 16 + 2, batch=4, dtype=torch.float32, max_len=64, graphs=True,
                        teacher_forced=True)
     a, b = runs[True][0].logits, runs[False][0].logits
-    assert ((a - b).norm() / b.norm()).item() < 2e-2
+    assert ((a - b).norm() / b.norm()).item() < 1e-3

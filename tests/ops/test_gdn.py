@@ -143,3 +143,14 @@ def test_bad_input_layouts():
     with pytest.raises(ValueError, match="buffer length L"):
         rs.fused_recurrent_gated_delta_rule_replayssm(
             cache.ssm_state[0], **kw, **{**cache.ring_kwargs(0), "d_cache": torch.zeros(3, 4, 0, 16, device=DEVICE)})
+
+
+def test_standard_step_route_after_a_drain():
+    """GDN ``standard_step`` on rings an ``always_flush`` step emptied equals the recurrence."""
+    run_gdn_replay(GDNScenario(GEOM, 4, seed=9), 5, route=lambda t: "always_flush" if t == 0 else "standard_step")
+
+
+def test_standard_step_route_refuses_a_non_empty_ring():
+    sc = GDNScenario(GEOM, 4, seed=10)
+    with pytest.raises(AssertionError, match="output error nan"):
+        run_gdn_replay(sc, 1, route="standard_step")  # staggered cursors: some rings are not empty

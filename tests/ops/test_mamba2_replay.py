@@ -7,6 +7,7 @@ padding row and unused slots (see ``mamba2_harness``).
 import pytest
 import torch
 
+import trtllm_replayssm as rs
 from mamba2_harness import DEVICE, SLOTS, Scenario, run_replay, tolerance
 from trtllm_replayssm.cache import Mamba2Geometry
 
@@ -130,3 +131,34 @@ def test_flush_checkpoint_equals_standard_state():
         if (t + 1) % L == 0:
             assert int(cache.write_pos.max()) == 0
             torch.testing.assert_close(cache.ssm_state[0], std_state, rtol=1e-5, atol=1e-5)
+
+
+def test_standard_step_route_after_a_drain():
+    """``standard_step`` (the dispatcher's route where replay cannot win) on the rings one
+    ``always_flush`` step emptied: the recurrence, cursors held at 0, padding untouched."""
+    run_replay(Scenario(GEOM, 4, seed=7), 5, route=lambda t: "always_flush" if t == 0 else "standard_step")
+
+
+def test_standard_step_route_refuses_a_non_empty_ring():
+    """A row whose ring is not empty would lose its cached steps: NaN output, its state,
+    ring and cursor untouched; the row with an empty ring takes the standard step."""
+    from trtllm_replayssm.cache import Mamba2ReplayCache
+
+    H, P, N = GEOM.nheads, GEOM.headdim, GEOM.dstate
+    cache = Mamba2ReplayCache(GEOM, 1, 2, 4, act_dtype=torch.float32, device=DEVICE)
+    cache.ssm_state.normal_()
+    cache.x_cache.normal_()
+    cache.write_pos.copy_(torch.tensor([0, 2], dtype=torch.int32))
+    before = {k: getattr(cache, k).clone() for k in ("ssm_state", "x_cache", "write_pos")}
+    x = torch.randn(2, H, P, device=DEVICE)
+    dt, A = torch.rand(2, H, device=DEVICE), -torch.rand(H, device=DEVICE)
+    B, C = torch.randn(2, GEOM.ngroups, N, device=DEVICE), torch.randn(2, GEOM.ngroups, N, device=DEVICE)
+    slots = torch.tensor([0, 1], dtype=torch.int32, device=DEVICE)
+    out = rs.selective_state_update_replayssm(cache.ssm_state[0], x, dt, A, B, C, state_batch_indices=slots,
+                                              route="standard_step", **cache.ring_kwargs(0))
+    expected = before["ssm_state"][0, 0].clone()[None]
+    y_std = rs.selective_state_update(expected, x[:1], dt[:1], A, B[:1], C[:1])
+    assert torch.equal(out[0], y_std[0]) and torch.equal(cache.ssm_state[0, 0], expected[0])
+    assert out[1].isnan().all()
+    assert torch.equal(cache.ssm_state[0, 1], before["ssm_state"][0, 1])
+    assert torch.equal(cache.x_cache, before["x_cache"]) and torch.equal(cache.write_pos, before["write_pos"])

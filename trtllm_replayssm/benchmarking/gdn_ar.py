@@ -20,7 +20,7 @@ from ..ops.launch import LaunchConfig
 from .rig import CycleRig, Launch, best_config
 from .timing import layers_for_cold_l2
 
-ROUTES = ("output_only", "always_flush")
+ROUTES = ("output_only", "standard_step", "always_flush")
 # (block_v, num_warps, fold_chunk, fold_dot, heads_per_prog); block_v <= V. The replay
 # kernels hold the ring as [L, K] / [V, L] tiles beside the [V, K] checkpoint tile; pruned
 # with ptxas's register counts (sm_90, K = 128, ``benchmarks/kernel_registers.py``).
@@ -64,7 +64,7 @@ class GDNCase:
 
     def moved_bytes_per_cycle(self, kernel: str) -> int:
         L = self.buffer_len
-        return (L + 1) * self.state_bytes if kernel == "output_only" else 2 * L * self.state_bytes
+        return (L + 1) * self.state_bytes if kernel == "output_only" else 2 * L * self.state_bytes  # standard, flush every step
 
 
 class GDNRig(CycleRig):
@@ -116,8 +116,8 @@ def tune_gdn_case(rig: GDNRig, replays: int = 5, limit: Optional[int] = None) ->
     """Fastest launch configs of the in-tree kernels for this case, on whole cycles (the
     fold launch first, then the non-flush launch with it, as for Mamba2)."""
     hv = rig.case.geom.head_v_dim
-    best = {k: best_config(lambda c: rig.time_cycle_us(Launch(k, c), replays), candidate_configs(k, hv, limit))
-            for k in ("standard", "always_flush")}
+    best = {k: best_config(lambda c: rig.time_cycle_us(Launch(run, c), replays), candidate_configs(k, hv, limit))
+            for k, run in (("standard", "standard"), ("always_flush", "standard_step"))}
     nonflush0 = LaunchConfig(16, 4)  # a spill-free non-flush tile while the fold is tuned
     best["fold"] = best_config(lambda c: rig.time_cycle_us(Launch("output_only", nonflush0, c), replays),
                                candidate_configs("fold", hv, limit))

@@ -26,9 +26,9 @@ import torch
 
 from ..cache import GDNGeometry, GDNReplayCache, Mamba2Geometry, Mamba2ReplayCache
 from ..ops.fold import fold_gdn_rings, fold_mamba2_rings
-from ..ops.gdn import fused_recurrent_gated_delta_rule_replayssm
+from ..ops.gdn import choose_gdn_route, fused_recurrent_gated_delta_rule_replayssm
 from ..ops.gdn.spec import gdn_replayssm_spec_decode
-from ..ops.mamba2 import selective_state_update_replayssm
+from ..ops.mamba2 import choose_route, selective_state_update_replayssm
 from ..ops.mamba2.spec import (
     commit_replayssm_spec,
     reset_replayssm_spec_cursors,
@@ -57,6 +57,7 @@ class ReplaySlots:
                                            with_state=False)
         else:
             raise TypeError(f"geom must be a Mamba2Geometry or a GDNGeometry, got {type(geom).__name__}")
+        self._step_route = "output_only" if route == "auto" else route  # the route of the step under way
         self.origin = torch.zeros(num_slots, dtype=torch.int32, device=device)
         self.is_flush = torch.zeros(num_slots, dtype=torch.int8, device=device)
 
@@ -101,19 +102,31 @@ class ReplaySlots:
             raise ValueError("disable_state_update=True has no ReplaySSM step; call the engine's kernel")
         return selective_state_update_replayssm(
             state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
-            state_batch_indices=state_batch_indices, pad_slot_id=self._pad(pad_slot_id), out=out, route=self.route,
-            **self.rings.ring_kwargs(layer))
+            state_batch_indices=state_batch_indices, pad_slot_id=self._pad(pad_slot_id), out=out,
+            route=self._route_for_step(lambda: choose_route(state, x, B)), **self.rings.ring_kwargs(layer))
 
     def gdn_step(self, layer: int, state, q, k, v, a, b, A_log, dt_bias, scale=None, use_qk_l2norm=True,
                  initial_state_indices=None, pad_slot_id=None, out=None, softplus_beta=1.0, softplus_threshold=20.0):
         return fused_recurrent_gated_delta_rule_replayssm(
             state, q, k, v, a, b, A_log, dt_bias, scale, use_qk_l2norm, initial_state_indices,
-            self._pad(pad_slot_id), out, softplus_beta, softplus_threshold, route=self.route,
+            self._pad(pad_slot_id), out, softplus_beta, softplus_threshold,
+            route=self._route_for_step(lambda: choose_gdn_route(state, q, v)),
             **self.rings.ring_kwargs(layer))
 
     def after_step(self, state_batch_indices: torch.Tensor, batch: Optional[int] = None) -> None:
         """Once per decode step, after every layer ran: cursors move on the device."""
-        self.rings.advance(state_batch_indices, route=self.route, pad_slot_id=self.pad_slot_id, batch=batch)
+        self.rings.advance(state_batch_indices, route=self._step_route, pad_slot_id=self.pad_slot_id, batch=batch)
+
+    def _route_for_step(self, measured) -> str:
+        """The route of this step (every layer of a step has the same batch, so the same
+        route; :meth:`after_step` advances the cursors by it). With ``route="auto"`` the
+        dispatcher's choice for the step's batch size, where ``standard_step`` becomes
+        ``always_flush``: an engine's batch size changes from step to step, so a slot may
+        arrive from a replay route with a non-empty ring, which that route folds first."""
+        if self.route == "auto":
+            route = measured()
+            self._step_route = "always_flush" if route == "standard_step" else route
+        return self._step_route
 
     # -- speculative verify ---------------------------------------------------------------
     def _spec_kwargs(self) -> dict:

@@ -3,7 +3,7 @@ executor workers: ``trtllm-serve --custom_module_dirs`` imports only in the CLI 
 
     TRTLLM_REPLAYSSM=1                    turn ReplaySSM on (anything else: off)
     TRTLLM_REPLAYSSM_BUFFER_LEN=16        ring length L (1..64)
-    TRTLLM_REPLAYSSM_ROUTE=auto           auto | output_only | state_and_output | always_flush
+    TRTLLM_REPLAYSSM_ROUTE=auto           auto | output_only | state_and_output | standard_step | always_flush
     TRTLLM_REPLAYSSM_MODELS=mamba2        which mixer families to patch (gdn: not wired yet)
     TRTLLM_REPLAYSSM_SPEC=1               replay for speculative verify too (TensorRT-LLM 1.3+)
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Tuple
 
 FAMILIES = ("mamba2", "gdn")
-ROUTES = ("auto", "output_only", "state_and_output", "always_flush")
+ROUTES = ("auto", "output_only", "state_and_output", "standard_step", "always_flush")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ import triton.language as tl
 from .._validation import INDEX_DTYPES, check_buffer_len, check_contiguous, check_tensor
 
 _BLOCK = 128
+# Replay routes whose every step flushes (the state is exact; the ring stays empty).
+FLUSH_EVERY_STEP = ("always_flush", "standard_step")
 
 
 @triton.jit(do_not_specialize=["batch", "num_slots"])
@@ -70,7 +72,7 @@ def advance_write_pos(
         buffer_len: ring length L of the caches the step used.
         state_batch_indices: ``(B,)`` slot per row (default: row b is slot b, ``batch`` rows).
         force_flush: ``(B,)`` the same flags the decode step was given.
-        flush_all: True when the step ran on the ``always_flush`` route.
+        flush_all: True when the step ran on a route of :data:`FLUSH_EVERY_STEP`.
     """
     _check_write_pos(write_pos)
     check_buffer_len(buffer_len)

@@ -12,8 +12,9 @@ so a non-flush step reads the checkpoint once (``S_0 k`` and ``S_0 q`` together)
 forms a state; a flush folds the ring and this token into the checkpoint and stores it.
 
 Routes: ``output_only`` (a non-flush launch and a fold launch, each compiled and tuned
-for itself, as for Mamba2) and ``always_flush`` (non-empty rings folded by a launch that
-returns at once in steady state, then the standard kernel: its cost). Cursors
+for itself, as for Mamba2), ``standard_step`` (the standard kernel on an empty ring: its
+cost; a row whose ring is not empty gets NaN) and ``always_flush`` (the same for any ring:
+non-empty rings are folded first by a launch that returns at once otherwise). Cursors
 (``write_pos``) and their ops are shared with Mamba2.
 """
 
@@ -30,10 +31,11 @@ from ..._validation import check_buffer_len, check_contiguous, check_tensor
 from ..common import DOT_PRECISION, load_slot, store_nan_heads
 from ..launch import LaunchConfig, grid, select_config, select_route
 from ._common import delta_rule_step, load_gates, load_qk
+from ..cursors import FLUSH_EVERY_STEP
 from .standard import launch_standard_step
 from .step_inputs import GDNStep, check_gdn_state_pool, parse_gdn_step
 
-ROUTES = ("output_only", "always_flush")
+ROUTES = ("output_only", "standard_step", "always_flush")
 RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 NONFLUSH = tl.constexpr(1)  # rows that do not flush: output only; append d, k, g
 FOLD = tl.constexpr(2)  # rows that flush: fold the ring and this token, store the checkpoint
@@ -253,11 +255,12 @@ def fused_recurrent_gated_delta_rule_replayssm(
         # Rows whose ring is not empty (a route switch) fold it first; in steady state that
         # launch returns at once and the step costs the standard kernel's.
         "always_flush": [(DRAIN.value, pick("fold", fold_config)), ("standard", pick("always_flush", config))],
+        "standard_step": [("standard", pick("always_flush", config))],  # the ring must be empty
     }[route]
     block_l, block_k = max(2, triton.next_power_of_2(L)), triton.next_power_of_2(step.head_k_dim)
     for mode, cfg in launches:
-        if mode == "standard":
-            launch_standard_step(state, step, cfg, write_pos, L)
+        if mode == "standard":  # after a drain any cursor is fine; without one, only an empty ring
+            launch_standard_step(state, step, cfg, write_pos, L if route == "always_flush" else 1)
             continue
         hpp = cfg.heads_per_prog if mode in (FOLD.value, DRAIN.value) else 1
         _gdn_replay_kernel[grid(step.batch, triton.cdiv(step.num_v_heads, hpp), step.head_v_dim, cfg)](
@@ -270,7 +273,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
             stride_kc_slot=k_cache.stride(0), stride_kc_h=k_cache.stride(1), stride_kc_l=k_cache.stride(2),
             stride_gc_slot=g_cache.stride(0), stride_gc_h=g_cache.stride(1),
             **step.kernel_args(),
-            HAS_FORCE_FLUSH=force_flush is not None, FLUSH_ALL=route == "always_flush", MODE=mode,
+            HAS_FORCE_FLUSH=force_flush is not None, FLUSH_ALL=route in FLUSH_EVERY_STEP, MODE=mode,
             BLOCK_V=cfg.block_p, BLOCK_K=block_k, BLOCK_L=block_l,
             FOLD_CHUNK=min(cfg.fold_chunk, block_l),
             FOLD_DOT=bool(cfg.fold_dot) and min(cfg.block_p, block_l, block_k) >= 16, DOT_PRECISION=DOT_PRECISION,

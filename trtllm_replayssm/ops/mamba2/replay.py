@@ -20,11 +20,16 @@ Routes (one kernel; ``MODE`` is a compile-time switch):
   is cheap on the many steps where no row flushes.
 - ``state_and_output``: every step rebuilds the ``S`` tile (``w`` rank-1 updates on top
   of ``exp(A T) S_0``, the ``(P x w) @ (w x N)`` product) and takes ``y = S C``.
-- ``always_flush``: the state is exact after every step. A launch folds the rings that
-  are not empty (after a route switch) and returns at once for the others, then the
-  standard kernel takes the step, so in steady state it costs the standard kernel plus one
-  near-empty launch; the dispatcher takes it where replay cannot win. Cursors must then be
-  advanced with ``flush_all=True``.
+- ``standard_step``: the standard kernel takes the step and the ring stays empty: what
+  the standard kernel costs, which is what the dispatcher takes where replay cannot win.
+  The ring must be empty on entry (a row whose cursor is not 0 gets NaN outputs and
+  nothing written), so a caller that comes from another route at the same slots drains
+  first (``always_flush`` for one step, or :func:`~trtllm_replayssm.ops.fold.fold_mamba2_rings`).
+- ``always_flush``: the same step for any ring: a launch first folds the rings that are
+  not empty and returns at once for the others. Safe where a slot's route can change from
+  step to step (an engine whose batch size varies), at the price of that extra launch.
+- Both leave the state exact after every step; cursors are then advanced with
+  ``flush_all=True`` (:data:`~trtllm_replayssm.ops.cursors.FLUSH_EVERY_STEP`).
 """
 
 from __future__ import annotations
@@ -40,10 +45,11 @@ from ..._validation import check_buffer_len, check_contiguous, check_tensor
 from ..common import DOT_PRECISION, load_slot, store_nan_heads
 from ._common import finish_output, load_dt
 from ..launch import LaunchConfig, grid, select_config, select_route
+from ..cursors import FLUSH_EVERY_STEP
 from .standard import launch_standard_step
 from .step_inputs import Mamba2Step, check_state_pool, parse_mamba2_step
 
-ROUTES = ("output_only", "state_and_output", "always_flush")
+ROUTES = ("output_only", "state_and_output", "standard_step", "always_flush")
 
 
 @triton.jit
@@ -301,6 +307,7 @@ def selective_state_update_replayssm(
         # Rows whose ring is not empty (a route switch) fold it first; in steady state that
         # launch returns at once and the step costs the standard kernel's.
         "always_flush": [(DRAIN.value, pick("fold", fold_config)), ("standard", pick("always_flush", config))],
+        "standard_step": [("standard", pick("always_flush", config))],
     }[route]
     args = dict(
         state_ptr=state, x_cache_ptr=x_cache, dt_cache_ptr=dt_cache, B_cache_ptr=B_cache,
@@ -312,12 +319,12 @@ def selective_state_update_replayssm(
         stride_dtc_slot=dt_cache.stride(0), stride_dtc_h=dt_cache.stride(1),
         stride_Bc_slot=B_cache.stride(0), stride_Bc_g=B_cache.stride(1), stride_Bc_l=B_cache.stride(2),
         **step.kernel_args(),
-        HAS_FORCE_FLUSH=force_flush is not None, FLUSH_ALL=route == "always_flush",
+        HAS_FORCE_FLUSH=force_flush is not None, FLUSH_ALL=route in FLUSH_EVERY_STEP,
         BLOCK_N=triton.next_power_of_2(step.dstate), BLOCK_L=max(2, triton.next_power_of_2(L)),
     )
     for mode, cfg in launches:
-        if mode == "standard":
-            launch_standard_step(state, step, cfg, write_pos, L)
+        if mode == "standard":  # after a drain any cursor is fine; without one, only an empty ring
+            launch_standard_step(state, step, cfg, write_pos, L if route == "always_flush" else 1)
             continue
         fold_dot = bool(cfg.fold_dot) and mode != NONFLUSH.value
         if fold_dot and (cfg.block_p < 16 or args["BLOCK_N"] < 16):

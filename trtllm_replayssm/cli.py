@@ -246,8 +246,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     au = sub.add_parser("autoload", help="the .pth hook that applies TRTLLM_REPLAYSSM=1 in every process")
     au.add_argument("action", choices=["install", "remove", "status"])
     au.add_argument("--site", help="site-packages folder (default: this interpreter's)")
+    aot = sub.add_parser("aot", help="ahead-of-time kernels: `aot build --arch 80,90,100 --out DIR` (see aot build -h)")
+    aot.add_argument("action", choices=["build"])
+    aot.add_argument("options", nargs=argparse.REMAINDER, help="options of the action")
     args = ap.parse_args(argv)
-    return {"decode": decode, "e2e": e2e, "memory": memory, "autoload": autoload}[args.command](args)
+    return {"decode": decode, "e2e": e2e, "memory": memory, "autoload": autoload, "aot": aot_command}[args.command](args)
+
+
+def aot_command(args) -> int:
+    from .aot.build import main as build_main
+
+    return build_main(args.options)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from .._validation import INDEX_DTYPES, check_buffer_len, check_contiguous, check_tensor
+from .launch import launch_kernel
 
 _BLOCK = 128
 # Replay routes whose every step flushes (the state is exact; the ring stays empty).
@@ -86,7 +87,7 @@ def advance_write_pos(
                      write_pos.device)
     if batch == 0:
         return
-    _advance_kernel[(triton.cdiv(batch, _BLOCK),)](
+    launch_kernel(_advance_kernel, (triton.cdiv(batch, _BLOCK),),
         write_pos, state_batch_indices if state_batch_indices is not None else write_pos,
         force_flush if force_flush is not None else write_pos,
         batch, write_pos.shape[0], buffer_len, pad_slot_id,
@@ -102,5 +103,5 @@ def reset_write_pos(write_pos: torch.Tensor, slots: torch.Tensor, pad_slot_id: i
     check_tensor("slots", slots, (None,), INDEX_DTYPES, write_pos.device)
     if slots.shape[0] == 0:
         return
-    _reset_kernel[(triton.cdiv(slots.shape[0], _BLOCK),)](
+    launch_kernel(_reset_kernel, (triton.cdiv(slots.shape[0], _BLOCK),),
         write_pos, slots, slots.shape[0], write_pos.shape[0], pad_slot_id, BLOCK=_BLOCK)

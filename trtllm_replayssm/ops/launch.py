@@ -14,7 +14,7 @@ import json
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Optional
+from typing import Callable, List, Optional, Sequence
 
 import torch
 import triton
@@ -101,3 +101,33 @@ def select_route(arch: str, state_dtype: torch.dtype, act_dtype: torch.dtype,
     if row is None:
         return "output_only"
     return row["route"]
+
+
+# -- the launch itself ------------------------------------------------------------------
+# Every kernel launch of the package goes through :func:`launch_kernel`, so the decision
+# above (grid, constexprs, warps) is made once and can be served by Triton's JIT, by the
+# ahead-of-time library (:mod:`trtllm_replayssm.aot.backend`), or recorded without running
+# anything (:mod:`trtllm_replayssm.aot.specs` enumerates what the AOT build compiles).
+Launcher = Callable[[object, Sequence[int], dict], bool]
+_launchers: List[Launcher] = []
+
+
+def push_launcher(fn: Launcher) -> None:
+    """Put ``fn(kernel, grid, kwargs) -> handled`` in front of Triton's JIT; it returns
+    False to pass a launch on."""
+    _launchers.append(fn)
+
+
+def pop_launcher(fn: Launcher) -> None:
+    _launchers.remove(fn)
+
+
+def launch_kernel(kernel, grid: Sequence[int], *args, **kwargs) -> None:
+    """Launch ``kernel`` over ``grid`` with its arguments and constexprs (positional ones
+    bound to their names) and launch options (``num_warps``)."""
+    if args:
+        kwargs = {**dict(zip(kernel.arg_names, args)), **kwargs}
+    for fn in reversed(_launchers):
+        if fn(kernel, tuple(grid), kwargs):
+            return
+    kernel[tuple(grid)](**kwargs)

@@ -29,7 +29,7 @@ import triton.language as tl
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_tensor
 from ..common import DOT_PRECISION, load_slot, store_nan_heads
-from ..launch import LaunchConfig, grid, select_config, select_route
+from ..launch import LaunchConfig, grid, launch_kernel, select_config, select_route
 from ._common import delta_rule_step, load_gates, load_qk
 from ..cursors import FLUSH_EVERY_STEP
 from .standard import launch_standard_step
@@ -263,7 +263,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
             launch_standard_step(state, step, cfg, write_pos, L if route == "always_flush" else 1)
             continue
         hpp = cfg.heads_per_prog if mode in (FOLD.value, DRAIN.value) else 1
-        _gdn_replay_kernel[grid(step.batch, triton.cdiv(step.num_v_heads, hpp), step.head_v_dim, cfg)](
+        launch_kernel(_gdn_replay_kernel, grid(step.batch, triton.cdiv(step.num_v_heads, hpp), step.head_v_dim, cfg),
             state_ptr=state, d_cache_ptr=d_cache, k_cache_ptr=k_cache, g_cache_ptr=g_cache, write_pos_ptr=write_pos,
             force_flush_ptr=force_flush if force_flush is not None else write_pos,
             num_slots=state.shape[0], num_v_heads=step.num_v_heads, head_k_dim=step.head_k_dim,

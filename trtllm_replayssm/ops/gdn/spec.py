@@ -25,7 +25,7 @@ import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_tensor
 from ..common import DOT_PRECISION, load_ring_history, load_spec_row, small_matmul, store_nan_tokens
-from ..launch import LaunchConfig
+from ..launch import LaunchConfig, launch_kernel
 from ..mamba2.spec import AFTER_FOLD, BOTH, FOLD_ONLY, _check_cursors, _check_spec_sizes, ring_capacity
 from .step_inputs import parse_gdn_step
 
@@ -214,7 +214,7 @@ def gdn_replayssm_spec_decode(
     cfg = config or GDN_SPEC_CONFIG
     block_v, block_k = min(cfg.block_p, triton.next_power_of_2(V)), triton.next_power_of_2(K)
     for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
-        _gdn_spec_verify_kernel[(triton.cdiv(V, block_v), HV, Bsz)](
+        launch_kernel(_gdn_spec_verify_kernel, (triton.cdiv(V, block_v), HV, Bsz),
             state, d_ring, k_ring, g_ring, write_pos, origin, is_flush, q, k, v, a, b, A_log, dt_bias, out,
             initial_state_indices if initial_state_indices is not None else write_pos,
             slots, T, K, V, HV // H, capacity, pad_slot_id,

@@ -8,6 +8,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..launch import launch_kernel
+
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_tensor
 from ..common import load_slot
 from ..mamba2.spec_standard import promote_spec_state
@@ -80,7 +82,7 @@ def gdn_spec_standard(state, q, k, v, a, b, A_log, dt_bias, scale=None, use_qk_l
         check_tensor("initial_state_indices", initial_state_indices, (Bsz,), INDEX_DTYPES, q.device)
     if Bsz == 0:
         return out
-    _gdn_spec_standard_kernel[(triton.cdiv(V, block_v), HV, Bsz)](
+    launch_kernel(_gdn_spec_standard_kernel, (triton.cdiv(V, block_v), HV, Bsz),
         state, intermediate_states, q, k, v, a, b, A_log, dt_bias, out,
         initial_state_indices if initial_state_indices is not None else A_log,
         state.shape[0], K, V, HV // step.num_k_heads, pad_slot_id,

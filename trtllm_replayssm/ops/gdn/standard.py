@@ -14,7 +14,7 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..common import cursor_out_of_range, load_slot, store_nan_output
-from ..launch import LaunchConfig, grid, select_config
+from ..launch import LaunchConfig, grid, launch_kernel, select_config
 from ._common import delta_rule_step, load_gates, load_qk
 from .step_inputs import check_gdn_state_pool, parse_gdn_step
 
@@ -109,7 +109,7 @@ def launch_standard_step(state: torch.Tensor, step, config: LaunchConfig,
                          write_pos: Optional[torch.Tensor] = None, buffer_len: int = 0) -> None:
     """The standard kernel on a parsed step; with ``write_pos``, rows whose cursor is
     outside ``[0, buffer_len)`` get NaN outputs and leave their state alone."""
-    _gdn_update_kernel[grid(step.batch, step.num_v_heads, step.head_v_dim, config)](
+    launch_kernel(_gdn_update_kernel, grid(step.batch, step.num_v_heads, step.head_v_dim, config),
         state_ptr=state, write_pos_ptr=write_pos if write_pos is not None else state, num_slots=state.shape[0],
         head_k_dim=step.head_k_dim, head_v_dim=step.head_v_dim,
         v_heads_per_k_head=step.num_v_heads // step.num_k_heads, buffer_len=buffer_len,

@@ -44,7 +44,7 @@ from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_tensor
 from ..common import DOT_PRECISION, load_slot, store_nan_heads
 from ._common import finish_output, load_dt
-from ..launch import LaunchConfig, grid, select_config, select_route
+from ..launch import LaunchConfig, grid, launch_kernel, select_config, select_route
 from ..cursors import FLUSH_EVERY_STEP
 from .standard import launch_standard_step
 from .step_inputs import Mamba2Step, check_state_pool, parse_mamba2_step
@@ -331,7 +331,7 @@ def selective_state_update_replayssm(
             raise ValueError(f"fold_dot needs block_p >= 16 and dstate >= 16, got {cfg} and dstate {step.dstate}")
         block_l = max(16, args["BLOCK_L"]) if fold_dot else args["BLOCK_L"]  # tl.dot: K >= 16
         hpp = cfg.heads_per_prog if mode in (FOLD.value, DRAIN.value) else 1
-        _replay_step_kernel[grid(step.batch, triton.cdiv(step.nheads, hpp), step.headdim, cfg)](
+        launch_kernel(_replay_step_kernel, grid(step.batch, triton.cdiv(step.nheads, hpp), step.headdim, cfg),
             **{**args, "BLOCK_L": block_l}, MODE=mode, BLOCK_P=cfg.block_p,
             FOLD_CHUNK=min(cfg.fold_chunk, block_l), FOLD_DOT=fold_dot,
             # fp32-accurate products (plain TF32 drifts ~1e-2); the interpreter has only fp32.

@@ -30,7 +30,7 @@ import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_tensor
 from ..common import DOT_PRECISION, load_ring_history, load_spec_row, small_matmul, store_nan_tokens
-from ..launch import LaunchConfig
+from ..launch import LaunchConfig, launch_kernel
 from .step_inputs import parse_mamba2_step
 
 MAX_T = 8
@@ -262,7 +262,7 @@ def selective_state_update_replayssm_spec(
     cfg = config or SPEC_CONFIG
     block_p, block_n = min(cfg.block_p, triton.next_power_of_2(P)), triton.next_power_of_2(N)
     for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
-        _spec_verify_kernel[(triton.cdiv(P, block_p), H, Bsz)](
+        launch_kernel(_spec_verify_kernel, (triton.cdiv(P, block_p), H, Bsz),
             state, x_ring, dt_ring, B_ring, write_pos, origin, is_flush,
             x, dt4, step.A, B, C, Dt if Dt is not None else x, z if z is not None else x,
             step.dt_bias if step.dt_bias is not None else step.A, out,
@@ -297,7 +297,7 @@ def commit_replayssm_spec(write_pos, origin, is_flush, accepted, num_tokens: int
         check_tensor("state_batch_indices", state_batch_indices, (batch,), INDEX_DTYPES, write_pos.device)
     if batch == 0:
         return
-    _spec_commit_kernel[(triton.cdiv(batch, 128),)](
+    launch_kernel(_spec_commit_kernel, (triton.cdiv(batch, 128),),
         write_pos, origin, is_flush, accepted, state_batch_indices if state_batch_indices is not None else accepted,
         batch, write_pos.shape[0], num_tokens, capacity, pad_slot_id, HAS_SLOT_IDX=state_batch_indices is not None,
         BUF=ring_capacity(num_tokens, history_len), BLOCK=128)
@@ -311,6 +311,6 @@ def reset_replayssm_spec_cursors(write_pos, origin, is_flush, slots: torch.Tenso
     check_tensor("slots", slots, (None,), INDEX_DTYPES, write_pos.device)
     if slots.shape[0] == 0:
         return
-    _spec_reset_kernel[(triton.cdiv(slots.shape[0], 128),)](
+    launch_kernel(_spec_reset_kernel, (triton.cdiv(slots.shape[0], 128),),
         write_pos, origin, is_flush, slots, slots.shape[0], write_pos.shape[0], num_tokens, capacity, pad_slot_id,
         BLOCK=128)

@@ -14,6 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..launch import launch_kernel
+
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_tensor
 from ..common import load_slot
 from ._common import finish_output, load_dt
@@ -91,7 +93,7 @@ def selective_state_update_spec_standard(
         return out
     dt4 = dt if dt.dim() == 3 else dt[..., 0]
     Dt = step.D
-    _spec_standard_kernel[(triton.cdiv(P, block_p), H, Bsz)](
+    launch_kernel(_spec_standard_kernel, (triton.cdiv(P, block_p), H, Bsz),
         state, intermediate_states, x, dt4, step.A, B, C, Dt if Dt is not None else x, z if z is not None else x,
         step.dt_bias if step.dt_bias is not None else step.A, out,
         state_batch_indices if state_batch_indices is not None else step.A,
@@ -134,7 +136,7 @@ def promote_spec_state(state: torch.Tensor, intermediate_states: torch.Tensor, a
     if Bsz == 0:
         return
     block = 4096
-    _promote_kernel[(triton.cdiv(numel, block), Bsz)](
+    launch_kernel(_promote_kernel, (triton.cdiv(numel, block), Bsz),
         state, intermediate_states, accepted, state_batch_indices if state_batch_indices is not None else accepted,
         state.shape[0], numel, T, pad_slot_id, state.stride(0), intermediate_states.stride(0),
         intermediate_states.stride(1), HAS_SLOT_IDX=state_batch_indices is not None, BLOCK=block)

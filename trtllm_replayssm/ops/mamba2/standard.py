@@ -16,7 +16,7 @@ import triton.language as tl
 from ..._runtime import device_arch
 from ..common import cursor_out_of_range, load_slot, store_nan_output
 from ._common import finish_output, load_dt
-from ..launch import LaunchConfig, grid, select_config
+from ..launch import LaunchConfig, grid, launch_kernel, select_config
 from .step_inputs import check_state_pool, parse_mamba2_step
 
 
@@ -115,7 +115,7 @@ def launch_standard_step(state: torch.Tensor, step, config: LaunchConfig,
                          write_pos: Optional[torch.Tensor] = None, buffer_len: int = 0) -> None:
     """The standard kernel on a parsed step; with ``write_pos``, rows whose cursor is
     outside ``[0, buffer_len)`` get NaN outputs and leave their state alone."""
-    _selective_state_update_kernel[grid(step.batch, step.nheads, step.headdim, config)](
+    launch_kernel(_selective_state_update_kernel, grid(step.batch, step.nheads, step.headdim, config),
         state_ptr=state, write_pos_ptr=write_pos if write_pos is not None else state, num_slots=state.shape[0],
         headdim=step.headdim, dstate=step.dstate, heads_per_group=step.nheads // step.ngroups, buffer_len=buffer_len,
         stride_state_slot=state.stride(0), stride_state_h=state.stride(1), stride_state_p=state.stride(2),

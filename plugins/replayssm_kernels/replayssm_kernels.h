@@ -1,0 +1,137 @@
+/*
+ * libreplayssm_kernels: the ReplaySSM decode kernels, compiled ahead of time, behind a C ABI.
+ *
+ * One function per op: device pointers, sizes, strides (in elements) and a CUDA stream
+ * (a CUstream / cudaStream_t; NULL for the legacy default stream). Each call picks the
+ * kernel specialisation built for the device's architecture and the call's shape, and
+ * returns RS_SUCCESS or an error code (never exits, never synchronises: calls can be
+ * captured in CUDA graphs). Modules are loaded once per CUDA context, thread-safely.
+ * The library loads the CUDA driver (libcuda.so.1) itself at the first call.
+ */
+#ifndef REPLAYSSM_KERNELS_H
+#define REPLAYSSM_KERNELS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define RS_API __attribute__((visibility("default")))
+#else
+#define RS_API
+#endif
+
+typedef enum {
+  RS_SUCCESS = 0,
+  RS_ERR_INVALID_ARGUMENT = 1, /* a null pointer, a size or cursor range out of bounds */
+  RS_ERR_UNSUPPORTED = 2,      /* no specialisation was built for this shape / dtype / layout */
+  RS_ERR_NO_KERNEL_FOR_ARCH = 3, /* none was built for this device's architecture */
+  RS_ERR_NO_DRIVER = 4,        /* libcuda.so.1 could not be loaded or initialised */
+  RS_ERR_NO_CONTEXT = 5,       /* no current CUDA context on this thread / for the stream */
+  RS_ERR_CUDA = 6,             /* a CUDA driver call failed (rs_last_error_message says which) */
+  RS_ERR_MISALIGNED = 7        /* a pointer or stride breaks a specialisation's 16-divisibility */
+} rs_status;
+
+typedef enum { RS_DTYPE_FP32 = 0, RS_DTYPE_BF16 = 1, RS_DTYPE_FP16 = 2 } rs_dtype;
+
+typedef enum {
+  RS_ROUTE_OUTPUT_ONLY = 0,   /* replay: non-flush launch + fold launch */
+  RS_ROUTE_STANDARD_STEP = 1, /* the standard kernel on an empty ring */
+  RS_ROUTE_ALWAYS_FLUSH = 2,  /* fold any non-empty ring, then the standard kernel */
+  RS_ROUTE_STANDARD = 3       /* the standard kernel, no ring (the baseline) */
+} rs_route;
+
+/* One Mamba2 decode step (TensorRT-LLM's selective_state_update call). D, dt_bias, the
+ * slot indices (int32) and dt_softplus are required by the AOT build; z and force_flush
+ * (int8, one per row) are optional (NULL). Ring and cursors are ignored on RS_ROUTE_STANDARD. */
+typedef struct {
+  void* state;            /* (slots, H, P, N), innermost stride 1 */
+  const void* x;          /* (B, H, P) */
+  const void* dt;         /* (B, H): one dt per head (stride_dt[1] may be 0 for tied layouts) */
+  const float* A;         /* (H,) fp32 */
+  const void* B;          /* (B, G, N) */
+  const void* C;          /* (B, G, N) */
+  const float* D;         /* (H, P) fp32 (stride_D[1] = 0 for per-head D) */
+  const void* z;          /* (B, H, P) or NULL */
+  const float* dt_bias;   /* (H,) fp32 */
+  void* out;              /* (B, H, P) */
+  const int32_t* slot_idx;/* (B,) */
+  void* x_cache;          /* (slots, H, L, P), act dtype */
+  float* dt_cache;        /* (slots, H, L) */
+  void* B_cache;          /* (slots, G, L, N), act dtype */
+  int32_t* write_pos;     /* (slots,) */
+  const int8_t* force_flush; /* (B,) or NULL */
+  int64_t batch, num_slots, nheads, headdim, dstate, ngroups, buffer_len, pad_slot_id;
+  int64_t stride_state[3];             /* slot, head, headdim */
+  int64_t stride_x[2], stride_dt[2], stride_A, stride_B[2], stride_C[2], stride_D[2], stride_z[2];
+  int64_t stride_dt_bias, stride_out[2];
+  int64_t stride_x_cache[3], stride_dt_cache[2], stride_B_cache[3]; /* slot, head|group, L */
+  int32_t state_dtype, act_dtype;      /* rs_dtype */
+  int32_t dt_softplus;                 /* must be 1 */
+  int32_t route;                       /* rs_route */
+} rs_mamba2_step_args;
+
+/* One Gated DeltaNet decode step (TensorRT-LLM's fused sigmoid-gating delta-rule update),
+ * q/k L2-normalised in the kernel; rings of corrected values d, keys k (fp32) and
+ * log-decays g. force_flush optional (NULL). */
+typedef struct {
+  void* state;            /* (slots, HV, V, K), innermost stride 1 */
+  const void* q;          /* (B, H, K) */
+  const void* k;          /* (B, H, K) */
+  const void* v;          /* (B, HV, V) */
+  const void* a;          /* (B, HV) */
+  const void* b;          /* (B, HV) */
+  const float* A_log;     /* (HV,) */
+  const float* dt_bias;   /* (HV,) */
+  void* out;              /* (B, HV, V) */
+  const int32_t* slot_idx;/* (B,) */
+  float* d_cache;         /* (slots, HV, L, V) */
+  float* k_cache;         /* (slots, H, L, K) */
+  float* g_cache;         /* (slots, HV, L) */
+  int32_t* write_pos;     /* (slots,) */
+  const int8_t* force_flush;
+  int64_t batch, num_slots, num_k_heads, num_v_heads, head_k_dim, head_v_dim, buffer_len, pad_slot_id;
+  int64_t stride_state[3];
+  int64_t stride_q[2], stride_k[2], stride_v[2], stride_a[2], stride_b[2], stride_out[2];
+  int64_t stride_d_cache[3], stride_k_cache[3], stride_g_cache[2];
+  float scale, softplus_beta, softplus_threshold;
+  int32_t state_dtype, act_dtype;
+  int32_t route;
+} rs_gdn_step_args;
+
+RS_API int rs_mamba2_step(const rs_mamba2_step_args* args, void* stream);
+RS_API int rs_gdn_step(const rs_gdn_step_args* args, void* stream);
+
+/* Cursors, once per decode step after every layer ran (flush_all: the step's route
+ * flushed every row). Padding rows and rows with an out-of-range slot never move. */
+RS_API int rs_advance_write_pos(int32_t* write_pos, int64_t num_slots, int64_t buffer_len,
+                                const int32_t* slot_idx, const int8_t* force_flush, int64_t batch,
+                                int64_t pad_slot_id, int flush_all, void* stream);
+/* Slots entering decode: empty their rings. */
+RS_API int rs_reset_write_pos(int32_t* write_pos, int64_t num_slots, const int32_t* slots, int64_t n,
+                              int64_t pad_slot_id, void* stream);
+
+/* Generic launch by specialisation key (what the Python AOT backend uses): values in the
+ * kernel's parameter order; types as in the manifest. */
+typedef union {
+  const void* p;
+  int64_t i;
+  double f;
+} rs_value;
+RS_API int rs_launch_kernel(const char* key, unsigned grid_x, unsigned grid_y, unsigned grid_z,
+                            const rs_value* values, int num_values, void* stream);
+
+/* Introspection. */
+RS_API const char* rs_status_string(int status);
+RS_API const char* rs_last_error_message(void); /* this thread's last failure, in words */
+RS_API int rs_num_kernels(void);
+RS_API const char* rs_kernel_key(int i);
+RS_API int rs_kernel_arch(int i);
+RS_API int rs_has_arch(int arch);  /* 1 if kernels were built for this compute capability (e.g. 90) */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REPLAYSSM_KERNELS_H */

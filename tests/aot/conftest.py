@@ -1,0 +1,43 @@
+"""One AOT build (sm_90) and one CMake build of the C library, shared by the tests here."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def aot_build(tmp_path_factory) -> Path:
+    """``trtllm-replayssm aot build --arch 90`` (what CI checks: it needs no GPU)."""
+    out = tmp_path_factory.mktemp("aot")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}  # the build must leave the interpreter by itself
+    subprocess.run([sys.executable, "-m", "trtllm_replayssm.cli", "aot", "build", "--arch", "90", "--out", str(out),
+                    "--workers", "2", "--quiet"], check=True, env=env, cwd=REPO, timeout=1200)
+    return out
+
+
+@pytest.fixture(scope="session")
+def manifest(aot_build) -> dict:
+    return json.loads((aot_build / "manifest.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def kernel_library(aot_build, tmp_path_factory) -> Path:
+    """``libreplayssm_kernels.so`` built by CMake from the AOT output, against CUDA's headers."""
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake is not installed")
+    build = tmp_path_factory.mktemp("cmake")
+    subprocess.run(["cmake", "-S", str(REPO), "-B", str(build), f"-DREPLAYSSM_AOT_DIR={aot_build}",
+                    "-DREPLAYSSM_ARCHS=90", f"-DPython3_EXECUTABLE={sys.executable}"], check=True, timeout=300,
+                   capture_output=True, text=True)
+    subprocess.run(["cmake", "--build", str(build), "-j", "2", "--target", "replayssm_kernels"], check=True,
+                   timeout=600, capture_output=True, text=True)
+    return build / "libreplayssm_kernels.so"

@@ -1,0 +1,100 @@
+"""The ahead-of-time build and the C library, on a machine without a GPU."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+
+import pytest
+
+from trtllm_replayssm.aot.library import GDNStepArgs, KernelLibrary, Mamba2StepArgs, ROUTE_CODES
+
+ELF_MAGIC = b"\x7fELF"
+STEP_ROUTES = {"output_only", "standard_step", "always_flush", "standard"}
+
+
+def test_build_covers_every_op_case(aot_build, manifest):
+    kernels = {(k["arch"], k["key"]): k for k in manifest["kernels"]}
+    assert manifest["archs"] == [90] and kernels
+    for k in kernels.values():
+        assert {"kernel", "key", "arch", "name", "num_warps", "shared", "params", "constexprs", "cubin"} <= set(k)
+        assert (aot_build / k["cubin"]).read_bytes()[:4] == ELF_MAGIC, k["key"]
+        assert k["global_scratch_size"] == 0 and k["profile_scratch_size"] == 0
+    for case in manifest["cases"]:
+        assert case["launches"], case["key"]
+        for launch in case["launches"]:
+            assert (case["arch"], launch["spec"]) in kernels, case["key"]
+    # Every route of both families, both state dtypes, the cursor ops, at every batch point.
+    ops = {c["op"] for c in manifest["cases"]}
+    assert ops == {"mamba2_step", "gdn_step", "advance_write_pos", "reset_write_pos"}
+    for op in ("mamba2_step", "gdn_step"):
+        keys = [c["key"] for c in manifest["cases"] if c["op"] == op]
+        assert {r for r in STEP_ROUTES if any(f"route={r}|" in k for k in keys)} == STEP_ROUTES
+        assert all(any(f"state={sd}" in k for k in keys) for sd in ("fp32", "bf16"))
+    assert {c["batch"] for c in manifest["cases"] if c["op"] == "mamba2_step"} == {1, 8, 32, 128, 256, 512}
+    # Flush and non-flush variants are distinct compiles.
+    modes = {dict(map(tuple, k["constexprs"])).get("MODE") for k in manifest["kernels"]
+             if k["kernel"].endswith("_replay_step_kernel")}
+    assert modes == {1, 2, 4}
+
+
+def test_generated_tables_embed_every_cubin(aot_build, manifest):
+    table = (aot_build / "replayssm_kernels_table.c").read_text()
+    asm = (aot_build / "replayssm_cubins.S").read_text()
+    assert f"rs_num_kernels_built = {len(manifest['kernels'])};" in table
+    assert asm.count(".incbin") == len(manifest["kernels"])
+
+
+@pytest.fixture(scope="module")
+def lib(kernel_library):
+    return KernelLibrary(kernel_library)
+
+
+def test_c_library_lists_the_built_kernels(lib, manifest):
+    assert lib.lib.rs_num_kernels() == len(manifest["kernels"])
+    assert lib.has_arch(90) and not lib.has_arch(80)
+    assert lib.kernel_keys(90) == {k["key"] for k in manifest["kernels"]}
+
+
+def _mamba2_args(**over):
+    a = Mamba2StepArgs()
+    for name in ("state", "x", "dt", "A", "B", "C", "D", "dt_bias", "out", "slot_idx", "x_cache", "dt_cache", "B_cache",
+                 "write_pos"):
+        setattr(a, name, 4096)  # never dereferenced on the host
+    a.batch, a.num_slots, a.nheads, a.headdim, a.dstate, a.ngroups, a.buffer_len, a.pad_slot_id = 4, 8, 128, 64, 128, 8, 16, -1
+    a.dt_softplus, a.state_dtype, a.act_dtype, a.route = 1, 0, 1, ROUTE_CODES["output_only"]
+    for k, v in over.items():
+        setattr(a, k, v)
+    return a
+
+
+@pytest.mark.parametrize("over, status", [
+    (dict(state=None), 1),            # a required pointer is NULL
+    (dict(buffer_len=65), 1),         # L outside [1, 64]
+    (dict(nheads=12, ngroups=8), 1),  # groups must divide heads
+    (dict(route=9), 1),               # unknown route
+    (dict(D=None), 2),                # outside the AOT build's call (TensorRT-LLM's: D, dt_bias, ...)
+    (dict(dt_softplus=0), 2),
+    (dict(), 4),                      # a valid call, but this machine has no CUDA driver
+])
+def test_c_abi_rejects_bad_calls_with_codes(lib, over, status):
+    if status == 4 and ctypes.util.find_library("cuda"):
+        pytest.skip("this machine has a CUDA driver")
+    got = lib.lib.rs_mamba2_step(ctypes.byref(_mamba2_args(**over)), None)
+    assert got == status, lib.last_error()
+    assert lib.last_error()
+
+
+def test_c_abi_gdn_and_cursor_checks(lib):
+    a = GDNStepArgs()
+    a.batch, a.num_slots, a.num_k_heads, a.num_v_heads = 2, 4, 3, 32  # H does not divide HV
+    for name in ("state", "q", "k", "v", "a", "b", "A_log", "dt_bias", "out", "slot_idx", "d_cache", "k_cache",
+                 "g_cache", "write_pos"):
+        setattr(a, name, 4096)
+    a.head_k_dim = a.head_v_dim = 128
+    a.buffer_len = 16
+    assert lib.lib.rs_gdn_step(ctypes.byref(a), None) == 1
+    assert "divide" in lib.last_error()
+    assert lib.lib.rs_advance_write_pos(None, 8, 16, 4096, None, 4, -1, 0, None) == 1
+    assert lib.lib.rs_advance_write_pos(4096, 8, 0, 4096, None, 4, -1, 0, None) == 1  # L = 0
+

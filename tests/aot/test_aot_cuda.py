@@ -1,0 +1,252 @@
+"""AOT kernels on the GPU: bit-for-bit equal to the JIT kernels, the C ABI's error codes,
+and launches inside a CUDA graph. Real shapes; they run only where CUDA is present."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+import torch
+
+import trtllm_replayssm as rs
+from trtllm_replayssm.aot.backend import AOTLauncher
+from trtllm_replayssm.aot.library import DTYPE_CODES, ROUTE_CODES, KernelLibrary, Mamba2StepArgs
+from trtllm_replayssm.cache import GDNReplayCache, Mamba2ReplayCache
+from trtllm_replayssm.models import model
+from trtllm_replayssm.ops.launch import pop_launcher, push_launcher
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (real shapes)")
+L = 16
+DT = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+@pytest.fixture(scope="module")
+def lib(kernel_library):
+    return KernelLibrary(kernel_library)
+
+
+@pytest.fixture
+def aot(lib):
+    launcher = AOTLauncher(lib, strict=True)
+    push_launcher(launcher)
+    yield launcher
+    pop_launcher(launcher)
+
+
+def _mamba2_setup(batch, state_dtype, route, seed=0):
+    g = model("nemotron-3-super").geom
+    H, P, N, G = g.nheads, g.headdim, g.dstate, g.ngroups
+    torch.manual_seed(seed)
+    cache = Mamba2ReplayCache(g, 1, batch + 2, L, state_dtype, torch.bfloat16, "cuda")
+    cache.ssm_state.normal_()
+    if route in ("output_only", "always_flush"):  # staggered rings
+        cache.x_cache.normal_()
+        cache.B_cache.normal_()
+        cache.dt_cache.uniform_(0.01, 0.1)
+        cache.write_pos.copy_(torch.randint(0, L, (batch + 2,), dtype=torch.int32))
+    slots = torch.randperm(batch + 2, device="cuda")[:batch].to(torch.int32)
+    steps = [dict(x=torch.randn(batch, H, P, device="cuda", dtype=torch.bfloat16),
+                  dt=torch.randn(batch, H, device="cuda", dtype=torch.bfloat16)[:, :, None].expand(batch, H, P),
+                  B=torch.randn(batch, G, N, device="cuda", dtype=torch.bfloat16),
+                  C=torch.randn(batch, G, N, device="cuda", dtype=torch.bfloat16)) for _ in range(L + 3)]
+    params = dict(A=(-torch.rand(H, device="cuda") - 0.5)[:, None, None].expand(H, P, N),
+                  D=torch.randn(H, device="cuda")[:, None].expand(H, P),
+                  dt_bias=torch.randn(H, device="cuda")[:, None].expand(H, P))
+    return cache, slots, steps, params
+
+
+def _mamba2_run(cache, slots, steps, params, route):
+    outs = []
+    for s in steps:
+        out = torch.empty_like(s["x"])
+        if route == "standard":
+            rs.selective_state_update(cache.ssm_state[0], **s, **params, dt_softplus=True, state_batch_indices=slots,
+                                      out=out)
+        else:
+            rs.selective_state_update_replayssm(cache.ssm_state[0], **s, **params, dt_softplus=True,
+                                                state_batch_indices=slots, out=out, route=route,
+                                                **cache.ring_kwargs(0))
+            cache.advance(slots, route=route)
+        outs.append(out)
+    return outs
+
+
+@pytest.mark.parametrize("route", ["output_only", "standard_step", "always_flush", "standard"])
+@pytest.mark.parametrize("state", ["fp32", "bf16"])
+@pytest.mark.parametrize("batch", [128, 5])
+def test_mamba2_aot_equals_jit_bit_for_bit(lib, route, state, batch):
+    runs = {}
+    for backend in ("jit", "aot"):
+        cache, slots, steps, params = _mamba2_setup(batch, DT[state], route)
+        launcher = AOTLauncher(lib, strict=True) if backend == "aot" else None
+        if launcher:
+            push_launcher(launcher)
+        try:
+            runs[backend] = (_mamba2_run(cache, slots, steps, params, route), cache)
+        finally:
+            if launcher:
+                pop_launcher(launcher)
+                assert launcher.launches > 0
+    (o_jit, c_jit), (o_aot, c_aot) = runs["jit"], runs["aot"]
+    for t, (a, b) in enumerate(zip(o_jit, o_aot)):
+        assert torch.equal(a, b), f"step {t}: outputs differ"
+    for name in ("ssm_state", "x_cache", "dt_cache", "B_cache", "write_pos"):
+        assert torch.equal(getattr(c_jit, name), getattr(c_aot, name)), name
+
+
+def _gdn_run(route, state_dtype, batch, use_aot, lib, seed=0):
+    g = model("qwen3.5-4b").geom
+    H, HV, K, V = g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim
+    torch.manual_seed(seed)
+    cache = GDNReplayCache(g, 1, batch + 2, L, state_dtype, device="cuda")
+    cache.ssm_state.normal_(std=0.1)
+    slots = torch.randperm(batch + 2, device="cuda")[:batch].to(torch.int32)
+    A_log, dt_bias = torch.randn(HV, device="cuda"), torch.randn(HV, device="cuda")
+    launcher = AOTLauncher(lib, strict=True) if use_aot else None
+    if launcher:
+        push_launcher(launcher)
+    outs = []
+    try:
+        for _ in range(L + 3):
+            q, k = (torch.randn(batch, H, K, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            v = torch.randn(batch, HV, V, device="cuda", dtype=torch.bfloat16)
+            a, b = (torch.randn(batch, HV, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            out = torch.empty_like(v)
+            if route == "standard":
+                rs.fused_sigmoid_gating_delta_rule_update(cache.ssm_state[0], q, k, v, a, b, A_log, dt_bias,
+                                                          initial_state_indices=slots, out=out)
+            else:
+                rs.fused_recurrent_gated_delta_rule_replayssm(cache.ssm_state[0], q, k, v, a, b, A_log, dt_bias,
+                                                              initial_state_indices=slots, out=out, route=route,
+                                                              **cache.ring_kwargs(0))
+                cache.advance(slots, route=route)
+            outs.append(out)
+    finally:
+        if launcher:
+            pop_launcher(launcher)
+            assert launcher.launches > 0
+    return outs, cache
+
+
+@pytest.mark.parametrize("route", ["output_only", "standard_step", "always_flush", "standard"])
+@pytest.mark.parametrize("state", ["fp32", "bf16"])
+def test_gdn_aot_equals_jit_bit_for_bit(lib, route, state):
+    o_jit, c_jit = _gdn_run(route, DT[state], 32, False, lib)
+    o_aot, c_aot = _gdn_run(route, DT[state], 32, True, lib)
+    for t, (a, b) in enumerate(zip(o_jit, o_aot)):
+        assert torch.equal(a, b), f"step {t}: outputs differ"
+    for name in ("ssm_state", "d_cache", "k_cache", "g_cache", "write_pos"):
+        assert torch.equal(getattr(c_jit, name), getattr(c_aot, name)), name
+
+
+def _c_args(cache, slots, s, params, out, route) -> Mamba2StepArgs:
+    a = Mamba2StepArgs()
+    st, x, dt = cache.ssm_state[0], s["x"], s["dt"][:, :, 0]
+    ring = cache.ring_kwargs(0)
+    for name, t in dict(state=st, x=x, dt=dt, A=params["A"][:, 0, 0], B=s["B"], C=s["C"], D=params["D"],
+                        dt_bias=params["dt_bias"][:, 0], out=out, slot_idx=slots, x_cache=ring["x_cache"],
+                        dt_cache=ring["dt_cache"], B_cache=ring["B_cache"], write_pos=ring["write_pos"]).items():
+        setattr(a, name, t.data_ptr())
+    g = model("nemotron-3-super").geom
+    a.batch, a.num_slots, a.nheads, a.headdim, a.dstate, a.ngroups = x.shape[0], st.shape[0], g.nheads, g.headdim, g.dstate, g.ngroups
+    a.buffer_len, a.pad_slot_id, a.dt_softplus = L, -1, 1
+    a.stride_state[:] = st.stride()[:3]
+    a.stride_x[:] = x.stride()[:2]
+    a.stride_dt[:] = dt.stride()
+    a.stride_A = params["A"].stride(0)
+    a.stride_B[:] = s["B"].stride()[:2]
+    a.stride_C[:] = s["C"].stride()[:2]
+    a.stride_D[:] = params["D"].stride()
+    a.stride_dt_bias = params["dt_bias"].stride(0)
+    a.stride_out[:] = out.stride()[:2]
+    a.stride_x_cache[:] = ring["x_cache"].stride()[:3]
+    a.stride_dt_cache[:] = ring["dt_cache"].stride()[:2]
+    a.stride_B_cache[:] = ring["B_cache"].stride()[:3]
+    a.state_dtype, a.act_dtype, a.route = DTYPE_CODES["fp32"], DTYPE_CODES["bf16"], ROUTE_CODES[route]
+    return a
+
+
+def test_c_abi_step_equals_jit_and_rejects_bad_calls(lib):
+    """rs_mamba2_step (the op the TensorRT plugin calls) over a cycle equals the Python
+    entry point on the JIT; bad calls come back as codes, with nothing written."""
+    runs = {}
+    for path in ("jit", "c"):
+        cache, slots, steps, params = _mamba2_setup(128, torch.float32, "output_only", seed=3)
+        outs = []
+        for s in steps:
+            out = torch.empty_like(s["x"])
+            if path == "jit":
+                rs.selective_state_update_replayssm(cache.ssm_state[0], **s, **params, dt_softplus=True,
+                                                    state_batch_indices=slots, out=out, route="output_only",
+                                                    **cache.ring_kwargs(0))
+                cache.advance(slots)
+            else:
+                stream = torch.cuda.current_stream().cuda_stream
+                lib.check(lib.lib.rs_mamba2_step(ctypes.byref(_c_args(cache, slots, s, params, out, "output_only")),
+                                                 ctypes.c_void_p(stream)), "rs_mamba2_step")
+                lib.check(lib.lib.rs_advance_write_pos(cache.write_pos.data_ptr(), cache.write_pos.shape[0], L,
+                                                       slots.data_ptr(), None, slots.shape[0], -1, 0,
+                                                       ctypes.c_void_p(stream)), "rs_advance_write_pos")
+            outs.append(out)
+        runs[path] = (outs, cache)
+    for a, b in zip(runs["jit"][0], runs["c"][0]):
+        assert torch.equal(a, b)
+    assert torch.equal(runs["jit"][1].ssm_state, runs["c"][1].ssm_state)
+
+    cache, slots, steps, params = _mamba2_setup(8, torch.float32, "output_only", seed=4)
+    before = cache.ssm_state.clone()
+    out = torch.empty_like(steps[0]["x"])
+    args = _c_args(cache, slots, steps[0], params, out, "output_only")
+    bad = Mamba2StepArgs.from_buffer_copy(args)
+    bad.x = steps[0]["x"].data_ptr() + 2  # one bf16 element off: breaks the 16-byte alignment the build assumed
+    assert lib.lib.rs_mamba2_step(ctypes.byref(bad), None) == 7, lib.last_error()
+    bad = Mamba2StepArgs.from_buffer_copy(args)
+    bad.state_dtype = DTYPE_CODES["fp16"]  # not built
+    assert lib.lib.rs_mamba2_step(ctypes.byref(bad), None) == 2, lib.last_error()
+    bad = Mamba2StepArgs.from_buffer_copy(args)
+    bad.buffer_len = 0
+    assert lib.lib.rs_mamba2_step(ctypes.byref(bad), None) == 1
+    torch.cuda.synchronize()
+    assert torch.equal(cache.ssm_state, before)
+
+
+def test_aot_launches_inside_a_cuda_graph(aot):
+    """A captured AOT decode step (kernels + cursor advance) replays like the eager JIT one."""
+    cache_e, slots, steps, params = _mamba2_setup(32, torch.float32, "output_only", seed=5)
+    pop_launcher(aot)
+    eager = _mamba2_run(cache_e, slots, steps[:3], params, "output_only")
+    push_launcher(aot)
+    cache_g, slots, steps, params = _mamba2_setup(32, torch.float32, "output_only", seed=5)
+    inputs = {k: steps[0][k].clone() for k in ("x", "B", "C")}
+    dt = steps[0]["dt"][:, :, 0].clone()  # kept in TensorRT-LLM's tied layout (stride 0 along P)
+    x_in = dict(inputs, dt=dt[:, :, None].expand(steps[0]["dt"].shape))
+    out = torch.empty_like(inputs["x"])
+
+    def step():
+        rs.selective_state_update_replayssm(cache_g.ssm_state[0], **x_in, **params, dt_softplus=True,
+                                            state_batch_indices=slots, out=out, route="output_only",
+                                            **cache_g.ring_kwargs(0))
+        cache_g.advance(slots)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # a warm-up step on a side stream: loads the modules
+        snapshot = [t.clone() for t in (cache_g.ssm_state, cache_g.x_cache, cache_g.dt_cache, cache_g.B_cache,
+                                        cache_g.write_pos)]
+        step()
+        for t, saved in zip((cache_g.ssm_state, cache_g.x_cache, cache_g.dt_cache, cache_g.B_cache,
+                             cache_g.write_pos), snapshot):
+            t.copy_(saved)
+    torch.cuda.current_stream().wait_stream(s)
+    launches_before = aot.launches
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    assert aot.launches > launches_before
+    for t in range(3):
+        for k in inputs:
+            inputs[k].copy_(steps[t][k])
+        dt.copy_(steps[t]["dt"][:, :, 0])
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, eager[t]), f"step {t}"

@@ -1,0 +1,272 @@
+"""What the ahead-of-time build compiles: every kernel specialisation the supported models
+launch, found by running the package's own Python entry points on ``meta`` tensors with
+a recorder in place of the launch (:func:`~trtllm_replayssm.ops.launch.launch_kernel`).
+
+So the AOT build and the JIT path share one launch decision (grid, constexprs, warps,
+configs from the tuned table): a spec here is exactly what the wrapper would hand to
+Triton. A :class:`KernelSpec` is one compile (kernel, constexprs, warps, argument types
+and divisibility hints); a :class:`OpCase` is one C-ABI call shape (op, dtypes, flags,
+geometry, batch point) and the launches it makes, in order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import torch
+
+from ..models import GDN_MODELS, MAMBA2_MODELS
+from ..ops.launch import LaunchConfig, pop_launcher, push_launcher, select_config
+
+META = torch.device("meta")
+BATCH_POINTS = (1, 8, 32, 128, 256, 512)  # the tuned table's batch sizes
+DEFAULT_BUFFER_LENS = (16,)
+
+_DTYPE_SIG = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int32: "i32",
+              torch.int64: "i64", torch.int8: "i8", torch.uint8: "u8", torch.bool: "i1"}
+DTYPE_NAMES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def kernel_name(kernel) -> str:
+    fn = getattr(kernel, "fn", kernel)
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def arg_type(value) -> str:
+    """Triton signature type of a runtime argument."""
+    if isinstance(value, torch.Tensor):
+        return "*" + _DTYPE_SIG[value.dtype]
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -2**31 <= value < 2**31 else "i64"
+    if isinstance(value, float):
+        return "fp32"
+    raise TypeError(f"no AOT signature type for {type(value).__name__}")
+
+
+def divisible_by_16(value) -> bool:
+    """The hint a spec carries for an argument (checked again at every AOT launch):
+    pointers are assumed 16-byte aligned, integers only where the recorded value was."""
+    if isinstance(value, torch.Tensor):
+        return True
+    return isinstance(value, int) and not isinstance(value, bool) and value != 0 and value % 16 == 0
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: str  # Triton signature type: *bf16, i32, fp32, ...
+    div16: bool
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One compile of one kernel."""
+
+    kernel: str  # module.qualname of the @triton.jit function
+    constexprs: Tuple[Tuple[str, object], ...]
+    num_warps: int
+    params: Tuple[Param, ...]  # the runtime arguments, in declaration order
+
+    @property
+    def key(self) -> str:
+        """Stable name of the specialisation (what the manifest, the C table and the
+        Python AOT backend look a launch up by)."""
+        body = json.dumps([self.kernel, list(self.constexprs), self.num_warps,
+                           [(p.name, p.type, p.div16) for p in self.params]], default=str)
+        short = self.kernel.rsplit(".", 1)[-1].strip("_")
+        return f"{short}_{hashlib.sha1(body.encode()).hexdigest()[:12]}"
+
+
+def spec_of(kernel, kwargs: dict) -> KernelSpec:
+    """The specialisation a launch of ``kernel`` with ``kwargs`` needs."""
+    constexprs, params = [], []
+    for p in kernel.params:
+        if p.name not in kwargs:
+            if p.is_constexpr and p.has_default:  # a default the call kept
+                constexprs.append((p.name, p.default))
+            continue
+        v = kwargs[p.name]
+        if p.is_constexpr:
+            constexprs.append((p.name, v))
+        else:
+            params.append(Param(p.name, arg_type(v), divisible_by_16(v) and not p.do_not_specialize))
+    return KernelSpec(kernel_name(kernel), tuple(constexprs), int(kwargs.get("num_warps", 4)), tuple(params))
+
+
+@dataclass
+class RecordedLaunch:
+    kernel: object
+    grid: Tuple[int, ...]
+    kwargs: dict
+
+
+class Recorder:
+    """Records launches instead of running them (``with Recorder() as rec: ...``)."""
+
+    def __init__(self):
+        self.launches: List[RecordedLaunch] = []
+
+    def __call__(self, kernel, grid, kwargs) -> bool:
+        self.launches.append(RecordedLaunch(kernel, grid, dict(kwargs)))
+        return True
+
+    def __enter__(self) -> "Recorder":
+        push_launcher(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pop_launcher(self)
+
+
+@dataclass
+class OpCase:
+    """One call shape of a C-ABI op and the kernel launches it makes."""
+
+    op: str
+    key: Dict[str, object]
+    batch: int
+    launches: List[Tuple[KernelSpec, Tuple[int, ...]]] = field(default_factory=list)
+
+    def key_string(self) -> str:
+        return "|".join([self.op] + [f"{k}={v}" for k, v in sorted(self.key.items())])
+
+
+def _mamba2_calls(geom, state_dtype, act_dtype, batch, L, has_z, force_flush, route, arch):
+    """Meta tensors for one Mamba2 step in TensorRT-LLM's layout; returns a thunk that calls
+    the entry point with configs taken from ``arch``'s tuned table."""
+    from ..cache import Mamba2ReplayCache
+    from ..ops.mamba2 import selective_state_update, selective_state_update_replayssm
+
+    H, P, N, G = geom.nheads, geom.headdim, geom.dstate, geom.ngroups
+    kw = dict(device=META)
+    step = dict(x=torch.empty(batch, H, P, dtype=act_dtype, **kw),
+                dt=torch.empty(batch, H, dtype=act_dtype, **kw)[:, :, None].expand(batch, H, P),
+                A=torch.empty(H, **kw)[:, None, None].expand(H, P, N),
+                B=torch.empty(batch, G, N, dtype=act_dtype, **kw), C=torch.empty(batch, G, N, dtype=act_dtype, **kw),
+                D=torch.empty(H, **kw)[:, None].expand(H, P),
+                z=torch.empty(batch, H, P, dtype=act_dtype, **kw) if has_z else None,
+                dt_bias=torch.empty(H, **kw)[:, None].expand(H, P), dt_softplus=True,
+                state_batch_indices=torch.empty(batch, dtype=torch.int32, **kw), pad_slot_id=-1,
+                out=torch.empty(batch, H, P, dtype=act_dtype, **kw))
+    cache = Mamba2ReplayCache(geom, 1, batch + 1, L, state_dtype, act_dtype, META)
+
+    def cfg(kernel):
+        return select_config(kernel, arch, state_dtype, act_dtype, P, N, batch)
+
+    if route == "standard":
+        return lambda: selective_state_update(cache.ssm_state[0], **step, config=cfg("standard"))
+    ff = torch.empty(batch, dtype=torch.int8, **kw) if force_flush else None
+    main = cfg("output_only" if route == "output_only" else "always_flush")
+    return lambda: selective_state_update_replayssm(cache.ssm_state[0], **step, force_flush=ff, route=route,
+                                                    config=main, fold_config=cfg("fold"), **cache.ring_kwargs(0))
+
+
+def _gdn_calls(geom, state_dtype, act_dtype, batch, L, force_flush, route, arch):
+    from ..cache import GDNReplayCache
+    from ..ops.gdn import fused_recurrent_gated_delta_rule_replayssm, fused_sigmoid_gating_delta_rule_update
+
+    H, HV, K, V = geom.num_k_heads, geom.num_v_heads, geom.head_k_dim, geom.head_v_dim
+    kw = dict(device=META)
+    step = dict(q=torch.empty(batch, H, K, dtype=act_dtype, **kw), k=torch.empty(batch, H, K, dtype=act_dtype, **kw),
+                v=torch.empty(batch, HV, V, dtype=act_dtype, **kw), a=torch.empty(batch, HV, dtype=act_dtype, **kw),
+                b=torch.empty(batch, HV, dtype=act_dtype, **kw), A_log=torch.empty(HV, **kw),
+                dt_bias=torch.empty(HV, **kw), initial_state_indices=torch.empty(batch, dtype=torch.int32, **kw),
+                out=torch.empty(batch, HV, V, dtype=act_dtype, **kw))
+    cache = GDNReplayCache(geom, 1, batch + 1, L, state_dtype, device=META)
+
+    def cfg(kernel):
+        return select_config(kernel, arch, state_dtype, act_dtype, V, K, batch, family="gdn")
+
+    if route == "standard":
+        return lambda: fused_sigmoid_gating_delta_rule_update(cache.ssm_state[0], **step, config=cfg("standard"))
+    ff = torch.empty(batch, dtype=torch.int8, **kw) if force_flush else None
+    main = cfg("output_only" if route == "output_only" else "always_flush")
+    return lambda: fused_recurrent_gated_delta_rule_replayssm(cache.ssm_state[0], **step, force_flush=ff, route=route,
+                                                              config=main, fold_config=cfg("fold"),
+                                                              **cache.ring_kwargs(0))
+
+
+def _cursor_calls(op, batch, force_flush, flush_all, L):
+    from ..ops.cursors import advance_write_pos, reset_write_pos
+
+    write_pos = torch.empty(batch + 1, dtype=torch.int32, device=META)
+    slots = torch.empty(batch, dtype=torch.int32, device=META)
+    if op == "reset_write_pos":
+        return lambda: reset_write_pos(write_pos, slots)
+    ff = torch.empty(batch, dtype=torch.int8, device=META) if force_flush else None
+    return lambda: advance_write_pos(write_pos, L, slots, ff, flush_all=flush_all)
+
+
+STEP_ROUTES = ("output_only", "standard_step", "always_flush", "standard")
+
+
+def op_cases(arch: str, buffer_lens: Sequence[int] = DEFAULT_BUFFER_LENS,
+             state_dtypes: Sequence[str] = ("fp32", "bf16"), act_dtypes: Sequence[str] = ("bf16",),
+             batches: Sequence[int] = BATCH_POINTS) -> List[OpCase]:
+    """Every call shape the supported models make (TensorRT-LLM's layouts: D, dt_bias,
+    softplus and slot indices on; z and force-flush both ways), at every batch point."""
+    cases: List[OpCase] = []
+
+    def add(op, key, batch, thunk):
+        with Recorder() as rec:
+            thunk()
+        case = OpCase(op, key, batch)
+        for launch in rec.launches:
+            case.launches.append((spec_of(launch.kernel, launch.kwargs), launch.grid))
+        cases.append(case)
+
+    mamba2_geoms = {(m.geom.headdim, m.geom.dstate): m.geom for m in MAMBA2_MODELS.values()}
+    gdn_geoms = {(m.geom.head_v_dim, m.geom.head_k_dim): m.geom for m in GDN_MODELS.values()}
+    for sd in state_dtypes:
+        for ad in act_dtypes:
+            s, a = DTYPE_NAMES[sd], DTYPE_NAMES[ad]
+            for L in buffer_lens:
+                for b in batches:
+                    for (P, N), g in sorted(mamba2_geoms.items()):
+                        for route in STEP_ROUTES:
+                            for has_z in (False, True):
+                                for ff in ((False,) if route == "standard" else (False, True)):
+                                    key = dict(state=sd, act=ad, P=P, N=N, L=L if route != "standard" else 0,
+                                               route=route, z=int(has_z), ff=int(ff))
+                                    add("mamba2_step", key, b, _mamba2_calls(g, s, a, b, L, has_z, ff, route, arch))
+                    for (V, K), g in sorted(gdn_geoms.items()):
+                        for route in STEP_ROUTES:
+                            for ff in ((False,) if route == "standard" else (False, True)):
+                                key = dict(state=sd, act=ad, V=V, K=K, L=L if route != "standard" else 0,
+                                           route=route, ff=int(ff))
+                                add("gdn_step", key, b, _gdn_calls(g, s, a, b, L, ff, route, arch))
+    for L in buffer_lens:
+        for ff in (False, True):
+            for flush_all in (False, True):
+                add("advance_write_pos", dict(L=L, ff=int(ff), flush_all=int(flush_all)), 1,
+                    _cursor_calls("advance_write_pos", 1, ff, flush_all, L))
+    add("reset_write_pos", {}, 1, _cursor_calls("reset_write_pos", 1, False, False, 0))
+    return cases
+
+
+def unique_specs(cases: Iterable[OpCase]) -> Dict[str, KernelSpec]:
+    specs: Dict[str, KernelSpec] = {}
+    for case in cases:
+        for spec, _ in case.launches:
+            specs.setdefault(spec.key, spec)
+    return specs
+
+
+def find_kernel(name: str):
+    """The @triton.jit function named ``module.qualname``."""
+    import importlib
+
+    module, qualname = name.rsplit(".", 1)
+    return getattr(importlib.import_module(module), qualname)
+
+
+def launch_config_of(spec: KernelSpec) -> Optional[LaunchConfig]:
+    c = dict(spec.constexprs)
+    if "BLOCK_P" in c or "BLOCK_V" in c:
+        return LaunchConfig(c.get("BLOCK_P", c.get("BLOCK_V")), spec.num_warps)
+    return None

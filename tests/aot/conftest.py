@@ -20,7 +20,7 @@ def aot_build(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("aot")
     env = {**os.environ, "TRITON_INTERPRET": "1"}  # the build must leave the interpreter by itself
     subprocess.run([sys.executable, "-m", "trtllm_replayssm.cli", "aot", "build", "--arch", "90", "--out", str(out),
-                    "--workers", "2", "--quiet"], check=True, env=env, cwd=REPO, timeout=1200)
+                    "--workers", str(min(8, os.cpu_count() or 1)), "--quiet"], check=True, env=env, cwd=REPO, timeout=1200)
     return out
 
 

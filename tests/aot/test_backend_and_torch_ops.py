@@ -22,18 +22,21 @@ def test_backend_switch(monkeypatch):
         assert backend.activate() == "jit"  # auto: no GPU here
 
 
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def _mamba2_inputs(batch=3, seed=0):
     g = torch.Generator().manual_seed(seed)
     geom = Mamba2Geometry(nheads=4, headdim=16, dstate=16, ngroups=2)
     H, P, N, G = geom.nheads, geom.headdim, geom.dstate, geom.ngroups
-    cache = Mamba2ReplayCache(geom, 1, batch + 1, 4, act_dtype=torch.float32, device="cpu")
-    cache.ssm_state.normal_(generator=g)
+    cache = Mamba2ReplayCache(geom, 1, batch + 1, 4, act_dtype=torch.float32, device=DEVICE)
+    cache.ssm_state.copy_(torch.randn(cache.ssm_state.shape, generator=g))
     step = dict(x=torch.randn(batch, H, P, generator=g), dt=torch.rand(batch, H, generator=g),
                 A=-torch.rand(H, generator=g), B=torch.randn(batch, G, N, generator=g),
                 C=torch.randn(batch, G, N, generator=g), D=torch.randn(H, generator=g), z=None,
                 dt_bias=torch.randn(H, generator=g), out=torch.empty(batch, H, P),
                 slot_idx=torch.tensor([2, 0, 1], dtype=torch.int32))
-    return cache, step
+    return cache, {k: v.to(DEVICE) if v is not None else None for k, v in step.items()}
 
 
 def _run_ops(cache, step, steps=5):

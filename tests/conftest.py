@@ -1,5 +1,9 @@
+import json
 import os
+import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 # The harness modules live beside the tests.
 sys.path.insert(0, os.path.dirname(__file__))
@@ -8,3 +12,36 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (real shapes)")
+
+
+# -- the ahead-of-time build (tests/aot): built once per session, where a test asks for it --
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def aot_build(tmp_path_factory) -> Path:
+    """``trtllm-replayssm aot build --arch 90`` (what CI checks: it needs no GPU)."""
+    out = tmp_path_factory.mktemp("aot")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}  # the build must leave the interpreter by itself
+    subprocess.run([sys.executable, "-m", "trtllm_replayssm.cli", "aot", "build", "--arch", "90", "--out", str(out),
+                    "--workers", str(min(8, os.cpu_count() or 1)), "--quiet"], check=True, env=env, cwd=REPO, timeout=1200)
+    return out
+
+
+@pytest.fixture(scope="session")
+def manifest(aot_build) -> dict:
+    return json.loads((aot_build / "manifest.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def kernel_library(aot_build, tmp_path_factory) -> Path:
+    """``libreplayssm_kernels.so`` built by CMake from the AOT output, against CUDA's headers."""
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake is not installed")
+    build = tmp_path_factory.mktemp("cmake")
+    subprocess.run(["cmake", "-S", str(REPO), "-B", str(build), f"-DREPLAYSSM_AOT_DIR={aot_build}",
+                    "-DREPLAYSSM_ARCHS=90", f"-DPython3_EXECUTABLE={sys.executable}"], check=True, timeout=300,
+                   capture_output=True, text=True)
+    subprocess.run(["cmake", "--build", str(build), "-j", "2", "--target", "replayssm_kernels"], check=True,
+                   timeout=600, capture_output=True, text=True)
+    return build / "libreplayssm_kernels.so"

@@ -312,6 +312,23 @@ static const char* route_name(int32_t r) {
 }
 static unsigned cdiv(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 
+/* Launch the case for `key` at the batch point nearest `batch`: each kernel over
+ * (inner blocks, head groups, rows), the grid the Python wrappers use. */
+static int launch_step_case(const char* key, int64_t batch, int64_t inner, int64_t heads, const named_values* nv,
+                            CUstream stream) {
+  int arch = 0, status = device_arch(stream, &arch);
+  if (status != RS_SUCCESS) return status;
+  const rs_case_desc* c;
+  if ((status = find_case(arch, key, batch, &c)) != RS_SUCCESS) return status;
+  for (int i = 0; i < c->num_launches; ++i) {
+    const rs_kernel_desc* d = &rs_kernels[c->launches[i]];
+    status = launch_named(c->launches[i], cdiv(inner, d->block), cdiv(heads, d->heads_per_prog), (unsigned)batch, nv,
+                          stream);
+    if (status != RS_SUCCESS) return status;
+  }
+  return RS_SUCCESS;
+}
+
 #define PTR(v) ((rs_value){.p = (const void*)(v)})
 #define INT(v) ((rs_value){.i = (int64_t)(v)})
 #define FLT(v) ((rs_value){.f = (double)(v)})
@@ -365,22 +382,12 @@ int rs_mamba2_step(const rs_mamba2_step_args* a, void* stream) {
   snprintf(key, sizeof key, "mamba2_step|L=%lld|N=%lld|P=%lld|act=%s|ff=%d|route=%s|state=%s|z=%d",
            standard ? 0LL : (long long)a->buffer_len, (long long)a->dstate, (long long)a->headdim, ad,
            (!standard && a->force_flush) ? 1 : 0, route, sd, a->z ? 1 : 0);
-  int arch = 0, status = device_arch((CUstream)stream, &arch);
-  if (status != RS_SUCCESS) return status;
-  const rs_case_desc* c;
-  if ((status = find_case(arch, key, a->batch, &c)) != RS_SUCCESS) return status;
   /* The cursor bound the standard kernel checks: none, an empty ring, or any cursor. */
   const int64_t cursor_len = standard ? 0 : a->route == RS_ROUTE_STANDARD_STEP ? 1 : a->buffer_len;
   static const char* const names[] = {MAMBA2_VALUES(NAME_OF)};
   const rs_value values[] = {MAMBA2_VALUES(VALUE_OF)};
   const named_values nv = {names, values, (int)(sizeof names / sizeof names[0])};
-  for (int i = 0; i < c->num_launches; ++i) {
-    const rs_kernel_desc* d = &rs_kernels[c->launches[i]];
-    status = launch_named(c->launches[i], cdiv(a->headdim, d->block), cdiv(a->nheads, d->heads_per_prog),
-                          (unsigned)a->batch, &nv, (CUstream)stream);
-    if (status != RS_SUCCESS) return status;
-  }
-  return RS_SUCCESS;
+  return launch_step_case(key, a->batch, a->headdim, a->nheads, &nv, (CUstream)stream);
 }
 
 #define GDN_VALUES(X)                                                                                         \
@@ -427,21 +434,11 @@ int rs_gdn_step(const rs_gdn_step_args* a, void* stream) {
   snprintf(key, sizeof key, "gdn_step|K=%lld|L=%lld|V=%lld|act=%s|ff=%d|route=%s|state=%s", (long long)a->head_k_dim,
            standard ? 0LL : (long long)a->buffer_len, (long long)a->head_v_dim, ad, (!standard && a->force_flush) ? 1 : 0,
            route, sd);
-  int arch = 0, status = device_arch((CUstream)stream, &arch);
-  if (status != RS_SUCCESS) return status;
-  const rs_case_desc* c;
-  if ((status = find_case(arch, key, a->batch, &c)) != RS_SUCCESS) return status;
   const int64_t cursor_len = standard ? 0 : a->route == RS_ROUTE_STANDARD_STEP ? 1 : a->buffer_len;
   static const char* const names[] = {GDN_VALUES(NAME_OF)};
   const rs_value values[] = {GDN_VALUES(VALUE_OF)};
   const named_values nv = {names, values, (int)(sizeof names / sizeof names[0])};
-  for (int i = 0; i < c->num_launches; ++i) {
-    const rs_kernel_desc* d = &rs_kernels[c->launches[i]];
-    status = launch_named(c->launches[i], cdiv(a->head_v_dim, d->block), cdiv(a->num_v_heads, d->heads_per_prog),
-                          (unsigned)a->batch, &nv, (CUstream)stream);
-    if (status != RS_SUCCESS) return status;
-  }
-  return RS_SUCCESS;
+  return launch_step_case(key, a->batch, a->head_v_dim, a->num_v_heads, &nv, (CUstream)stream);
 }
 
 /* ---- cursors --------------------------------------------------------------------------- */

@@ -10,7 +10,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["trtllm_replayssm", "trtllm_replayssm.*"]),
-    package_data={"trtllm_replayssm": ["tuned/*.json"]},
+    package_data={"trtllm_replayssm": ["tuned/*.json", "lib/*.so"]},  # lib/: a built libreplayssm_kernels
     install_requires=[
         # On a CPU machine install torch==2.13.0 first (the README says how) so pip does
         # not pull a multi-GB CUDA build; GPU machines bring their own torch and triton.

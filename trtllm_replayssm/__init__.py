@@ -38,7 +38,13 @@ from .ops.mamba2 import (
     selective_state_update_replayssm_state_and_output,
 )
 
+from .aot.backend import activate as _activate_backend
+
 __version__ = "0.1.0"
+
+# TRTLLM_REPLAYSSM_BACKEND: aot | jit | unset (aot where a built libreplayssm_kernels holds
+# kernels for this GPU, else jit). See trtllm_replayssm.aot.backend.
+BACKEND = _activate_backend()
 
 __all__ = [
     "GDNGeometry", "GDNLayerCache", "GDNReplayCache", "choose_gdn_route", "fused_recurrent_gated_delta_rule_replayssm",

@@ -78,6 +78,16 @@ class AOTLauncher:
         return True
 
 
+class _Unavailable:
+    """``aot`` was asked for without a usable library: every launch raises."""
+
+    launches = 0
+
+    def __call__(self, kernel, grid, kwargs) -> bool:
+        raise RuntimeError(f"{ENV}=aot but no libreplayssm_kernels with kernels for this device was found (build "
+                           f"it: cmake -S . -B build && cmake --build build, or set TRTLLM_REPLAYSSM_LIBRARY)")
+
+
 _active: Optional[AOTLauncher] = None
 
 
@@ -97,10 +107,10 @@ def activate(mode: Optional[str] = None, library: Optional[str] = None) -> str:
     usable = lib is not None and torch.cuda.is_available() and lib.has_arch(
         10 * torch.cuda.get_device_capability()[0] + torch.cuda.get_device_capability()[1])
     if not usable:
-        if mode == "aot":
-            raise RuntimeError(f"{ENV}=aot but no libreplayssm_kernels with kernels for this device was found "
-                               f"(build it: cmake -S . -B build && cmake --build build, or set "
-                               f"TRTLLM_REPLAYSSM_LIBRARY)")
+        if mode == "aot":  # refuse at the first launch, not at import (the AOT build imports this too)
+            _active = _Unavailable()
+            push_launcher(_active)
+            return "aot (unavailable)"
         return "jit"
     _active = AOTLauncher(lib, strict=mode == "aot")
     push_launcher(_active)

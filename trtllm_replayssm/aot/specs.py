@@ -14,12 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Sequence, Tuple
 
 import torch
 
 from ..models import GDN_MODELS, MAMBA2_MODELS
-from ..ops.launch import LaunchConfig, pop_launcher, push_launcher, select_config
+from ..ops.launch import pop_launcher, push_launcher, select_config
 
 META = torch.device("meta")
 BATCH_POINTS = (1, 8, 32, 128, 256, 512)  # the tuned table's batch sizes
@@ -263,10 +263,3 @@ def find_kernel(name: str):
 
     module, qualname = name.rsplit(".", 1)
     return getattr(importlib.import_module(module), qualname)
-
-
-def launch_config_of(spec: KernelSpec) -> Optional[LaunchConfig]:
-    c = dict(spec.constexprs)
-    if "BLOCK_P" in c or "BLOCK_V" in c:
-        return LaunchConfig(c.get("BLOCK_P", c.get("BLOCK_V")), spec.num_warps)
-    return None

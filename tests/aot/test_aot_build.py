@@ -26,7 +26,10 @@ def test_build_covers_every_op_case(aot_build, manifest):
             assert (case["arch"], launch["spec"]) in kernels, case["key"]
     # Every route of both families, both state dtypes, the cursor ops, at every batch point.
     ops = {c["op"] for c in manifest["cases"]}
-    assert ops == {"mamba2_step", "gdn_step", "advance_write_pos", "reset_write_pos"}
+    assert ops == {"mamba2_step", "gdn_step", "advance_write_pos", "reset_write_pos", "mamba2_spec", "gdn_spec",
+                   "commit_spec", "reset_spec"}
+    assert {int(c["key"].split("|T=")[1].split("|")[0]) for c in manifest["cases"] if c["op"] == "mamba2_spec"} == {
+        2, 3, 4, 6}
     for op in ("mamba2_step", "gdn_step"):
         keys = [c["key"] for c in manifest["cases"] if c["op"] == op]
         assert {r for r in STEP_ROUTES if any(f"route={r}|" in k for k in keys)} == STEP_ROUTES

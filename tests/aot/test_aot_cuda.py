@@ -250,3 +250,57 @@ def test_aot_launches_inside_a_cuda_graph(aot):
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, eager[t]), f"step {t}"
+
+
+@pytest.mark.parametrize("family", ["mamba2", "gdn"])
+def test_spec_verify_aot_equals_jit_bit_for_bit(lib, family):
+    """Speculative verify (T = 4, history 16) and cursor commits over enough steps to flush,
+    through the AOT library: bit for bit the JIT's."""
+    from trtllm_replayssm.integration.lifecycle import ReplaySlots
+
+    T, batch = 4, 16
+    runs = {}
+    for backend in ("jit", "aot"):
+        torch.manual_seed(7)
+        geom = model("nemotron-3-super" if family == "mamba2" else "qwen3.5-4b").geom
+        slots_n = batch + 2
+        rs_slots = ReplaySlots(geom, 1, slots_n, device="cuda", spec=(T, 16))
+        slots = torch.arange(batch, dtype=torch.int32, device="cuda")
+        rs_slots.on_slots_assigned(slots)
+        launcher = AOTLauncher(lib, strict=True) if backend == "aot" else None
+        if launcher:
+            push_launcher(launcher)
+        outs = []
+        try:
+            if family == "mamba2":
+                H, P, N, G = geom.nheads, geom.headdim, geom.dstate, geom.ngroups
+                state = torch.randn(slots_n, H, P, N, device="cuda")
+                A = (-torch.rand(H, device="cuda") - 0.5)[:, None, None].expand(H, P, N)
+                D, dt_bias = (torch.randn(H, device="cuda")[:, None].expand(H, P) for _ in range(2))
+                for _ in range(8):
+                    x = torch.randn(batch, T, H, P, device="cuda", dtype=torch.bfloat16)
+                    dt = torch.randn(batch, T, H, device="cuda", dtype=torch.bfloat16)[..., None].expand(batch, T, H, P)
+                    B, C = (torch.randn(batch, T, G, N, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+                    outs.append(rs_slots.mamba2_verify(0, state, x, dt, A, B, C, D=D, dt_bias=dt_bias,
+                                                       dt_softplus=True, state_batch_indices=slots))
+                    rs_slots.commit(torch.randint(1, T + 1, (batch,), device="cuda", dtype=torch.int32), slots)
+            else:
+                H, HV, K, V = geom.num_k_heads, geom.num_v_heads, geom.head_k_dim, geom.head_v_dim
+                state = torch.randn(slots_n, HV, V, K, device="cuda") * 0.1
+                A_log, dt_bias = torch.randn(HV, device="cuda"), torch.randn(HV, device="cuda")
+                for _ in range(8):
+                    q, k = (torch.randn(batch, T, H, K, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+                    v = torch.randn(batch, T, HV, V, device="cuda", dtype=torch.bfloat16)
+                    a, b = (torch.randn(batch, T, HV, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+                    outs.append(rs_slots.gdn_verify(0, state, q, k, v, a, b, A_log, dt_bias,
+                                                    initial_state_indices=slots))
+                    rs_slots.commit(torch.randint(1, T + 1, (batch,), device="cuda", dtype=torch.int32), slots)
+        finally:
+            if launcher:
+                pop_launcher(launcher)
+                assert launcher.launches > 0
+        runs[backend] = (outs, state, rs_slots)
+    for t, (a, b) in enumerate(zip(runs["jit"][0], runs["aot"][0])):
+        assert torch.equal(a, b), f"verify {t}: outputs differ"
+    assert torch.equal(runs["jit"][1], runs["aot"][1])
+    assert torch.equal(runs["jit"][2].write_pos, runs["aot"][2].write_pos)

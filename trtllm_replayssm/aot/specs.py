@@ -202,14 +202,61 @@ def _cursor_calls(op, batch, force_flush, flush_all, L):
     return lambda: advance_write_pos(write_pos, L, slots, ff, flush_all=flush_all)
 
 
+def _spec_calls(family, geom, state_dtype, act_dtype, batch, T, history_len, has_z):
+    """One speculative verify (``T`` tokens per row) with the default launch config."""
+    from ..cache import GDNReplayCache, Mamba2ReplayCache
+    from ..ops.gdn.spec import gdn_replayssm_spec_decode
+    from ..ops.mamba2.spec import ring_capacity, selective_state_update_replayssm_spec
+
+    kw = dict(device=META)
+    buf = ring_capacity(T, history_len)
+    cursors = dict(write_pos=torch.empty(batch + 1, dtype=torch.int32, **kw),
+                   origin=torch.empty(batch + 1, dtype=torch.int32, **kw),
+                   is_flush=torch.empty(batch + 1, dtype=torch.int8, **kw), history_len=history_len)
+    slots = torch.empty(batch, dtype=torch.int32, **kw)
+    if family == "mamba2":
+        H, P, N, G = geom.nheads, geom.headdim, geom.dstate, geom.ngroups
+        cache = Mamba2ReplayCache(geom, 1, batch + 1, buf, state_dtype, act_dtype, META)
+        x = torch.empty(batch, T, H, P, dtype=act_dtype, **kw)
+        return lambda: selective_state_update_replayssm_spec(
+            cache.ssm_state[0], x, torch.empty(batch, T, H, dtype=act_dtype, **kw)[..., None].expand(batch, T, H, P),
+            torch.empty(H, **kw)[:, None, None].expand(H, P, N), torch.empty(batch, T, G, N, dtype=act_dtype, **kw),
+            torch.empty(batch, T, G, N, dtype=act_dtype, **kw), D=torch.empty(H, **kw)[:, None].expand(H, P),
+            z=torch.empty_like(x) if has_z else None, dt_bias=torch.empty(H, **kw)[:, None].expand(H, P),
+            dt_softplus=True, state_batch_indices=slots, out=torch.empty_like(x), x_ring=cache.x_cache[0],
+            dt_ring=cache.dt_cache[0], B_ring=cache.B_cache[0], **cursors)
+    H, HV, K, V = geom.num_k_heads, geom.num_v_heads, geom.head_k_dim, geom.head_v_dim
+    cache = GDNReplayCache(geom, 1, batch + 1, buf, state_dtype, device=META)
+    qk = [torch.empty(batch, T, H, K, dtype=act_dtype, **kw) for _ in range(2)]
+    v = torch.empty(batch, T, HV, V, dtype=act_dtype, **kw)
+    ab = [torch.empty(batch, T, HV, dtype=act_dtype, **kw) for _ in range(2)]
+    return lambda: gdn_replayssm_spec_decode(
+        cache.ssm_state[0], *qk, v, *ab, torch.empty(HV, **kw), torch.empty(HV, **kw), initial_state_indices=slots,
+        out=torch.empty_like(v), d_ring=cache.d_cache[0], k_ring=cache.k_cache[0], g_ring=cache.g_cache[0], **cursors)
+
+
+def _spec_cursor_calls(op, T, history_len):
+    from ..ops.mamba2.spec import commit_replayssm_spec, reset_replayssm_spec_cursors
+
+    c = [torch.empty(2, dtype=torch.int32, device=META), torch.empty(2, dtype=torch.int32, device=META),
+         torch.empty(2, dtype=torch.int8, device=META)]
+    rows = torch.empty(1, dtype=torch.int32, device=META)
+    if op == "commit_spec":
+        return lambda: commit_replayssm_spec(*c, rows, T, history_len, rows)
+    return lambda: reset_replayssm_spec_cursors(*c, rows, T, history_len)
+
+
 STEP_ROUTES = ("output_only", "standard_step", "always_flush", "standard")
+SPEC_TOKENS = (2, 3, 4, 6)  # T = 1 + drafts (MTP with 1-3 drafts, and 5)
+SPEC_HISTORY = 16
 
 
 def op_cases(arch: str, buffer_lens: Sequence[int] = DEFAULT_BUFFER_LENS,
              state_dtypes: Sequence[str] = ("fp32", "bf16"), act_dtypes: Sequence[str] = ("bf16",),
              batches: Sequence[int] = BATCH_POINTS) -> List[OpCase]:
     """Every call shape the supported models make (TensorRT-LLM's layouts: D, dt_bias,
-    softplus and slot indices on; z and force-flush both ways), at every batch point."""
+    softplus and slot indices on; z and force-flush both ways), at every batch point; the
+    speculative verify for ``T`` in :data:`SPEC_TOKENS` (history 16) and its cursor ops."""
     cases: List[OpCase] = []
 
     def add(op, key, batch, thunk):
@@ -240,6 +287,20 @@ def op_cases(arch: str, buffer_lens: Sequence[int] = DEFAULT_BUFFER_LENS,
                                 key = dict(state=sd, act=ad, V=V, K=K, L=L if route != "standard" else 0,
                                            route=route, ff=int(ff))
                                 add("gdn_step", key, b, _gdn_calls(g, s, a, b, L, ff, route, arch))
+    # Speculative verify (one config for every batch) and its cursor ops.
+    for T in SPEC_TOKENS:
+        for sd in state_dtypes:
+            for ad in act_dtypes:
+                s, a = DTYPE_NAMES[sd], DTYPE_NAMES[ad]
+                for (P, N), g in sorted(mamba2_geoms.items()):
+                    for has_z in (False, True):
+                        add("mamba2_spec", dict(state=sd, act=ad, P=P, N=N, T=T, Bh=SPEC_HISTORY, z=int(has_z)), 1,
+                            _spec_calls("mamba2", g, s, a, 1, T, SPEC_HISTORY, has_z))
+                for (V, K), g in sorted(gdn_geoms.items()):
+                    add("gdn_spec", dict(state=sd, act=ad, V=V, K=K, T=T, Bh=SPEC_HISTORY), 1,
+                        _spec_calls("gdn", g, s, a, 1, T, SPEC_HISTORY, False))
+        for op in ("commit_spec", "reset_spec"):
+            add(op, dict(T=T, Bh=SPEC_HISTORY), 1, _spec_cursor_calls(op, T, SPEC_HISTORY))
     for L in buffer_lens:
         for ff in (False, True):
             for flush_all in (False, True):

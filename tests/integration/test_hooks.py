@@ -76,3 +76,47 @@ def test_gdn_hook_matches_standard():
                              initial_state_indices=idx)
         assert o.shape == (2, 1, 2, 8) and _rel(o[:, 0], o_std) < 1e-4, f"step {step}"
     assert int(replay.write_pos[1]) == (2 * L + 1) % L
+
+
+def test_gdn_hook_takes_the_packed_varlen_decode_layout():
+    """TensorRT-LLM main passes decode tokens packed, q (1, N, H, K) with cu_seqlens (N + 1):
+    the hook serves it (one token per sequence) and returns the packed shape; a multi-token
+    call (prefill, verify) goes to the engine's function."""
+    geom, L = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=8), 4
+    g = torch.Generator().manual_seed(2)
+    pool = (torch.randn(1, 3, 2, 8, 16, generator=g) * 0.3).to(DEVICE)
+    twin = pool.clone()
+    replay = ReplaySlots(geom, 1, 3, L, device=DEVICE)
+    reg = StateRegistry()
+    reg.register_pool(pool, replay)
+    calls = []
+    update = make_gdn_update(lambda **kw: calls.append(kw), reg)
+    idx = torch.tensor([2, 0], dtype=torch.int32, device=DEVICE)
+    cu = torch.tensor([0, 1, 2], dtype=torch.int32, device=DEVICE)
+    replay.on_slots_assigned(idx)
+    A_log, dtb = (torch.randn(2, generator=g) * 0.5).to(DEVICE), torch.randn(2, generator=g).to(DEVICE)
+    for step in range(L + 1):
+        q, k = (torch.randn(1, 2, 1, 16, generator=g).to(DEVICE) for _ in range(2))
+        v = torch.randn(1, 2, 2, 8, generator=g).to(DEVICE)
+        a, b = (torch.randn(1, 2, 2, generator=g).to(DEVICE) for _ in range(2))
+        o = update(A_log=A_log, a=a, dt_bias=dtb, softplus_beta=1.0, softplus_threshold=20.0, q=q, k=k, v=v, b=b,
+                   initial_state_source=pool[0], initial_state_indices=idx, use_qk_l2norm_in_kernel=True,
+                   cu_seqlens=cu)
+        o_std = gdn_standard(twin[0], q[0], k[0], v[0], a[0], b[0], A_log, dtb, initial_state_indices=idx)
+        assert o.shape == (1, 2, 2, 8) and _rel(o[0], o_std) < 1e-4, f"step {step}"
+    assert not calls
+    two_tokens = torch.tensor([0, 2], dtype=torch.int32, device=DEVICE)  # one sequence of 2 tokens
+    update(A_log=A_log, a=a, dt_bias=dtb, softplus_beta=1.0, softplus_threshold=20.0, q=q, k=k, v=v, b=b,
+           initial_state_source=pool[0], initial_state_indices=idx[:1], cu_seqlens=two_tokens)
+    assert len(calls) == 1
+
+
+def test_gdn_state_order_is_read_from_the_kernel():
+    from trtllm_replayssm.integration.hooks import gdn_state_order
+
+    v_k = "p_h0 = h0_source + idx * s_h0_0 + i_hv * V * K + o_k[:, None] + o_v[None, :] * K"
+    k_v = "p_h0 = h0 + i_nh * K * V + o_k[:, None] * V + o_v[None, :]"
+    assert gdn_state_order(v_k) == "HV,V,K"
+    assert gdn_state_order(k_v) == "HV,K,V"
+    assert gdn_state_order("def f(): pass") is None
+    assert gdn_state_order(v_k + "\n" + k_v) is None  # both: not ours to guess

@@ -21,7 +21,7 @@ import torch
 
 from ..cache import Mamba2Geometry
 from .eras import Era, UnsupportedTensorRTLLM, detect_era
-from .hooks import StateRegistry, make_gdn_update, make_mamba2_update
+from .hooks import StateRegistry, gdn_state_order_of, make_gdn_update, make_mamba2_update
 from .lifecycle import ReplaySlots
 from .switch import ReplayOptions
 
@@ -50,8 +50,14 @@ def apply_replayssm(models: Optional[Sequence[str]] = None, buffer_len: int = 16
         raise UnsupportedTensorRTLLM("speculative ReplaySSM inside TensorRT-LLM is not wired yet "
                                      "(the kernels and cursor ops are: trtllm_replayssm.ops.*.spec)")
     if "gdn" in opts.families:
-        raise UnsupportedTensorRTLLM("GDN (Qwen3-Next / Qwen3.5) inside TensorRT-LLM is not wired yet: its cache "
-                                     "manager glue and state-order check are missing; use models=['mamba2']")
+        hook = next(h for h in era.hooks if h.family == "gdn")
+        order = gdn_state_order_of(hook.resolve())
+        if order != "HV,V,K":
+            raise UnsupportedTensorRTLLM(f"{era.name}'s GDN state pool is {order or 'of an unknown order'}; the "
+                                         "ReplaySSM kernels take [slots, HV, V, K] (K innermost). Nothing was patched")
+        raise UnsupportedTensorRTLLM("GDN (Qwen3-Next / Qwen3.5) inside TensorRT-LLM is not wired yet: the decode hook "
+                                     "and the state-order check are, the cache manager's GDN rings and the mixed "
+                                     "prefill + decode fold are not; use models=['mamba2']")
     manager_cls = _manager_class(era)
     missing = [m for m in MANAGER_METHODS if not hasattr(manager_cls, m)]
     if missing:

@@ -10,6 +10,8 @@ arguments the replay path does not take) goes to the engine's own function uncha
 
 from __future__ import annotations
 
+import inspect
+import re
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
@@ -63,30 +65,61 @@ def make_mamba2_update(original: Callable, registry: StateRegistry) -> Callable:
 def make_gdn_update(original: Callable, registry: StateRegistry) -> Callable:
     """``fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta,
     softplus_threshold, q, k, v, b, initial_state_source, initial_state_indices, scale,
-    use_qk_l2norm_in_kernel, cu_seqlens, output)`` with decode tokens laid out
-    ``q (N, 1, H, K)`` (one token per row) and the state pool ``[slots, HV, V, K]``."""
+    use_qk_l2norm_in_kernel, cu_seqlens, output)`` on the state pool ``[slots, HV, V, K]``.
+    Decode tokens arrive either batched, ``q (N, 1, H, K)`` without ``cu_seqlens``, or
+    packed varlen, ``q (1, N, H, K)`` with ``cu_seqlens (N + 1,)``: one token per sequence
+    exactly when the token count equals the sequence count (shapes only: no host sync)."""
 
     def fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta, softplus_threshold, q, k, v, b,
                                                initial_state_source, initial_state_indices, scale=None,
                                                use_qk_l2norm_in_kernel=False, cu_seqlens=None, output=None,
                                                **extra):
         hit = registry.lookup(initial_state_source)
-        one_token = q.dim() == 4 and q.shape[1] == 1 and cu_seqlens is None
-        if hit is None or not one_token or extra:
+        batched = q.dim() == 4 and q.shape[1] == 1 and cu_seqlens is None
+        packed = (q.dim() == 4 and q.shape[0] == 1 and cu_seqlens is not None
+                  and cu_seqlens.shape[0] == q.shape[1] + 1 == initial_state_indices.shape[0] + 1)
+        if hit is None or not (batched or packed) or extra:
             return original(A_log=A_log, a=a, dt_bias=dt_bias, softplus_beta=softplus_beta,
                             softplus_threshold=softplus_threshold, q=q, k=k, v=v, b=b,
                             initial_state_source=initial_state_source, initial_state_indices=initial_state_indices,
                             scale=scale, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, cu_seqlens=cu_seqlens,
                             output=output, **extra)
         replay, layer, last = hit
-        n = q.shape[0]
-        o = replay.gdn_step(layer, initial_state_source, q[:, 0], k[:, 0], v[:, 0], a.reshape(n, -1),
+        n = initial_state_indices.shape[0]
+        rows = (lambda t: t[:, 0]) if batched else (lambda t: t[0])  # (N, heads, dim) views, no copy
+        o = replay.gdn_step(layer, initial_state_source, rows(q), rows(k), rows(v), a.reshape(n, -1),
                             b.reshape(n, -1), A_log, dt_bias, scale, use_qk_l2norm_in_kernel, initial_state_indices,
                             out=None if output is None else output.view(n, *output.shape[-2:]),
                             softplus_beta=softplus_beta, softplus_threshold=softplus_threshold)
         if last:
             replay.after_step(initial_state_indices)
-        return o.view(n, 1, *o.shape[1:]) if output is None else output
+        if output is not None:
+            return output
+        return o.view(n, 1, *o.shape[1:]) if batched else o.view(1, n, *o.shape[1:])
 
     fused_sigmoid_gating_delta_rule_update.__wrapped__ = original
     return fused_sigmoid_gating_delta_rule_update
+
+
+# The state-pool order of TensorRT-LLM's GDN decode kernel changed between releases
+# ([slots, HV, K, V] in the 1.2 era, [slots, HV, V, K] on main): read it from the kernel's
+# state addressing. ReplaySSM's kernels take K innermost only.
+_ORDER_PATTERNS = (
+    ("HV,V,K", re.compile(r"o_v\[None,\s*:\]\s*\*\s*K")),  # element [k, v] at v*K + k
+    ("HV,K,V", re.compile(r"o_k\[:,\s*None\]\s*\*\s*V")),  # element [k, v] at k*V + v
+)
+
+
+def gdn_state_order(source: str) -> Optional[str]:
+    """``"HV,V,K"``, ``"HV,K,V"`` or None (unknown or both) from a GDN decode kernel's source."""
+    found = {order for order, pattern in _ORDER_PATTERNS if pattern.search(source)}
+    return found.pop() if len(found) == 1 else None
+
+
+def gdn_state_order_of(function: Callable) -> Optional[str]:
+    """The pool order the module defining ``function`` (TensorRT-LLM's GDN decode entry) uses."""
+    module = inspect.getmodule(getattr(function, "__wrapped__", function))
+    try:
+        return gdn_state_order(inspect.getsource(module))
+    except (OSError, TypeError):
+        return None

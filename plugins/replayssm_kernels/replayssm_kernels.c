@@ -441,6 +441,109 @@ int rs_gdn_step(const rs_gdn_step_args* a, void* stream) {
   return launch_step_case(key, a->batch, a->head_v_dim, a->num_v_heads, &nv, (CUstream)stream);
 }
 
+/* ---- speculative verify ------------------------------------------------------------ */
+static int check_spec_sizes(int64_t T, int64_t history) {
+  if (T < 1 || T > 8) return fail(RS_ERR_INVALID_ARGUMENT, "num_tokens %lld outside [1, 8]", (long long)T);
+  if (history < T || history > 64)
+    return fail(RS_ERR_INVALID_ARGUMENT, "history_len %lld outside [T=%lld, 64]", (long long)history, (long long)T);
+  return RS_SUCCESS;
+}
+
+#define MAMBA2_SPEC_VALUES(X)                                                                                 \
+  X(state_ptr, PTR(a->state)) X(x_ring_ptr, PTR(a->x_ring)) X(dt_ring_ptr, PTR(a->dt_ring))                    \
+  X(B_ring_ptr, PTR(a->B_ring)) X(wp_ptr, PTR(a->write_pos)) X(origin_ptr, PTR(a->origin))                     \
+  X(flush_ptr, PTR(a->is_flush)) X(x_ptr, PTR(a->x)) X(dt_ptr, PTR(a->dt)) X(A_ptr, PTR(a->A))                   \
+  X(B_ptr, PTR(a->B)) X(C_ptr, PTR(a->C)) X(D_ptr, PTR(a->D)) X(z_ptr, PTR(a->z ? a->z : a->x))                 \
+  X(dt_bias_ptr, PTR(a->dt_bias)) X(out_ptr, PTR(a->out)) X(slot_idx_ptr, PTR(a->slot_idx))                    \
+  X(num_slots, INT(a->num_slots)) X(headdim, INT(a->headdim)) X(dstate, INT(a->dstate))                        \
+  X(heads_per_group, INT(a->nheads / a->ngroups)) X(capacity, INT(a->history_len + a->num_tokens))             \
+  X(pad_slot_id, INT(a->pad_slot_id)) X(stride_state_slot, INT(a->stride_state[0]))                            \
+  X(stride_state_h, INT(a->stride_state[1])) X(stride_state_p, INT(a->stride_state[2]))                        \
+  X(stride_xr_slot, INT(a->stride_x_ring[0])) X(stride_xr_h, INT(a->stride_x_ring[1]))                         \
+  X(stride_xr_l, INT(a->stride_x_ring[2])) X(stride_dtr_slot, INT(a->stride_dt_ring[0]))                       \
+  X(stride_dtr_h, INT(a->stride_dt_ring[1])) X(stride_Br_slot, INT(a->stride_B_ring[0]))                       \
+  X(stride_Br_g, INT(a->stride_B_ring[1])) X(stride_Br_l, INT(a->stride_B_ring[2]))                            \
+  X(stride_x_b, INT(a->stride_x[0])) X(stride_x_t, INT(a->stride_x[1])) X(stride_x_h, INT(a->stride_x[2]))       \
+  X(stride_dt_b, INT(a->stride_dt[0])) X(stride_dt_t, INT(a->stride_dt[1])) X(stride_dt_h, INT(a->stride_dt[2])) \
+  X(stride_A_h, INT(a->stride_A)) X(stride_B_b, INT(a->stride_B[0])) X(stride_B_t, INT(a->stride_B[1]))          \
+  X(stride_B_g, INT(a->stride_B[2])) X(stride_C_b, INT(a->stride_C[0])) X(stride_C_t, INT(a->stride_C[1]))       \
+  X(stride_C_g, INT(a->stride_C[2])) X(stride_D_h, INT(a->stride_D[0])) X(stride_D_p, INT(a->stride_D[1]))       \
+  X(stride_z_b, INT(a->z ? a->stride_z[0] : 0)) X(stride_z_t, INT(a->z ? a->stride_z[1] : 0))                  \
+  X(stride_z_h, INT(a->z ? a->stride_z[2] : 0)) X(stride_dtb_h, INT(a->stride_dt_bias))                        \
+  X(stride_out_b, INT(a->stride_out[0])) X(stride_out_t, INT(a->stride_out[1])) X(stride_out_h, INT(a->stride_out[2]))
+
+int rs_mamba2_spec_verify(const rs_mamba2_spec_args* a, void* stream) {
+  if (!a) return fail(RS_ERR_INVALID_ARGUMENT, "args is NULL");
+  const char* sd = dtype_name(a->state_dtype);
+  const char* ad = dtype_name(a->act_dtype);
+  if (!sd || !ad) return fail(RS_ERR_INVALID_ARGUMENT, "unknown dtype");
+  if (!a->state || !a->x || !a->dt || !a->A || !a->B || !a->C || !a->out || !a->x_ring || !a->dt_ring || !a->B_ring ||
+      !a->write_pos || !a->origin || !a->is_flush)
+    return fail(RS_ERR_INVALID_ARGUMENT, "a required pointer is NULL");
+  if (!a->D || !a->dt_bias || !a->slot_idx || !a->dt_softplus)
+    return fail(RS_ERR_UNSUPPORTED, "the AOT build covers TensorRT-LLM's call: D, dt_bias, slot_idx, dt_softplus");
+  int status = check_spec_sizes(a->num_tokens, a->history_len);
+  if (status != RS_SUCCESS) return status;
+  if (a->batch < 0 || a->num_slots < 1 || a->nheads < 1 || a->ngroups < 1 || a->nheads % a->ngroups != 0)
+    return fail(RS_ERR_INVALID_ARGUMENT, "bad sizes");
+  if (a->batch == 0) return RS_SUCCESS;
+  char key[256];
+  snprintf(key, sizeof key, "mamba2_spec|Bh=%lld|N=%lld|P=%lld|T=%lld|act=%s|state=%s|z=%d", (long long)a->history_len,
+           (long long)a->dstate, (long long)a->headdim, (long long)a->num_tokens, ad, sd, a->z ? 1 : 0);
+  static const char* const names[] = {MAMBA2_SPEC_VALUES(NAME_OF)};
+  const rs_value values[] = {MAMBA2_SPEC_VALUES(VALUE_OF)};
+  const named_values nv = {names, values, (int)(sizeof names / sizeof names[0])};
+  return launch_step_case(key, a->batch, a->headdim, a->nheads, &nv, (CUstream)stream);
+}
+
+#define GDN_SPEC_VALUES(X)                                                                                    \
+  X(state_ptr, PTR(a->state)) X(d_ring_ptr, PTR(a->d_ring)) X(k_ring_ptr, PTR(a->k_ring))                      \
+  X(g_ring_ptr, PTR(a->g_ring)) X(wp_ptr, PTR(a->write_pos)) X(origin_ptr, PTR(a->origin))                     \
+  X(flush_ptr, PTR(a->is_flush)) X(q_ptr, PTR(a->q)) X(k_ptr, PTR(a->k)) X(v_ptr, PTR(a->v)) X(a_ptr, PTR(a->a))  \
+  X(b_ptr, PTR(a->b)) X(A_log_ptr, PTR(a->A_log)) X(dt_bias_ptr, PTR(a->dt_bias)) X(out_ptr, PTR(a->out))       \
+  X(slot_idx_ptr, PTR(a->slot_idx)) X(num_slots, INT(a->num_slots)) X(num_tokens, INT(a->num_tokens))          \
+  X(head_k_dim, INT(a->head_k_dim)) X(head_v_dim, INT(a->head_v_dim))                                          \
+  X(v_heads_per_k_head, INT(a->num_v_heads / a->num_k_heads)) X(capacity, INT(a->history_len + a->num_tokens)) \
+  X(pad_slot_id, INT(a->pad_slot_id)) X(stride_state_slot, INT(a->stride_state[0]))                            \
+  X(stride_state_h, INT(a->stride_state[1])) X(stride_state_v, INT(a->stride_state[2]))                        \
+  X(stride_dr_slot, INT(a->stride_d_ring[0])) X(stride_dr_h, INT(a->stride_d_ring[1]))                         \
+  X(stride_dr_l, INT(a->stride_d_ring[2])) X(stride_kr_slot, INT(a->stride_k_ring[0]))                         \
+  X(stride_kr_h, INT(a->stride_k_ring[1])) X(stride_kr_l, INT(a->stride_k_ring[2]))                            \
+  X(stride_gr_slot, INT(a->stride_g_ring[0])) X(stride_gr_h, INT(a->stride_g_ring[1]))                         \
+  X(stride_q_b, INT(a->stride_q[0])) X(stride_q_t, INT(a->stride_q[1])) X(stride_q_h, INT(a->stride_q[2]))       \
+  X(stride_k_b, INT(a->stride_k[0])) X(stride_k_t, INT(a->stride_k[1])) X(stride_k_h, INT(a->stride_k[2]))       \
+  X(stride_v_b, INT(a->stride_v[0])) X(stride_v_t, INT(a->stride_v[1])) X(stride_v_h, INT(a->stride_v[2]))       \
+  X(stride_a_b, INT(a->stride_a[0])) X(stride_a_t, INT(a->stride_a[1])) X(stride_a_h, INT(a->stride_a[2]))       \
+  X(stride_b_b, INT(a->stride_b[0])) X(stride_b_t, INT(a->stride_b[1])) X(stride_b_h, INT(a->stride_b[2]))       \
+  X(stride_out_b, INT(a->stride_out[0])) X(stride_out_t, INT(a->stride_out[1])) X(stride_out_h, INT(a->stride_out[2])) \
+  X(scale, FLT(scale)) X(softplus_beta, FLT(a->softplus_beta)) X(softplus_threshold, FLT(a->softplus_threshold))
+
+int rs_gdn_spec_verify(const rs_gdn_spec_args* a, void* stream) {
+  if (!a) return fail(RS_ERR_INVALID_ARGUMENT, "args is NULL");
+  const char* sd = dtype_name(a->state_dtype);
+  const char* ad = dtype_name(a->act_dtype);
+  if (!sd || !ad) return fail(RS_ERR_INVALID_ARGUMENT, "unknown dtype");
+  if (!a->state || !a->q || !a->k || !a->v || !a->a || !a->b || !a->A_log || !a->dt_bias || !a->out || !a->d_ring ||
+      !a->k_ring || !a->g_ring || !a->write_pos || !a->origin || !a->is_flush)
+    return fail(RS_ERR_INVALID_ARGUMENT, "a required pointer is NULL");
+  if (!a->slot_idx) return fail(RS_ERR_UNSUPPORTED, "the AOT build covers calls with slot indices");
+  int status = check_spec_sizes(a->num_tokens, a->history_len);
+  if (status != RS_SUCCESS) return status;
+  if (a->batch < 0 || a->num_slots < 1 || a->num_k_heads < 1 || a->num_v_heads % a->num_k_heads != 0 ||
+      a->head_k_dim < 1)
+    return fail(RS_ERR_INVALID_ARGUMENT, "bad sizes (H %lld must divide HV %lld)", (long long)a->num_k_heads,
+                (long long)a->num_v_heads);
+  if (a->batch == 0) return RS_SUCCESS;
+  const double scale = a->scale != 0.f ? a->scale : 1.0 / sqrt((double)a->head_k_dim);
+  char key[256];
+  snprintf(key, sizeof key, "gdn_spec|Bh=%lld|K=%lld|T=%lld|V=%lld|act=%s|state=%s", (long long)a->history_len,
+           (long long)a->head_k_dim, (long long)a->num_tokens, (long long)a->head_v_dim, ad, sd);
+  static const char* const names[] = {GDN_SPEC_VALUES(NAME_OF)};
+  const rs_value values[] = {GDN_SPEC_VALUES(VALUE_OF)};
+  const named_values nv = {names, values, (int)(sizeof names / sizeof names[0])};
+  return launch_step_case(key, a->batch, a->head_v_dim, a->num_v_heads, &nv, (CUstream)stream);
+}
+
 /* ---- cursors --------------------------------------------------------------------------- */
 static int launch_cursor_case(const char* key, int64_t rows, const named_values* nv, CUstream stream) {
   int arch = 0, status = device_arch(stream, &arch);
@@ -478,6 +581,42 @@ int rs_reset_write_pos(int32_t* write_pos, int64_t num_slots, const int32_t* slo
   const rs_value values[] = {PTR(write_pos), PTR(slots), INT(n), INT(num_slots), INT(pad_slot_id)};
   const named_values nv = {names, values, 5};
   return launch_cursor_case("reset_write_pos", n, &nv, (CUstream)stream);
+}
+
+int rs_commit_spec(int32_t* write_pos, int32_t* origin, int8_t* is_flush, int64_t num_slots, const int32_t* accepted,
+                   const int32_t* slot_idx, int64_t batch, int64_t num_tokens, int64_t history_len, int64_t pad_slot_id,
+                   void* stream) {
+  if (!write_pos || !origin || !is_flush || !accepted || !slot_idx)
+    return fail(RS_ERR_INVALID_ARGUMENT, "cursors, accepted and slot_idx are required");
+  int status = check_spec_sizes(num_tokens, history_len);
+  if (status != RS_SUCCESS) return status;
+  if (num_slots < 1 || batch < 0) return fail(RS_ERR_INVALID_ARGUMENT, "bad sizes");
+  if (batch == 0) return RS_SUCCESS;
+  char key[96];
+  snprintf(key, sizeof key, "commit_spec|Bh=%lld|T=%lld", (long long)history_len, (long long)num_tokens);
+  static const char* const names[] = {"wp_ptr", "origin_ptr", "flush_ptr", "accepted_ptr", "slot_idx_ptr", "batch",
+                                      "num_slots", "num_tokens", "capacity", "pad_slot_id"};
+  const rs_value values[] = {PTR(write_pos), PTR(origin), PTR(is_flush), PTR(accepted), PTR(slot_idx), INT(batch),
+                             INT(num_slots), INT(num_tokens), INT(history_len + num_tokens), INT(pad_slot_id)};
+  const named_values nv = {names, values, 10};
+  return launch_cursor_case(key, batch, &nv, (CUstream)stream);
+}
+
+int rs_reset_spec(int32_t* write_pos, int32_t* origin, int8_t* is_flush, int64_t num_slots, const int32_t* slots,
+                  int64_t n, int64_t num_tokens, int64_t history_len, int64_t pad_slot_id, void* stream) {
+  if (!write_pos || !origin || !is_flush || !slots) return fail(RS_ERR_INVALID_ARGUMENT, "cursors and slots are required");
+  int status = check_spec_sizes(num_tokens, history_len);
+  if (status != RS_SUCCESS) return status;
+  if (num_slots < 1 || n < 0) return fail(RS_ERR_INVALID_ARGUMENT, "bad sizes");
+  if (n == 0) return RS_SUCCESS;
+  char key[96];
+  snprintf(key, sizeof key, "reset_spec|Bh=%lld|T=%lld", (long long)history_len, (long long)num_tokens);
+  static const char* const names[] = {"wp_ptr", "origin_ptr", "flush_ptr", "slots_ptr", "n", "num_slots", "num_tokens",
+                                      "capacity", "pad_slot_id"};
+  const rs_value values[] = {PTR(write_pos), PTR(origin), PTR(is_flush), PTR(slots), INT(n), INT(num_slots),
+                             INT(num_tokens), INT(history_len + num_tokens), INT(pad_slot_id)};
+  const named_values nv = {names, values, 9};
+  return launch_cursor_case(key, n, &nv, (CUstream)stream);
 }
 
 /* ---- introspection ------------------------------------------------------------------- */

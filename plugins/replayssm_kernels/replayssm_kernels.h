@@ -101,8 +101,70 @@ typedef struct {
   int32_t route;
 } rs_gdn_step_args;
 
+/* Speculative verify of T = num_tokens tokens per row on a circular ring of
+ * next_pow2(history_len + T) entries (built for T in {2, 3, 4, 6}, history_len 16). Tokens
+ * are (B, T, ...); the cursors write_pos / origin (int32) and is_flush (int8) are moved by
+ * rs_commit_spec after acceptance. D, dt_bias, slot indices and dt_softplus are required. */
+typedef struct {
+  void* state;
+  const void* x;          /* (B, T, H, P) */
+  const void* dt;         /* (B, T, H) */
+  const float* A;         /* (H,) */
+  const void* B;          /* (B, T, G, N) */
+  const void* C;          /* (B, T, G, N) */
+  const float* D;         /* (H, P) */
+  const void* z;          /* (B, T, H, P) or NULL */
+  const float* dt_bias;   /* (H,) */
+  void* out;              /* (B, T, H, P) */
+  const int32_t* slot_idx;
+  void* x_ring;           /* (slots, H, buf, P) */
+  float* dt_ring;         /* (slots, H, buf) */
+  void* B_ring;           /* (slots, G, buf, N) */
+  int32_t* write_pos;
+  int32_t* origin;
+  int8_t* is_flush;
+  int64_t batch, num_tokens, history_len, num_slots, nheads, headdim, dstate, ngroups, pad_slot_id;
+  int64_t stride_state[3], stride_x[3], stride_dt[3], stride_A, stride_B[3], stride_C[3], stride_D[2], stride_z[3];
+  int64_t stride_dt_bias, stride_out[3], stride_x_ring[3], stride_dt_ring[2], stride_B_ring[3];
+  int32_t state_dtype, act_dtype, dt_softplus;
+} rs_mamba2_spec_args;
+
+typedef struct {
+  void* state;
+  const void* q;          /* (B, T, H, K) */
+  const void* k;          /* (B, T, H, K) */
+  const void* v;          /* (B, T, HV, V) */
+  const void* a;          /* (B, T, HV) */
+  const void* b;          /* (B, T, HV) */
+  const float* A_log;
+  const float* dt_bias;
+  void* out;              /* (B, T, HV, V) */
+  const int32_t* slot_idx;
+  float* d_ring;          /* (slots, HV, buf, V) */
+  float* k_ring;          /* (slots, H, buf, K) */
+  float* g_ring;          /* (slots, HV, buf) */
+  int32_t* write_pos;
+  int32_t* origin;
+  int8_t* is_flush;
+  int64_t batch, num_tokens, history_len, num_slots, num_k_heads, num_v_heads, head_k_dim, head_v_dim, pad_slot_id;
+  int64_t stride_state[3], stride_q[3], stride_k[3], stride_v[3], stride_a[3], stride_b[3], stride_out[3];
+  int64_t stride_d_ring[3], stride_k_ring[3], stride_g_ring[2];
+  float scale, softplus_beta, softplus_threshold; /* scale 0: 1/sqrt(K) */
+  int32_t state_dtype, act_dtype;
+} rs_gdn_spec_args;
+
 RS_API int rs_mamba2_step(const rs_mamba2_step_args* args, void* stream);
 RS_API int rs_gdn_step(const rs_gdn_step_args* args, void* stream);
+RS_API int rs_mamba2_spec_verify(const rs_mamba2_spec_args* args, void* stream);
+RS_API int rs_gdn_spec_verify(const rs_gdn_spec_args* args, void* stream);
+/* After acceptance: accepted (B,) int32 tokens per row, bonus included; rows with <= 0 keep
+ * their cursors. Slots entering decode: rs_reset_spec (pad_slot_id rows are skipped). */
+RS_API int rs_commit_spec(int32_t* write_pos, int32_t* origin, int8_t* is_flush, int64_t num_slots,
+                          const int32_t* accepted, const int32_t* slot_idx, int64_t batch, int64_t num_tokens,
+                          int64_t history_len, int64_t pad_slot_id, void* stream);
+RS_API int rs_reset_spec(int32_t* write_pos, int32_t* origin, int8_t* is_flush, int64_t num_slots,
+                         const int32_t* slots, int64_t n, int64_t num_tokens, int64_t history_len,
+                         int64_t pad_slot_id, void* stream);
 
 /* Cursors, once per decode step after every layer ran (flush_all: the step's route
  * flushed every row). Padding rows and rows with an out-of-range slot never move. */

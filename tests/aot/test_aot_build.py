@@ -7,7 +7,8 @@ import ctypes.util
 
 import pytest
 
-from trtllm_replayssm.aot.library import GDNStepArgs, KernelLibrary, Mamba2StepArgs, ROUTE_CODES
+from trtllm_replayssm.aot.library import (ROUTE_CODES, GDNSpecArgs, GDNStepArgs, KernelLibrary, Mamba2SpecArgs,
+                                          Mamba2StepArgs)
 
 ELF_MAGIC = b"\x7fELF"
 STEP_ROUTES = {"output_only", "standard_step", "always_flush", "standard"}
@@ -121,3 +122,28 @@ def test_tensorrt_plugins_compile(aot_build, tmp_path):
     symbols = subprocess.run(["nm", "-D", "--defined-only", str(tmp_path / "libreplayssm_trt_plugins.so")],
                              check=True, capture_output=True, text=True).stdout
     assert " getCreators" in symbols
+
+
+def test_c_abi_speculative_ops_check_their_arguments(lib):
+    m = Mamba2SpecArgs()
+    for name in ("state", "x", "dt", "A", "B", "C", "D", "dt_bias", "out", "slot_idx", "x_ring", "dt_ring", "B_ring",
+                 "write_pos", "origin", "is_flush"):
+        setattr(m, name, 4096)
+    m.batch, m.num_tokens, m.history_len, m.num_slots, m.nheads, m.headdim, m.dstate, m.ngroups = 4, 4, 16, 8, 128, 64, 128, 8
+    m.dt_softplus, m.state_dtype, m.act_dtype = 1, 0, 1
+    bad = Mamba2SpecArgs.from_buffer_copy(m)
+    bad.num_tokens = 9  # T > 8
+    assert lib.lib.rs_mamba2_spec_verify(ctypes.byref(bad), None) == 1 and "num_tokens" in lib.last_error()
+    bad = Mamba2SpecArgs.from_buffer_copy(m)
+    bad.history_len = 2  # history shorter than T
+    assert lib.lib.rs_mamba2_spec_verify(ctypes.byref(bad), None) == 1
+    bad = Mamba2SpecArgs.from_buffer_copy(m)
+    bad.origin = None
+    assert lib.lib.rs_mamba2_spec_verify(ctypes.byref(bad), None) == 1
+    g = GDNSpecArgs()
+    g.num_tokens, g.history_len = 4, 16
+    assert lib.lib.rs_gdn_spec_verify(ctypes.byref(g), None) == 1  # null pointers
+    assert lib.lib.rs_commit_spec(4096, 4096, 4096, 8, None, 4096, 4, 4, 16, -1, None) == 1
+    assert lib.lib.rs_reset_spec(4096, 4096, 4096, 8, 4096, 2, 4, 70, -1, None) == 1  # history > 64
+    if not ctypes.util.find_library("cuda"):
+        assert lib.lib.rs_mamba2_spec_verify(ctypes.byref(m), None) == 4  # valid: needs the driver

@@ -56,6 +56,33 @@ class GDNStepArgs(ctypes.Structure):
                 + [(n, _i32) for n in ("state_dtype", "act_dtype", "route")])
 
 
+class Mamba2SpecArgs(ctypes.Structure):
+    """``rs_mamba2_spec_args``."""
+
+    _fields_ = ([(n, _p) for n in ("state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias", "out", "slot_idx", "x_ring",
+                                    "dt_ring", "B_ring", "write_pos", "origin", "is_flush")]
+                + [(n, _i64) for n in ("batch", "num_tokens", "history_len", "num_slots", "nheads", "headdim", "dstate",
+                                       "ngroups", "pad_slot_id")]
+                + [("stride_state", _i64 * 3), ("stride_x", _i64 * 3), ("stride_dt", _i64 * 3), ("stride_A", _i64),
+                   ("stride_B", _i64 * 3), ("stride_C", _i64 * 3), ("stride_D", _i64 * 2), ("stride_z", _i64 * 3),
+                   ("stride_dt_bias", _i64), ("stride_out", _i64 * 3), ("stride_x_ring", _i64 * 3),
+                   ("stride_dt_ring", _i64 * 2), ("stride_B_ring", _i64 * 3)]
+                + [(n, _i32) for n in ("state_dtype", "act_dtype", "dt_softplus")])
+
+
+class GDNSpecArgs(ctypes.Structure):
+    """``rs_gdn_spec_args``."""
+
+    _fields_ = ([(n, _p) for n in ("state", "q", "k", "v", "a", "b", "A_log", "dt_bias", "out", "slot_idx", "d_ring",
+                                    "k_ring", "g_ring", "write_pos", "origin", "is_flush")]
+                + [(n, _i64) for n in ("batch", "num_tokens", "history_len", "num_slots", "num_k_heads", "num_v_heads",
+                                       "head_k_dim", "head_v_dim", "pad_slot_id")]
+                + [(f"stride_{n}", _i64 * 3) for n in ("state", "q", "k", "v", "a", "b", "out", "d_ring", "k_ring")]
+                + [("stride_g_ring", _i64 * 2)]
+                + [(n, _f) for n in ("scale", "softplus_beta", "softplus_threshold")]
+                + [(n, _i32) for n in ("state_dtype", "act_dtype")])
+
+
 def candidate_paths() -> List[Path]:
     paths = []
     if os.environ.get("TRTLLM_REPLAYSSM_LIBRARY"):
@@ -80,6 +107,10 @@ class KernelLibrary:
         lib.rs_gdn_step.argtypes = [ctypes.POINTER(GDNStepArgs), ctypes.c_void_p]
         lib.rs_advance_write_pos.argtypes = [_p, _i64, _i64, _p, _p, _i64, _i64, ctypes.c_int, _p]
         lib.rs_reset_write_pos.argtypes = [_p, _i64, _p, _i64, _i64, _p]
+        lib.rs_mamba2_spec_verify.argtypes = [ctypes.POINTER(Mamba2SpecArgs), ctypes.c_void_p]
+        lib.rs_gdn_spec_verify.argtypes = [ctypes.POINTER(GDNSpecArgs), ctypes.c_void_p]
+        lib.rs_commit_spec.argtypes = [_p, _p, _p, _i64, _p, _p, _i64, _i64, _i64, _i64, _p]
+        lib.rs_reset_spec.argtypes = [_p, _p, _p, _i64, _p, _i64, _i64, _i64, _i64, _p]
         lib.rs_status_string.restype = ctypes.c_char_p
         lib.rs_last_error_message.restype = ctypes.c_char_p
         lib.rs_kernel_key.restype = ctypes.c_char_p

@@ -54,18 +54,27 @@ def test_mamba2_hook_matches_standard_and_falls_back():
     assert calls == [3] and torch.equal(pool, before)
 
 
-def test_gdn_hook_matches_standard():
-    geom, L = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=8), 4
-    g = torch.Generator().manual_seed(1)
+GDN_L = 4
+
+
+def _gdn_hook_rig(seed: int, slots, original=lambda **kw: None):
+    """A registered GDN pool (1 layer, 3 slots) with its standard-kernel twin, the hook over
+    ``original``, the rows' slots (entered decode) and the layer's A_log / dt_bias."""
+    geom = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=8)
+    g = torch.Generator().manual_seed(seed)
     pool = (torch.randn(1, 3, 2, 8, 16, generator=g) * 0.3).to(DEVICE)
-    twin = pool.clone()
-    replay = ReplaySlots(geom, 1, 3, L, device=DEVICE)
+    replay = ReplaySlots(geom, 1, 3, GDN_L, device=DEVICE)
     reg = StateRegistry()
     reg.register_pool(pool, replay)
-    update = make_gdn_update(lambda **kw: None, reg)
-    idx = torch.tensor([1, 2], dtype=torch.int32, device=DEVICE)
+    idx = torch.tensor(slots, dtype=torch.int32, device=DEVICE)
     replay.on_slots_assigned(idx)
     A_log, dtb = (torch.randn(2, generator=g) * 0.5).to(DEVICE), torch.randn(2, generator=g).to(DEVICE)
+    return g, pool, pool.clone(), replay, make_gdn_update(original, reg), idx, A_log, dtb
+
+
+def test_gdn_hook_matches_standard():
+    L = GDN_L
+    g, pool, twin, replay, update, idx, A_log, dtb = _gdn_hook_rig(1, [1, 2])
     for step in range(2 * L + 1):
         q, k = torch.randn(2, 1, 1, 16, generator=g).to(DEVICE), torch.randn(2, 1, 1, 16, generator=g).to(DEVICE)
         v, a, b = (torch.randn(2, 1, 2, 8, generator=g).to(DEVICE), torch.randn(2, 1, 2, generator=g).to(DEVICE),
@@ -82,19 +91,10 @@ def test_gdn_hook_takes_the_packed_varlen_decode_layout():
     """TensorRT-LLM main passes decode tokens packed, q (1, N, H, K) with cu_seqlens (N + 1):
     the hook serves it (one token per sequence) and returns the packed shape; a multi-token
     call (prefill, verify) goes to the engine's function."""
-    geom, L = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=8), 4
-    g = torch.Generator().manual_seed(2)
-    pool = (torch.randn(1, 3, 2, 8, 16, generator=g) * 0.3).to(DEVICE)
-    twin = pool.clone()
-    replay = ReplaySlots(geom, 1, 3, L, device=DEVICE)
-    reg = StateRegistry()
-    reg.register_pool(pool, replay)
+    L = GDN_L
     calls = []
-    update = make_gdn_update(lambda **kw: calls.append(kw), reg)
-    idx = torch.tensor([2, 0], dtype=torch.int32, device=DEVICE)
+    g, pool, twin, replay, update, idx, A_log, dtb = _gdn_hook_rig(2, [2, 0], lambda **kw: calls.append(kw))
     cu = torch.tensor([0, 1, 2], dtype=torch.int32, device=DEVICE)
-    replay.on_slots_assigned(idx)
-    A_log, dtb = (torch.randn(2, generator=g) * 0.5).to(DEVICE), torch.randn(2, generator=g).to(DEVICE)
     for step in range(L + 1):
         q, k = (torch.randn(1, 2, 1, 16, generator=g).to(DEVICE) for _ in range(2))
         v = torch.randn(1, 2, 2, 8, generator=g).to(DEVICE)

@@ -251,17 +251,13 @@ static int launch_named(int k, unsigned gx, unsigned gy, unsigned gz, const name
   return launch_values(k, gx, gy, gz, ordered, stream);
 }
 
+static int device_arch(CUstream stream, int* arch);
+
 int rs_launch_kernel(const char* key, unsigned gx, unsigned gy, unsigned gz, const rs_value* values, int num_values,
                      void* stream) {
   if (!key || (num_values > 0 && !values)) return fail(RS_ERR_INVALID_ARGUMENT, "null key or values");
-  int arch = -1;
-  pthread_mutex_lock(&g_lock);
-  int status = load_driver_locked();
-  context_slot* slot = NULL;
-  if (status == RS_SUCCESS) status = context_for((CUstream)stream, &slot);
-  if (slot) arch = slot->arch;
-  pthread_mutex_unlock(&g_lock);
-  if (status != RS_SUCCESS) return status == RS_ERR_NO_DRIVER ? fail(status, "libcuda.so.1 unavailable") : status;
+  int arch = -1, status = device_arch((CUstream)stream, &arch);
+  if (status != RS_SUCCESS) return status;
   for (int k = 0; k < rs_num_kernels_built; ++k) {
     if (rs_kernels[k].arch != arch || strcmp(rs_kernels[k].key, key) != 0) continue;
     if (num_values != rs_kernels[k].num_params)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional
 
 import torch
 
@@ -31,8 +31,7 @@ class AOTLauncher:
 
     def __init__(self, lib: KernelLibrary, strict: bool):
         self.lib, self.strict = lib, strict
-        self._keys: Dict[int, set] = {}
-        self._spec_keys: Dict[Tuple, str] = {}
+        self._keys: Dict[int, set] = {}  # kernel keys the library holds, per arch (read once)
         self.launches = 0  # AOT launches made (tests read it)
         self._warned = False
 
@@ -47,7 +46,9 @@ class AOTLauncher:
         if device is None or device.type != "cuda":
             return False
         arch = self._arch(device)
-        keys = self._keys.setdefault(arch, self.lib.kernel_keys(arch))
+        keys = self._keys.get(arch)
+        if keys is None:
+            keys = self._keys[arch] = self.lib.kernel_keys(arch)
         spec = spec_of(kernel, kwargs)
         key = spec.key
         if key not in keys:
@@ -104,8 +105,10 @@ def activate(mode: Optional[str] = None, library: Optional[str] = None) -> str:
     if mode == "jit":
         return "jit"
     lib = load(library)
-    usable = lib is not None and torch.cuda.is_available() and lib.has_arch(
-        10 * torch.cuda.get_device_capability()[0] + torch.cuda.get_device_capability()[1])
+    usable = lib is not None and torch.cuda.is_available()
+    if usable:
+        major, minor = torch.cuda.get_device_capability()
+        usable = lib.has_arch(10 * major + minor)
     if not usable:
         if mode == "aot":  # refuse at the first launch, not at import (the AOT build imports this too)
             _active = _Unavailable()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Dict, Iterable, List, Sequence, Tuple
 
 import torch
@@ -76,10 +77,16 @@ class KernelSpec:
     def key(self) -> str:
         """Stable name of the specialisation (what the manifest, the C table and the
         Python AOT backend look a launch up by)."""
-        body = json.dumps([self.kernel, list(self.constexprs), self.num_warps,
-                           [(p.name, p.type, p.div16) for p in self.params]], default=str)
-        short = self.kernel.rsplit(".", 1)[-1].strip("_")
-        return f"{short}_{hashlib.sha1(body.encode()).hexdigest()[:12]}"
+        return _spec_key(self)
+
+
+@lru_cache(maxsize=None)
+def _spec_key(spec: KernelSpec) -> str:
+    # Cached: the AOT backend asks for the key of every launch, mostly of the same few specs.
+    body = json.dumps([spec.kernel, list(spec.constexprs), spec.num_warps,
+                       [(p.name, p.type, p.div16) for p in spec.params]], default=str)
+    short = spec.kernel.rsplit(".", 1)[-1].strip("_")
+    return f"{short}_{hashlib.sha1(body.encode()).hexdigest()[:12]}"
 
 
 def spec_of(kernel, kwargs: dict) -> KernelSpec:
@@ -136,23 +143,29 @@ class OpCase:
         return "|".join([self.op] + [f"{k}={v}" for k, v in sorted(self.key.items())])
 
 
+def _mamba2_meta_inputs(geom, act_dtype, lead: Tuple[int, ...], has_z: bool) -> dict:
+    """A Mamba2 step's inputs on ``meta`` in TensorRT-LLM's layout: tokens ``(*lead, ...)``
+    (``(B,)`` for a decode step, ``(B, T)`` for a verify), dt expanded along headdim, A, D and
+    dt_bias tied (stride 0), softplus on."""
+    H, P, N, G = geom.nheads, geom.headdim, geom.dstate, geom.ngroups
+    kw = dict(device=META)
+    x = torch.empty(*lead, H, P, dtype=act_dtype, **kw)
+    return dict(x=x, dt=torch.empty(*lead, H, dtype=act_dtype, **kw)[..., None].expand(*lead, H, P),
+                A=torch.empty(H, **kw)[:, None, None].expand(H, P, N),
+                B=torch.empty(*lead, G, N, dtype=act_dtype, **kw), C=torch.empty(*lead, G, N, dtype=act_dtype, **kw),
+                D=torch.empty(H, **kw)[:, None].expand(H, P), z=torch.empty_like(x) if has_z else None,
+                dt_bias=torch.empty(H, **kw)[:, None].expand(H, P), dt_softplus=True, out=torch.empty_like(x))
+
+
 def _mamba2_calls(geom, state_dtype, act_dtype, batch, L, has_z, force_flush, route, arch):
     """Meta tensors for one Mamba2 step in TensorRT-LLM's layout; returns a thunk that calls
     the entry point with configs taken from ``arch``'s tuned table."""
     from ..cache import Mamba2ReplayCache
     from ..ops.mamba2 import selective_state_update, selective_state_update_replayssm
 
-    H, P, N, G = geom.nheads, geom.headdim, geom.dstate, geom.ngroups
-    kw = dict(device=META)
-    step = dict(x=torch.empty(batch, H, P, dtype=act_dtype, **kw),
-                dt=torch.empty(batch, H, dtype=act_dtype, **kw)[:, :, None].expand(batch, H, P),
-                A=torch.empty(H, **kw)[:, None, None].expand(H, P, N),
-                B=torch.empty(batch, G, N, dtype=act_dtype, **kw), C=torch.empty(batch, G, N, dtype=act_dtype, **kw),
-                D=torch.empty(H, **kw)[:, None].expand(H, P),
-                z=torch.empty(batch, H, P, dtype=act_dtype, **kw) if has_z else None,
-                dt_bias=torch.empty(H, **kw)[:, None].expand(H, P), dt_softplus=True,
-                state_batch_indices=torch.empty(batch, dtype=torch.int32, **kw), pad_slot_id=-1,
-                out=torch.empty(batch, H, P, dtype=act_dtype, **kw))
+    P, N = geom.headdim, geom.dstate
+    step = dict(_mamba2_meta_inputs(geom, act_dtype, (batch,), has_z),
+                state_batch_indices=torch.empty(batch, dtype=torch.int32, device=META), pad_slot_id=-1)
     cache = Mamba2ReplayCache(geom, 1, batch + 1, L, state_dtype, act_dtype, META)
 
     def cfg(kernel):
@@ -160,7 +173,7 @@ def _mamba2_calls(geom, state_dtype, act_dtype, batch, L, has_z, force_flush, ro
 
     if route == "standard":
         return lambda: selective_state_update(cache.ssm_state[0], **step, config=cfg("standard"))
-    ff = torch.empty(batch, dtype=torch.int8, **kw) if force_flush else None
+    ff = torch.empty(batch, dtype=torch.int8, device=META) if force_flush else None
     main = cfg("output_only" if route == "output_only" else "always_flush")
     return lambda: selective_state_update_replayssm(cache.ssm_state[0], **step, force_flush=ff, route=route,
                                                     config=main, fold_config=cfg("fold"), **cache.ring_kwargs(0))
@@ -215,16 +228,11 @@ def _spec_calls(family, geom, state_dtype, act_dtype, batch, T, history_len, has
                    is_flush=torch.empty(batch + 1, dtype=torch.int8, **kw), history_len=history_len)
     slots = torch.empty(batch, dtype=torch.int32, **kw)
     if family == "mamba2":
-        H, P, N, G = geom.nheads, geom.headdim, geom.dstate, geom.ngroups
         cache = Mamba2ReplayCache(geom, 1, batch + 1, buf, state_dtype, act_dtype, META)
-        x = torch.empty(batch, T, H, P, dtype=act_dtype, **kw)
+        step = _mamba2_meta_inputs(geom, act_dtype, (batch, T), has_z)
         return lambda: selective_state_update_replayssm_spec(
-            cache.ssm_state[0], x, torch.empty(batch, T, H, dtype=act_dtype, **kw)[..., None].expand(batch, T, H, P),
-            torch.empty(H, **kw)[:, None, None].expand(H, P, N), torch.empty(batch, T, G, N, dtype=act_dtype, **kw),
-            torch.empty(batch, T, G, N, dtype=act_dtype, **kw), D=torch.empty(H, **kw)[:, None].expand(H, P),
-            z=torch.empty_like(x) if has_z else None, dt_bias=torch.empty(H, **kw)[:, None].expand(H, P),
-            dt_softplus=True, state_batch_indices=slots, out=torch.empty_like(x), x_ring=cache.x_cache[0],
-            dt_ring=cache.dt_cache[0], B_ring=cache.B_cache[0], **cursors)
+            cache.ssm_state[0], **step, state_batch_indices=slots, x_ring=cache.x_cache[0], dt_ring=cache.dt_cache[0],
+            B_ring=cache.B_cache[0], **cursors)
     H, HV, K, V = geom.num_k_heads, geom.num_v_heads, geom.head_k_dim, geom.head_v_dim
     cache = GDNReplayCache(geom, 1, batch + 1, buf, state_dtype, device=META)
     qk = [torch.empty(batch, T, H, K, dtype=act_dtype, **kw) for _ in range(2)]

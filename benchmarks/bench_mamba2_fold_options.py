@@ -14,13 +14,11 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from trtllm_replayssm.benchmarking.mamba2_ar import Launch, Mamba2Case, make_rig
+from trtllm_replayssm.benchmarking.mamba2_ar import CANDIDATES, Launch, Mamba2Case, make_rig
 from trtllm_replayssm.models import mamba2_model
 from trtllm_replayssm.ops.launch import LaunchConfig
 
-FOLD_OPTIONS = [LaunchConfig(32, 4, fold_dot=1), LaunchConfig(32, 4, fold_dot=1, heads_per_prog=4),
-                LaunchConfig(32, 4, fold_dot=1, heads_per_prog=16), LaunchConfig(64, 4),
-                LaunchConfig(64, 4, heads_per_prog=8)]
+FOLD_OPTIONS = [LaunchConfig(*c) for c in CANDIDATES["fold"]]
 
 
 def main() -> None:

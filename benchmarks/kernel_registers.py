@@ -27,7 +27,8 @@ from triton.compiler import ASTSource  # noqa: E402
 from trtllm_replayssm.benchmarking import gdn_ar, mamba2_ar  # noqa: E402
 from trtllm_replayssm.benchmarking.spec import SPEC_CANDIDATES  # noqa: E402
 from trtllm_replayssm.ops.gdn import replay as gdn_replay, spec as gdn_spec, standard as gdn_standard  # noqa: E402
-from trtllm_replayssm.ops.mamba2 import replay as m2_replay, spec as m2_spec, standard as m2_standard  # noqa: E402
+from trtllm_replayssm.ops.mamba2 import replay as m2_replay, replay_fold as m2_replay_fold  # noqa: E402
+from trtllm_replayssm.ops.mamba2 import spec as m2_spec, standard as m2_standard  # noqa: E402
 
 PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
 ACT_PTRS = {"x_ptr", "dt_ptr", "B_ptr", "C_ptr", "z_ptr", "out_ptr", "x_cache_ptr", "B_cache_ptr",
@@ -72,18 +73,21 @@ def registers(fn, constexprs: dict, num_warps: int, state_dtype: str) -> str:
 
 def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int = 16):
     common = dict(HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, HAS_SLOT_IDX=True, DT_SOFTPLUS=True)
-    modes = {"output_only": 1, "fold": 2, "state_and_output": 3}
+    modes = {"output_only": 1, "state_and_output": 3}
     for kernel in mamba2_ar.CANDIDATES:
         for cfg in mamba2_ar.candidate_configs(kernel, headdim):
             if kernel in ("standard", "always_flush"):  # always_flush's step is the standard kernel's
                 fn, c = m2_standard._selective_state_update_kernel, dict(common, BLOCK_P=cfg.block_p, BLOCK_N=dstate,
                                                                         HAS_CURSOR=kernel == "always_flush")
+            elif kernel == "fold":
+                fn, c = m2_replay_fold._replay_fold_kernel, dict(
+                    common, HAS_FORCE_FLUSH=False, DRAIN=False, BLOCK_P=max(16, cfg.block_p), BLOCK_N=dstate,
+                    BLOCK_L=max(16, L), EXACT_B=True, DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32",
+                    HEADS_PER_PROG=cfg.heads_per_prog)
             else:
-                dot = bool(cfg.fold_dot) and kernel != "output_only"
                 fn, c = m2_replay._replay_step_kernel, dict(
-                    common, HAS_FORCE_FLUSH=False, FLUSH_ALL=kernel == "always_flush", MODE=modes[kernel],
-                    BLOCK_P=cfg.block_p, BLOCK_N=dstate, BLOCK_L=max(16 if dot else 2, L), FOLD_CHUNK=cfg.fold_chunk,
-                    FOLD_DOT=dot, DOT_PRECISION="tf32x3", HEADS_PER_PROG=cfg.heads_per_prog if kernel == "fold" else 1)
+                    common, HAS_FORCE_FLUSH=False, MODE=modes[kernel], BLOCK_P=cfg.block_p, BLOCK_N=dstate,
+                    BLOCK_L=L, FOLD_CHUNK=cfg.fold_chunk)
             yield ["mamba2", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype)]
 
 

@@ -65,15 +65,16 @@ def test_force_flush_rows():
     run_replay(Scenario(GEOM, L, seed=6), cycles(L), force_flush_at={2: [0], 5: [2, 3], 11: [0, 3]})
 
 
-@pytest.mark.parametrize("route", ["output_only", "state_and_output", "always_flush"])
+@pytest.mark.parametrize("route", ["output_only", "always_flush"])
+@pytest.mark.parametrize("fold_config", [(8, 1), (16, 2, 1, 1, 3)], ids=["block_p_raised_to_16", "3_heads_per_prog"])
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
-def test_fold_with_matmul(route, state_dtype):
-    """The fold as one tl.dot over the ring (a launch-config option) equals the recurrence."""
+def test_fold_launch_configs(route, fold_config, state_dtype):
+    """The fold kernel under configs it must adapt: a block_p under the matmul's 16 (raised),
+    and programs looping over heads where nheads is not a multiple (4 heads, 3 a program)."""
     from trtllm_replayssm.ops.launch import LaunchConfig
 
-    cfg = LaunchConfig(block_p=16, num_warps=2, fold_dot=1)
-    kw = {"fold_config": cfg} if route == "output_only" else {"config": cfg}
-    run_replay(Scenario(GEOM, 4, state_dtype, torch.bfloat16, seed=13), cycles(4), route=route, **kw)
+    run_replay(Scenario(GEOM, 4, state_dtype, torch.bfloat16, seed=13), cycles(4), route=route,
+               fold_config=LaunchConfig(*fold_config))
 
 
 def test_routes_agree():

@@ -9,6 +9,19 @@ from .._runtime import INTERPRETED
 
 # Folds done as one matmul stay fp32-accurate on the GPU (tf32x3); the interpreter has ieee.
 DOT_PRECISION = "ieee" if INTERPRETED else "tf32x3"
+# One TF32 pass, for products whose operands are exact in TF32 (see :func:`split_tf32_dot`).
+ONE_PASS_PRECISION = "ieee" if INTERPRETED else "tf32"
+
+
+@triton.jit
+def split_tf32_dot(a, b, ONE_PASS_PRECISION: tl.constexpr):
+    """``a @ b`` to ~2^-20 relative for fp32 ``a`` and a ``b`` that TF32 holds exactly (bf16
+    or fp16 values): ``a`` is split into its TF32 head (the top 10 mantissa bits, which is
+    what the tensor core reads) and the fp32 remainder, and each goes through one TF32
+    pass. Two matmuls where tf32x3 needs three plus the split of ``b``: on a fold that
+    streams the state, tf32x3 cost ~1.45x a standard step and this ~1.1x (H200)."""
+    a_hi = (a.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)
+    return tl.dot(a_hi, b, input_precision=ONE_PASS_PRECISION) + tl.dot(a - a_hi, b, input_precision=ONE_PASS_PRECISION)
 
 
 @triton.jit

@@ -10,14 +10,13 @@ step inputs (``x``, processed ``dt``, ``B``). A step with ``c_j`` the running su
 and writes the state back only on a flush (``w == L - 1``, a per-row force-flush flag, or
 the ``always_flush`` route); otherwise it appends the step's inputs at ``w``.
 
-Routes (one kernel; ``MODE`` is a compile-time switch):
+Routes (``MODE`` is a compile-time switch of the step kernel):
 - ``output_only``: non-flush rows never build ``S``; they need ``S_0 C`` (one pass over
   the checkpoint), the dots ``B_j . C`` and the x window. Flush rows are served by a
-  second launch (``FOLD``), compiled and tuned apart so the fold does not set the
-  register budget of the common step. The fold walks the ring with rank-1 updates or,
-  with the ``fold_dot`` config option, loads it as two tiles and folds with one tf32x3
-  matmul; a fold program may loop over several heads (``heads_per_prog``) so the launch
-  is cheap on the many steps where no row flushes.
+  second launch of a kernel of its own (:mod:`.replay_fold`), compiled and tuned apart
+  so the fold does not set the register budget of the common step; a fold program may
+  loop over several heads (``heads_per_prog``) so the launch is cheap on the many steps
+  where no row flushes.
 - ``state_and_output``: every step rebuilds the ``S`` tile (``w`` rank-1 updates on top
   of ``exp(A T) S_0``, the ``(P x w) @ (w x N)`` product) and takes ``y = S C``.
 - ``standard_step``: the standard kernel takes the step and the ring stays empty: what
@@ -42,10 +41,10 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_tensor
-from ..common import DOT_PRECISION, load_slot, store_nan_heads
+from ..common import load_slot, store_nan_output
 from ._common import finish_output, load_dt
 from ..launch import LaunchConfig, grid, launch_kernel, select_config, select_route
-from ..cursors import FLUSH_EVERY_STEP
+from .replay_fold import launch_fold
 from .standard import launch_standard_step
 from .step_inputs import Mamba2Step, check_state_pool, parse_mamba2_step
 
@@ -66,11 +65,11 @@ def _ring_entry(j, w, seen, total, A, dtc_base, xc_base, Bc_base, stride_xc_l, s
     return seen, coef_j, x_j, B_j
 
 
-# Kernel modes: which rows a launch serves and how it forms the output.
+# Kernel modes: which rows a launch serves and how it forms the output. (Rows that flush
+# on the output_only route, and the drain of always_flush, are the fold kernel's:
+# :mod:`.replay_fold`.)
 NONFLUSH = tl.constexpr(1)  # rows that do not flush: output only, never forms S; appends
-FOLD = tl.constexpr(2)  # rows that flush: fold the ring into S, store it, output S C
 REBUILD = tl.constexpr(3)  # every row: rebuild S each step, store it on flush, else append
-DRAIN = tl.constexpr(4)  # rows with a non-empty ring: fold it (no new token) and store; others return
 
 
 # Batch-dependent sizes are not specialised on, so one compile serves every batch.
@@ -88,140 +87,95 @@ def _replay_step_kernel(
     stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
     HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
-    HAS_FORCE_FLUSH: tl.constexpr, FLUSH_ALL: tl.constexpr, MODE: tl.constexpr,
-    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr,
-    FOLD_CHUNK: tl.constexpr, FOLD_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    HEADS_PER_PROG: tl.constexpr,
+    HAS_FORCE_FLUSH: tl.constexpr, MODE: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr, FOLD_CHUNK: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
-    pid_hg = tl.program_id(1)
+    pid_h = tl.program_id(1)
     pid_b = tl.program_id(2)
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
     mask_p = offs_p < headdim
     mask_n = offs_n < dstate
-    # One launch of a step reports an invalid slot or cursor (NaN outputs).
-    REPORTS: tl.constexpr = (MODE != FOLD) or FLUSH_ALL
 
+    # This launch reports an invalid slot or cursor (NaN outputs); the fold launch skips them.
     slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
     if is_pad:
         return
     if is_bad:
-        if REPORTS:
-            store_nan_heads(out_ptr, offs_p, mask_p, pid_b, pid_hg, nheads, stride_out_b, stride_out_h,
-                             HEADS_PER_PROG)
+        store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
         return
     w = tl.load(write_pos_ptr + slot)
     if (w < 0) | (w >= buffer_len):
-        if REPORTS:
-            store_nan_heads(out_ptr, offs_p, mask_p, pid_b, pid_hg, nheads, stride_out_b, stride_out_h,
-                             HEADS_PER_PROG)
+        store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
         return
     is_flush = w == buffer_len - 1
     if HAS_FORCE_FLUSH:
         is_flush = is_flush | (tl.load(force_flush_ptr + pid_b) != 0)
-    if FLUSH_ALL:
-        is_flush = w >= 0
-    # The non-flush and the flush work are separate launches so that each is compiled
-    # (registers) and tuned (tile) for itself: the fold would otherwise set the register
-    # budget of every step. A launch returns at once for the other kind of row; a fold
-    # launch may loop over several heads (HEADS_PER_PROG) so that on the many steps where
-    # nothing flushes it is a few programs that return, not one per head.
+    # The non-flush and the flush work are separate launches (and kernels) so that each
+    # is compiled (registers) and tuned (tile) for itself.
     if MODE == NONFLUSH:
         if is_flush:
             return
-    if MODE == FOLD:
-        if not is_flush:
-            return
-    if MODE == DRAIN:  # always_flush: the standard kernel then takes this token
-        if w == 0:
-            return
-        is_flush = w > 0
 
-    for hh in range(0, HEADS_PER_PROG):
-        pid_h = pid_hg * HEADS_PER_PROG + hh
-        if pid_h < nheads:
-            g = pid_h // heads_per_group
-            state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
-                          + offs_p[:, None] * stride_state_p + offs_n[None, :])
-            mask_pn = mask_p[:, None] & mask_n[None, :]
-            S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
-            C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-            x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0)
-            xf = x.to(tl.float32)
-            dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h, HAS_DT_BIAS, DT_SOFTPLUS)
-            A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
-            B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n, other=0.0)
-            Bf = B.to(tl.float32)
-            if MODE == DRAIN:  # fold the ring only: this token is the standard kernel's
-                xf = tl.zeros_like(xf)
-                dt = A * 0.0
+    g = pid_h // heads_per_group
+    state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+                  + offs_p[:, None] * stride_state_p + offs_n[None, :])
+    mask_pn = mask_p[:, None] & mask_n[None, :]
+    S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
+    C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0)
+    xf = x.to(tl.float32)
+    dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h, HAS_DT_BIAS, DT_SOFTPLUS)
+    A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
+    B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n, other=0.0)
+    Bf = B.to(tl.float32)
+    dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
+    xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
+    Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
+    offs_l = tl.arange(0, BLOCK_L)
+    dt_hist = tl.load(dtc_base + offs_l, mask=offs_l < w, other=0.0)
+    total = tl.sum(dt_hist, axis=0) + dt  # T: dt summed over the cached steps and this one
+    decay0 = tl.exp(tl.minimum(A * total, 0.0))
+    seen = dt * 0.0
 
-            dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
-            xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
-            Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
-            offs_l = tl.arange(0, BLOCK_L)
-            dt_hist = tl.load(dtc_base + offs_l, mask=offs_l < w, other=0.0)
-            total = tl.sum(dt_hist, axis=0) + dt  # T: dt summed over the cached steps and this one
-            decay0 = tl.exp(tl.minimum(A * total, 0.0))
-            seen = dt * 0.0
+    # The ring is walked in chunks of FOLD_CHUNK entries: a chunk's loads are independent
+    # and issue together, and a chunk past w is skipped by a uniform branch. (The trip
+    # count is a constant: the interpreter cannot loop to a loaded bound.) Everything
+    # stays in the blocked layout of the checkpoint.
+    if MODE == NONFLUSH:
+        # y = exp(A T) S_0 C + sum_j coef_j (B_j . C) x_j + dt (B . C) x, never forming S.
+        y = decay0 * tl.sum(S0 * C[None, :], axis=1) + (dt * tl.sum(Bf * C, axis=0)) * xf
+        for c in range(0, BLOCK_L // FOLD_CHUNK):
+            if c * FOLD_CHUNK < w:
+                for i in tl.static_range(FOLD_CHUNK):
+                    seen, coef_j, x_j, B_j = _ring_entry(c * FOLD_CHUNK + i, w, seen, total, A, dtc_base,
+                                                         xc_base, Bc_base, stride_xc_l, stride_Bc_l, offs_p,
+                                                         offs_n, mask_p, mask_n)
+                    y += (coef_j * tl.sum(B_j * C, axis=0)) * x_j
+    else:
+        # S = exp(A T) S_0 + sum_j coef_j x_j B_j^T + dt x B^T, as w rank-1 updates (fp32 FMAs).
+        S = S0 * decay0 + (dt * xf)[:, None] * Bf[None, :]
+        for c in range(0, BLOCK_L // FOLD_CHUNK):
+            if c * FOLD_CHUNK < w:
+                for i in tl.static_range(FOLD_CHUNK):
+                    seen, coef_j, x_j, B_j = _ring_entry(c * FOLD_CHUNK + i, w, seen, total, A, dtc_base, xc_base,
+                                                         Bc_base, stride_xc_l, stride_Bc_l, offs_p, offs_n,
+                                                         mask_p, mask_n)
+                    S += (coef_j * x_j)[:, None] * B_j[None, :]
+        y = tl.sum(S * C[None, :], axis=1)
+        if is_flush:
+            tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
 
-            # The ring is walked in chunks of FOLD_CHUNK entries: a chunk's loads are independent
-            # and issue together, and a chunk past w is skipped by a uniform branch. (The trip
-            # count is a constant: the interpreter cannot loop to a loaded bound.) Everything
-            # stays in the blocked layout of the checkpoint: a tl.dot would pull the checkpoint
-            # load into the MMA layout and halve its bandwidth.
-            if MODE == NONFLUSH:
-                # y = exp(A T) S_0 C + sum_j coef_j (B_j . C) x_j + dt (B . C) x, never forming S.
-                y = decay0 * tl.sum(S0 * C[None, :], axis=1) + (dt * tl.sum(Bf * C, axis=0)) * xf
-                for c in range(0, BLOCK_L // FOLD_CHUNK):
-                    if c * FOLD_CHUNK < w:
-                        for i in tl.static_range(FOLD_CHUNK):
-                            seen, coef_j, x_j, B_j = _ring_entry(c * FOLD_CHUNK + i, w, seen, total, A, dtc_base,
-                                                                 xc_base, Bc_base, stride_xc_l, stride_Bc_l, offs_p,
-                                                                 offs_n, mask_p, mask_n)
-                            y += (coef_j * tl.sum(B_j * C, axis=0)) * x_j
-            elif FOLD_DOT:
-                # S = exp(A T) S_0 + (X * coef) @ B_ring + dt x B^T: the ring as two tile loads (no
-                # chain of dependent loads) and one fp32-accurate matmul. The matmul pulls this
-                # launch's checkpoint load into the MMA layout, which is why it is an option of the
-                # fold launch only.
-                mask_l = offs_l < w
-                after_j = total - tl.cumsum(dt_hist, axis=0)  # dt summed over the steps after j
-                coef = tl.where(mask_l, dt_hist * tl.exp(tl.minimum(A * after_j, 0.0)), 0.0)
-                X_hist = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
-                                 mask=mask_p[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [P, L]
-                B_hist = tl.load(Bc_base + offs_l[:, None] * stride_Bc_l + offs_n[None, :],
-                                 mask=mask_l[:, None] & mask_n[None, :], other=0.0).to(tl.float32)  # [L, N]
-                S = S0 * decay0 + (dt * xf)[:, None] * Bf[None, :]
-                S += tl.dot(X_hist * coef[None, :], B_hist, input_precision=DOT_PRECISION)
-                y = tl.sum(S * C[None, :], axis=1)
-                if is_flush:
-                    tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
-            else:
-                # S = exp(A T) S_0 + sum_j coef_j x_j B_j^T + dt x B^T, as w rank-1 updates (fp32 FMAs).
-                S = S0 * decay0 + (dt * xf)[:, None] * Bf[None, :]
-                for c in range(0, BLOCK_L // FOLD_CHUNK):
-                    if c * FOLD_CHUNK < w:
-                        for i in tl.static_range(FOLD_CHUNK):
-                            seen, coef_j, x_j, B_j = _ring_entry(c * FOLD_CHUNK + i, w, seen, total, A, dtc_base, xc_base,
-                                                                 Bc_base, stride_xc_l, stride_Bc_l, offs_p, offs_n,
-                                                                 mask_p, mask_n)
-                            S += (coef_j * x_j)[:, None] * B_j[None, :]
-                y = tl.sum(S * C[None, :], axis=1)
-                if is_flush:
-                    tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
+    if not is_flush:
+        tl.store(xc_base + w * stride_xc_l + offs_p, x.to(x_cache_ptr.dtype.element_ty), mask=mask_p)
+        if pid_p == 0:
+            tl.store(dtc_base + w, dt)
+            if pid_h % heads_per_group == 0:  # one head per group appends the shared B
+                tl.store(Bc_base + w * stride_Bc_l + offs_n, B.to(B_cache_ptr.dtype.element_ty), mask=mask_n)
 
-            if not is_flush:
-                tl.store(xc_base + w * stride_xc_l + offs_p, x.to(x_cache_ptr.dtype.element_ty), mask=mask_p)
-                if pid_p == 0:
-                    tl.store(dtc_base + w, dt)
-                    if pid_h % heads_per_group == 0:  # one head per group appends the shared B
-                        tl.store(Bc_base + w * stride_Bc_l + offs_n, B.to(B_cache_ptr.dtype.element_ty), mask=mask_n)
-
-            if MODE != DRAIN:
-                finish_output(y, xf, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
-                              stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+    finish_output(y, xf, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
+                  stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
 
 
 def check_ring(step: Mamba2Step, state: torch.Tensor, x_cache: torch.Tensor, dt_cache: torch.Tensor,
@@ -302,11 +256,11 @@ def selective_state_update_replayssm(
         return given or select_config(kernel, arch, state.dtype, x.dtype, step.headdim, step.dstate, step.batch)
 
     launches = {
-        "output_only": [(NONFLUSH.value, pick("output_only", config)), (FOLD.value, pick("fold", fold_config))],
+        "output_only": [(NONFLUSH.value, pick("output_only", config)), ("fold", pick("fold", fold_config))],
         "state_and_output": [(REBUILD.value, pick("state_and_output", config))],
         # Rows whose ring is not empty (a route switch) fold it first; in steady state that
         # launch returns at once and the step costs the standard kernel's.
-        "always_flush": [(DRAIN.value, pick("fold", fold_config)), ("standard", pick("always_flush", config))],
+        "always_flush": [("drain", pick("fold", fold_config)), ("standard", pick("always_flush", config))],
         "standard_step": [("standard", pick("always_flush", config))],
     }[route]
     args = dict(
@@ -318,26 +272,18 @@ def selective_state_update_replayssm(
         stride_xc_slot=x_cache.stride(0), stride_xc_h=x_cache.stride(1), stride_xc_l=x_cache.stride(2),
         stride_dtc_slot=dt_cache.stride(0), stride_dtc_h=dt_cache.stride(1),
         stride_Bc_slot=B_cache.stride(0), stride_Bc_g=B_cache.stride(1), stride_Bc_l=B_cache.stride(2),
-        **step.kernel_args(),
-        HAS_FORCE_FLUSH=force_flush is not None, FLUSH_ALL=route in FLUSH_EVERY_STEP,
-        BLOCK_N=triton.next_power_of_2(step.dstate), BLOCK_L=max(2, triton.next_power_of_2(L)),
+        **step.kernel_args(), HAS_FORCE_FLUSH=force_flush is not None,
     )
+    block_n, block_l = triton.next_power_of_2(step.dstate), max(2, triton.next_power_of_2(L))
     for mode, cfg in launches:
         if mode == "standard":  # after a drain any cursor is fine; without one, only an empty ring
             launch_standard_step(state, step, cfg, write_pos, L if route == "always_flush" else 1)
-            continue
-        fold_dot = bool(cfg.fold_dot) and mode != NONFLUSH.value
-        if fold_dot and (cfg.block_p < 16 or args["BLOCK_N"] < 16):
-            raise ValueError(f"fold_dot needs block_p >= 16 and dstate >= 16, got {cfg} and dstate {step.dstate}")
-        block_l = max(16, args["BLOCK_L"]) if fold_dot else args["BLOCK_L"]  # tl.dot: K >= 16
-        hpp = cfg.heads_per_prog if mode in (FOLD.value, DRAIN.value) else 1
-        launch_kernel(_replay_step_kernel, grid(step.batch, triton.cdiv(step.nheads, hpp), step.headdim, cfg),
-            **{**args, "BLOCK_L": block_l}, MODE=mode, BLOCK_P=cfg.block_p,
-            FOLD_CHUNK=min(cfg.fold_chunk, block_l), FOLD_DOT=fold_dot,
-            # fp32-accurate products (plain TF32 drifts ~1e-2); the interpreter has only fp32.
-            DOT_PRECISION=DOT_PRECISION, HEADS_PER_PROG=hpp,
-            num_warps=cfg.num_warps,
-        )
+        elif mode in ("fold", "drain"):
+            launch_fold(args, step, cfg, block_n, block_l, drain=mode == "drain")
+        else:
+            launch_kernel(_replay_step_kernel, grid(step.batch, step.nheads, step.headdim, cfg), **args,
+                          MODE=mode, BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_L=block_l,
+                          FOLD_CHUNK=min(cfg.fold_chunk, block_l), num_warps=cfg.num_warps)
     return step.out
 
 

@@ -1,0 +1,146 @@
+"""The fold launch of the Mamba2 ReplaySSM step: rows that flush at this step (and the
+drain of the ``always_flush`` route) fold their ring into the checkpoint and store it.
+
+A kernel of its own, not a mode of the replay step kernel: registers are allocated for
+the largest path of a kernel, and a fold that shared its source with the output-only
+step and its ring walk needed 200-255 registers a thread, which left two or three
+programs an SM and half the copy bandwidth. Here the program holds only the checkpoint
+tile and two small ring tiles (~100 registers at 32 rows x 128 states on 4 warps).
+
+The step's own token is entry ``w`` of the ring tiles (the ring holds entries ``0..w-1``
+and ``w < L <= BLOCK_L``), so the fold is one matmul with no separate rank-1 term:
+
+    S_new = exp(A T) S_0 + (X * coef) @ B_ring,  coef_j = dt_j exp(A (T - c_j))
+    y     = S_new C + D x  (gated by silu(z))
+
+with ``c_j`` the running sum of dt and ``T = c_w``. The matmul is fp32-accurate: with
+bf16/fp16 activations the ring's B is exact in TF32 and two TF32 passes suffice
+(:func:`~trtllm_replayssm.ops.common.split_tf32_dot`), else tf32x3. It needs tiles of at
+least 16 in every dimension (masked past P, N and w).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+import triton
+import triton.language as tl
+
+from ..common import DOT_PRECISION, ONE_PASS_PRECISION, load_slot, split_tf32_dot
+from ..launch import LaunchConfig, grid, launch_kernel
+from ._common import finish_output, load_dt
+
+
+@triton.jit(do_not_specialize=["num_slots"])
+def _replay_fold_kernel(
+    state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr, write_pos_ptr, force_flush_ptr,
+    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr,
+    num_slots, nheads, headdim, dstate, heads_per_group, buffer_len, pad_slot_id,
+    stride_state_slot, stride_state_h, stride_state_p,
+    stride_xc_slot, stride_xc_h, stride_xc_l,
+    stride_dtc_slot, stride_dtc_h,
+    stride_Bc_slot, stride_Bc_g, stride_Bc_l,
+    stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h,
+    stride_B_b, stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p,
+    stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
+    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
+    HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr,
+    DRAIN: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr,
+    EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
+    HEADS_PER_PROG: tl.constexpr,
+):
+    """Programs ``(headdim blocks, groups of HEADS_PER_PROG heads, batch rows)``.
+
+    ``DRAIN=False``: rows that flush at this step (``w == L - 1`` or force-flushed) take
+    their step here (fold, store, output); other rows return at once, their step is the
+    non-flush launch's. ``DRAIN=True``: rows with a non-empty ring fold it without a new
+    token (the standard kernel then takes the token). Invalid rows return: the launch
+    that takes their step reports them.
+    """
+    pid_p = tl.program_id(0)
+    pid_hg = tl.program_id(1)
+    pid_b = tl.program_id(2)
+
+    slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
+    if is_pad | is_bad:
+        return
+    w = tl.load(write_pos_ptr + slot)
+    if (w < 0) | (w >= buffer_len):
+        return
+    if DRAIN:
+        if w == 0:
+            return
+    else:
+        is_flush = w == buffer_len - 1
+        if HAS_FORCE_FLUSH:
+            is_flush = is_flush | (tl.load(force_flush_ptr + pid_b) != 0)
+        if not is_flush:
+            return
+
+    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_l = tl.arange(0, BLOCK_L)
+    mask_p = offs_p < headdim
+    mask_n = offs_n < dstate
+    mask_pn = mask_p[:, None] & mask_n[None, :]
+    in_ring = offs_l < w
+    # A fold program may loop over several heads so that the launch is a few programs
+    # that return at once on the many steps where no row flushes.
+    for hh in range(0, HEADS_PER_PROG):
+        pid_h = pid_hg * HEADS_PER_PROG + hh
+        if pid_h < nheads:
+            g = pid_h // heads_per_group
+            A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
+            dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
+            xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
+            Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
+            dt_ring = tl.load(dtc_base + offs_l, mask=in_ring, other=0.0)
+            X = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
+                        mask=mask_p[:, None] & in_ring[None, :], other=0.0).to(tl.float32)  # [P, L]
+            Bm = tl.load(Bc_base + offs_l[:, None] * stride_Bc_l + offs_n[None, :],
+                         mask=in_ring[:, None] & mask_n[None, :], other=0.0).to(tl.float32)  # [L, N]
+            if not DRAIN:  # this step's token is entry w
+                x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p,
+                            other=0.0).to(tl.float32)
+                B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n,
+                            other=0.0).to(tl.float32)
+                dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h,
+                             HAS_DT_BIAS, DT_SOFTPLUS)
+                at_w = offs_l == w
+                dt_ring = tl.where(at_w, dt, dt_ring)
+                X = tl.where(at_w[None, :], x[:, None], X)
+                Bm = tl.where(at_w[:, None], B[None, :], Bm)
+            total = tl.sum(dt_ring, axis=0)
+            after = total - tl.cumsum(dt_ring, axis=0)  # dt summed over the entries after j
+            coef = dt_ring * tl.exp(tl.minimum(A * after, 0.0))
+
+            state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+                          + offs_p[:, None] * stride_state_p + offs_n[None, :])
+            S = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32) * tl.exp(tl.minimum(A * total, 0.0))
+            if EXACT_B:  # B from bf16/fp16 activations: TF32 holds it exactly
+                S += split_tf32_dot(X * coef[None, :], Bm, ONE_PASS_PRECISION)
+            else:
+                S += tl.dot(X * coef[None, :], Bm, input_precision=DOT_PRECISION)
+            tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
+
+            if not DRAIN:
+                C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n,
+                            other=0.0).to(tl.float32)
+                y = tl.sum(S * C[None, :], axis=1)
+                finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
+                              stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+
+
+def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int, drain: bool) -> None:
+    """Launch the fold over ``step``'s batch with the replay step's pointer/stride ``args``
+    (:func:`~.replay.selective_state_update_replayssm` builds them). The matmul needs
+    tiles of at least 16, so ``block_p`` is raised to 16 where the config asks for less."""
+    cfg = replace(cfg, block_p=max(16, cfg.block_p))
+    hpp = cfg.heads_per_prog
+    launch_kernel(_replay_fold_kernel, grid(step.batch, triton.cdiv(step.nheads, hpp), step.headdim, cfg), **args,
+                  DRAIN=drain, BLOCK_P=cfg.block_p, BLOCK_N=max(16, block_n), BLOCK_L=max(16, block_l),
+                  # fp32-accurate products (plain TF32 drifts ~1e-2); the interpreter has only fp32.
+                  EXACT_B=args["B_cache_ptr"].dtype in (torch.bfloat16, torch.float16),
+                  DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, HEADS_PER_PROG=hpp,
+                  num_warps=cfg.num_warps)

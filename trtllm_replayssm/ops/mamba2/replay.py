@@ -89,14 +89,19 @@ def _replay_step_kernel(
     HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
     HAS_FORCE_FLUSH: tl.constexpr, MODE: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr, FOLD_CHUNK: tl.constexpr,
+    EVEN_TILE: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
     pid_h = tl.program_id(1)
     pid_b = tl.program_id(2)
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
-    mask_p = offs_p < headdim
-    mask_n = offs_n < dstate
+    if EVEN_TILE:  # no masks to carry (registers: see replay_fold)
+        mask_p = tl.full([BLOCK_P], True, tl.int1)
+        mask_n = tl.full([BLOCK_N], True, tl.int1)
+    else:
+        mask_p = offs_p < headdim
+        mask_n = offs_n < dstate
 
     # This launch reports an invalid slot or cursor (NaN outputs); the fold launch skips them.
     slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
@@ -283,7 +288,9 @@ def selective_state_update_replayssm(
         else:
             launch_kernel(_replay_step_kernel, grid(step.batch, step.nheads, step.headdim, cfg), **args,
                           MODE=mode, BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_L=block_l,
-                          FOLD_CHUNK=min(cfg.fold_chunk, block_l), num_warps=cfg.num_warps)
+                          FOLD_CHUNK=min(cfg.fold_chunk, block_l),
+                          EVEN_TILE=step.headdim % cfg.block_p == 0 and step.dstate == block_n,
+                          num_warps=cfg.num_warps)
     return step.out
 
 

@@ -26,7 +26,7 @@ def main() -> None:
     ap.add_argument("--model", default="nemotron-3-super")
     ap.add_argument("--state-dtype", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--batches", nargs="+", type=int, default=[128, 512])
-    ap.add_argument("--out", default="benchmarks/results/mamba2_fold_options.json")
+    ap.add_argument("--out", default="mamba2_fold_options.json")
     args = ap.parse_args()
     sd = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.state_dtype]
     gpu = torch.cuda.get_device_name()

@@ -25,6 +25,17 @@ def split_tf32_dot(a, b, ONE_PASS_PRECISION: tl.constexpr):
 
 
 @triton.jit
+def tile_masks(offs_p, offs_n, headdim, dstate, EVEN_TILE: tl.constexpr):
+    """Masks of a (headdim block, dstate) tile; constant true where the sizes fill the tile
+    (``EVEN_TILE``), so the compiler drops them: a [32, 128] mask costs ~40 registers a
+    thread, which is occupancy a state-streaming kernel needs."""
+    if EVEN_TILE:
+        return tl.full(offs_p.shape, True, tl.int1), tl.full(offs_n.shape, True, tl.int1)
+    else:
+        return offs_p < headdim, offs_n < dstate
+
+
+@triton.jit
 def load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX: tl.constexpr):
     """Cache slot of batch row ``pid_b`` (int64) and whether the row is padding."""
     if HAS_SLOT_IDX:

@@ -28,7 +28,7 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_tensor
-from ..common import DOT_PRECISION, load_slot, store_nan_heads
+from ..common import DOT_PRECISION, load_slot, store_nan_heads, tile_masks
 from ..launch import LaunchConfig, grid, launch_kernel, select_config, select_route
 from ._common import delta_rule_step, load_gates, load_qk
 from ..cursors import FLUSH_EVERY_STEP
@@ -57,15 +57,14 @@ def _gdn_replay_kernel(
     USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr,
     FLUSH_ALL: tl.constexpr, MODE: tl.constexpr,
     BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_L: tl.constexpr, FOLD_CHUNK: tl.constexpr,
-    FOLD_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
+    FOLD_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr, EVEN_TILE: tl.constexpr,
 ):
     pid_v = tl.program_id(0)
     pid_hg = tl.program_id(1)
     pid_b = tl.program_id(2)
     offs_v = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
     offs_k = tl.arange(0, BLOCK_K)
-    mask_v = offs_v < head_v_dim
-    mask_k = offs_k < head_k_dim
+    mask_v, mask_k = tile_masks(offs_v, offs_k, head_v_dim, head_k_dim, EVEN_TILE)
     REPORTS: tl.constexpr = (MODE != FOLD) or FLUSH_ALL  # one launch of a step reports errors
 
     slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
@@ -277,6 +276,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
             BLOCK_V=cfg.block_p, BLOCK_K=block_k, BLOCK_L=block_l,
             FOLD_CHUNK=min(cfg.fold_chunk, block_l),
             FOLD_DOT=bool(cfg.fold_dot) and min(cfg.block_p, block_l, block_k) >= 16, DOT_PRECISION=DOT_PRECISION,
-            HEADS_PER_PROG=hpp, num_warps=cfg.num_warps,
+            HEADS_PER_PROG=hpp, EVEN_TILE=step.head_v_dim % cfg.block_p == 0 and step.head_k_dim == block_k,
+            num_warps=cfg.num_warps,
         )
     return step.out

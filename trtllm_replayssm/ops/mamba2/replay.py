@@ -41,7 +41,7 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_tensor
-from ..common import load_slot, store_nan_output
+from ..common import load_slot, store_nan_output, tile_masks
 from ._common import finish_output, load_dt
 from ..launch import LaunchConfig, grid, launch_kernel, select_config, select_route
 from .replay_fold import launch_fold
@@ -96,12 +96,7 @@ def _replay_step_kernel(
     pid_b = tl.program_id(2)
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
-    if EVEN_TILE:  # no masks to carry (registers: see replay_fold)
-        mask_p = tl.full([BLOCK_P], True, tl.int1)
-        mask_n = tl.full([BLOCK_N], True, tl.int1)
-    else:
-        mask_p = offs_p < headdim
-        mask_n = offs_n < dstate
+    mask_p, mask_n = tile_masks(offs_p, offs_n, headdim, dstate, EVEN_TILE)
 
     # This launch reports an invalid slot or cursor (NaN outputs); the fold launch skips them.
     slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)

@@ -66,26 +66,15 @@ def test_force_flush_rows():
 
 
 @pytest.mark.parametrize("route", ["output_only", "always_flush"])
-@pytest.mark.parametrize("fold_config", [dict(block_p=8, num_warps=1), dict(block_p=16, num_warps=2, heads_per_tile=2),
-                                         dict(block_p=16, num_warps=2, heads_per_tile=2, heads_per_prog=3),
-                                         dict(block_p=16, num_warps=2, heads_per_tile=4)],
-                         ids=["block_p_raised_to_16", "2_heads_a_tile", "3_tiles_a_program", "4_lowered_to_2"])
+@pytest.mark.parametrize("fold_config", [(8, 1), (16, 2, 1, 1, 3)], ids=["block_p_raised_to_16", "3_heads_per_prog"])
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
 def test_fold_launch_configs(route, fold_config, state_dtype):
     """The fold kernel under configs it must adapt: a block_p under the matmul's 16 (raised),
-    two heads of a group in one tile, programs of 3 such tiles where 4 heads make 2 (the
-    last one idle), and 4 heads a tile where a group has 2 (lowered)."""
+    and programs looping over heads where nheads is not a multiple (4 heads, 3 a program)."""
     from trtllm_replayssm.ops.launch import LaunchConfig
 
     run_replay(Scenario(GEOM, 4, state_dtype, torch.bfloat16, seed=13), cycles(4), route=route,
-               fold_config=LaunchConfig(**fold_config))
-
-
-def test_heads_per_tile():
-    from trtllm_replayssm.ops.mamba2.replay_fold import heads_per_tile
-
-    assert [heads_per_tile(w, hpg) for w, hpg in [(1, 16), (4, 12), (8, 12), (3, 2), (16, 16), (8, 1)]] == [
-        1, 4, 4, 2, 16, 1]
+               fold_config=LaunchConfig(*fold_config))
 
 
 def test_routes_agree():

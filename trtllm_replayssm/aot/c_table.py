@@ -41,7 +41,7 @@ def write(manifest: dict, out_dir: Path) -> None:
     for i, k in enumerate(kernels):
         cx = dict(k["constexprs"])
         block = cx.get("BLOCK_P", cx.get("BLOCK_V", cx.get("BLOCK", 1)))
-        hpp = cx.get("HEADS_PER_PROG", 1) * cx.get("HEADS_PER_TILE", 1)  # heads a program covers
+        hpp = cx.get("HEADS_PER_PROG", 1)
         assert k["global_scratch_size"] == 0 and k["profile_scratch_size"] == 0, k["key"]
         c.append(f"  {{{_c_str(k['key'])}, {k['arch']}, {_c_str(k['name'])}, {k['num_warps']}, {k['shared']}, "
                  f"{block}, {hpp}, {len(k['params'])}, rs_params_{i}, rs_cubin_{i}, rs_cubin_{i}_end}},")

@@ -26,8 +26,7 @@ class LaunchConfig:
     the replay kernel how many ring entries are loaded together (``fold_chunk``),
     whether a fold uses one matmul over the ring instead (``fold_dot``; GDN only: the
     Mamba2 fold kernel always does), how many heads one program of the fold launch loops
-    over (``heads_per_prog``) and, for the Mamba2 fold, how many heads one tile holds
-    side by side (``heads_per_tile``), and whether a
+    over (``heads_per_prog``), and whether a
     speculative verify folds its flush rows in a launch of their own (``split_fold``), so
     the verify launch is compiled without the fold."""
 
@@ -37,13 +36,12 @@ class LaunchConfig:
     fold_dot: int = 0
     heads_per_prog: int = 1
     split_fold: int = 0  # speculative verify: flush rows fold in a launch of their own
-    heads_per_tile: int = 1  # Mamba2 fold: heads of one group folded side by side
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-CONFIG_FIELDS = ("block_p", "num_warps", "fold_chunk", "fold_dot", "heads_per_prog", "split_fold", "heads_per_tile")
+CONFIG_FIELDS = ("block_p", "num_warps", "fold_chunk", "fold_dot", "heads_per_prog", "split_fold")
 
 
 def grid(batch: int, nheads: int, headdim: int, cfg: LaunchConfig) -> tuple:

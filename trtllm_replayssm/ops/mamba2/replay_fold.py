@@ -4,14 +4,8 @@ drain of the ``always_flush`` route) fold their ring into the checkpoint and sto
 A kernel of its own, not a mode of the replay step kernel: registers are allocated for
 the largest path of a kernel, and a fold that shared its source with the output-only
 step and its ring walk needed 200-255 registers a thread, which left two or three
-programs an SM and half the copy bandwidth. Here a program holds the checkpoint tile of
-``HEADS_PER_TILE`` heads of one group side by side and two small ring tiles, and may
-take ``HEADS_PER_PROG`` such tiles one after another.
-
-The launch runs on every step and most of its programs find their row not flushing and
-return; what that costs grows with the number of programs (23 us at batch 128 and 83 us
-at batch 512 for 32-row tiles of one head, Super geometry, H200), hence the wider tiles
-and the loop over tiles.
+programs an SM and half the copy bandwidth. Here the program holds only the checkpoint
+tile and two small ring tiles (~100 registers at 32 rows x 128 states on 4 warps).
 
 The step's own token is entry ``w`` of the ring tiles (the ring holds entries ``0..w-1``
 and ``w < L <= BLOCK_L``), so the fold is one matmul with no separate rank-1 term:
@@ -35,6 +29,7 @@ import triton.language as tl
 
 from ..common import DOT_PRECISION, ONE_PASS_PRECISION, load_slot, split_tf32_dot, tile_masks
 from ..launch import LaunchConfig, grid, launch_kernel
+from ._common import finish_output, load_dt
 
 
 @triton.jit(do_not_specialize=["num_slots"])
@@ -53,10 +48,9 @@ def _replay_fold_kernel(
     HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr,
     DRAIN: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr,
     EVEN_TILE: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
-    HEADS_PER_PROG: tl.constexpr, HEADS_PER_TILE: tl.constexpr,
+    HEADS_PER_PROG: tl.constexpr,
 ):
-    """Programs ``(headdim blocks, groups of HEADS_PER_PROG x HEADS_PER_TILE heads, batch
-    rows)``; ``HEADS_PER_TILE`` (a power of two) divides the heads of a group.
+    """Programs ``(headdim blocks, groups of HEADS_PER_PROG heads, batch rows)``.
 
     ``DRAIN=False``: rows that flush at this step (``w == L - 1`` or force-flushed) take
     their step here (fold, store, output); other rows return at once, their step is the
@@ -84,96 +78,69 @@ def _replay_fold_kernel(
         if not is_flush:
             return
 
-    # Tile rows: HEADS_PER_TILE heads (of one group: they share the B ring) x BLOCK_P
-    # headdim rows each, folded together; a program takes HEADS_PER_PROG such tiles one
-    # after another. Both keep the launch small (the many steps where no row flushes pay
-    # per program); heads side by side do so without serialising the fold.
-    ROWS: tl.constexpr = HEADS_PER_TILE * BLOCK_P
-    offs_r = tl.arange(0, ROWS)
-    offs_p = pid_p * BLOCK_P + offs_r % BLOCK_P  # [R]
+    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
     offs_l = tl.arange(0, BLOCK_L)
     mask_p, mask_n = tile_masks(offs_p, offs_n, headdim, dstate, EVEN_TILE)
     mask_pn = mask_p[:, None] & mask_n[None, :]
     in_ring = offs_l < w
-    for t in range(0, HEADS_PER_PROG):
-        head0 = (pid_hg * HEADS_PER_PROG + t) * HEADS_PER_TILE
-        if head0 < nheads:
-            head = head0 + offs_r // BLOCK_P  # [R]
-            g = head0 // heads_per_group
-            A = tl.load(A_ptr + head * stride_A_h).to(tl.float32)  # [R]
-            dtc = dt_cache_ptr + slot * stride_dtc_slot + head[:, None] * stride_dtc_h
-            dt_ring = tl.load(dtc + offs_l[None, :], mask=in_ring[None, :], other=0.0)  # [R, L]
-            xc = x_cache_ptr + slot * stride_xc_slot + head[:, None] * stride_xc_h + offs_p[:, None]
-            X = tl.load(xc + offs_l[None, :] * stride_xc_l, mask=mask_p[:, None] & in_ring[None, :],
-                        other=0.0).to(tl.float32)  # [R, L]
-            Bm = tl.load(B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g + offs_l[:, None] * stride_Bc_l
-                         + offs_n[None, :], mask=in_ring[:, None] & mask_n[None, :], other=0.0).to(tl.float32)  # [L, N]
+    # A fold program may loop over several heads so that the launch is a few programs
+    # that return at once on the many steps where no row flushes.
+    for hh in range(0, HEADS_PER_PROG):
+        pid_h = pid_hg * HEADS_PER_PROG + hh
+        if pid_h < nheads:
+            g = pid_h // heads_per_group
+            A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
+            dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
+            xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
+            Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
+            dt_ring = tl.load(dtc_base + offs_l, mask=in_ring, other=0.0)
+            X = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
+                        mask=mask_p[:, None] & in_ring[None, :], other=0.0).to(tl.float32)  # [P, L]
+            Bm = tl.load(Bc_base + offs_l[:, None] * stride_Bc_l + offs_n[None, :],
+                         mask=in_ring[:, None] & mask_n[None, :], other=0.0).to(tl.float32)  # [L, N]
             if not DRAIN:  # this step's token is entry w
-                x = tl.load(x_ptr + pid_b * stride_x_b + head * stride_x_h + offs_p, mask=mask_p,
+                x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p,
                             other=0.0).to(tl.float32)
                 B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n,
                             other=0.0).to(tl.float32)
-                dt = tl.load(dt_ptr + pid_b * stride_dt_b + head * stride_dt_h).to(tl.float32)  # [R]
-                if HAS_DT_BIAS:
-                    dt += tl.load(dt_bias_ptr + head * stride_dtb_h).to(tl.float32)
-                if DT_SOFTPLUS:
-                    dt = tl.where(dt <= 20.0, tl.log(1.0 + tl.exp(dt)), dt)
+                dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h,
+                             HAS_DT_BIAS, DT_SOFTPLUS)
                 at_w = offs_l == w
-                dt_ring = tl.where(at_w[None, :], dt[:, None], dt_ring)
+                dt_ring = tl.where(at_w, dt, dt_ring)
                 X = tl.where(at_w[None, :], x[:, None], X)
                 Bm = tl.where(at_w[:, None], B[None, :], Bm)
-            total = tl.sum(dt_ring, axis=1)  # [R]
-            after = total[:, None] - tl.cumsum(dt_ring, axis=1)  # dt summed over the entries after j
-            Xc = X * dt_ring * tl.exp(tl.minimum(A[:, None] * after, 0.0))  # x_j dt_j exp(A (T - c_j))
+            total = tl.sum(dt_ring, axis=0)
+            after = total - tl.cumsum(dt_ring, axis=0)  # dt summed over the entries after j
+            coef = dt_ring * tl.exp(tl.minimum(A * after, 0.0))
 
-            state_ptrs = (state_ptr + slot * stride_state_slot + head[:, None] * stride_state_h
+            state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
                           + offs_p[:, None] * stride_state_p + offs_n[None, :])
-            S = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
-            S *= tl.exp(tl.minimum(A * total, 0.0))[:, None]
+            S = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32) * tl.exp(tl.minimum(A * total, 0.0))
             if EXACT_B:  # B from bf16/fp16 activations: TF32 holds it exactly
-                S += split_tf32_dot(Xc, Bm, ONE_PASS_PRECISION)
+                S += split_tf32_dot(X * coef[None, :], Bm, ONE_PASS_PRECISION)
             else:
-                S += tl.dot(Xc, Bm, input_precision=DOT_PRECISION)
+                S += tl.dot(X * coef[None, :], Bm, input_precision=DOT_PRECISION)
             tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
 
             if not DRAIN:
                 C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n,
                             other=0.0).to(tl.float32)
                 y = tl.sum(S * C[None, :], axis=1)
-                if HAS_D:
-                    D = tl.load(D_ptr + head * stride_D_h + offs_p * stride_D_p, mask=mask_p, other=0.0)
-                    y += x * D.to(tl.float32)
-                if HAS_Z:
-                    z = tl.load(z_ptr + pid_b * stride_z_b + head * stride_z_h + offs_p, mask=mask_p,
-                                other=0.0).to(tl.float32)
-                    y *= z * tl.sigmoid(z)
-                tl.store(out_ptr + pid_b * stride_out_b + head * stride_out_h + offs_p, y.to(out_ptr.dtype.element_ty),
-                         mask=mask_p)
+                finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
+                              stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
 
 
 def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int, drain: bool) -> None:
     """Launch the fold over ``step``'s batch with the replay step's pointer/stride ``args``
     (:func:`~.replay.selective_state_update_replayssm` builds them). The matmul needs
-    tiles of at least 16, so ``block_p`` is raised to 16 where the config asks for less;
-    ``heads_per_tile`` is lowered to the largest power of two that divides the heads of a
-    group (a tile's heads share one B ring)."""
-    hpt = heads_per_tile(cfg.heads_per_tile, step.nheads // step.ngroups)
-    cfg = replace(cfg, block_p=max(16, cfg.block_p), heads_per_tile=hpt)
-    heads = cfg.heads_per_prog * hpt
-    launch_kernel(_replay_fold_kernel, grid(step.batch, triton.cdiv(step.nheads, heads), step.headdim, cfg), **args,
+    tiles of at least 16, so ``block_p`` is raised to 16 where the config asks for less."""
+    cfg = replace(cfg, block_p=max(16, cfg.block_p))
+    hpp = cfg.heads_per_prog
+    launch_kernel(_replay_fold_kernel, grid(step.batch, triton.cdiv(step.nheads, hpp), step.headdim, cfg), **args,
                   DRAIN=drain, BLOCK_P=cfg.block_p, BLOCK_N=max(16, block_n), BLOCK_L=max(16, block_l),
-                  EVEN_TILE=step.headdim % cfg.block_p == 0 and step.dstate == max(16, block_n),
                   # fp32-accurate products (plain TF32 drifts ~1e-2); the interpreter has only fp32.
+                  EVEN_TILE=step.headdim % cfg.block_p == 0 and step.dstate == max(16, block_n),
                   EXACT_B=args["B_cache_ptr"].dtype in (torch.bfloat16, torch.float16),
-                  DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION,
-                  HEADS_PER_PROG=cfg.heads_per_prog, HEADS_PER_TILE=hpt,
+                  DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, HEADS_PER_PROG=hpp,
                   num_warps=cfg.num_warps)
-
-
-def heads_per_tile(wanted: int, heads_per_group: int) -> int:
-    """Largest power of two <= ``wanted`` that divides ``heads_per_group``."""
-    hpp = 1
-    while hpp * 2 <= wanted and heads_per_group % (hpp * 2) == 0:
-        hpp *= 2
-    return hpp

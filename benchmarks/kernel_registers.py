@@ -113,12 +113,13 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
     ``split_fold`` config is two launches (the fold of flush rows, then the verify)."""
     buf = m2_spec.ring_capacity(T, history_len)
     common = dict(HAS_SLOT_IDX=True, BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf, DOT_PRECISION="tf32x3",
-                  USE_DOT=True)
+                  ONE_PASS_PRECISION="tf32", USE_DOT=True, EVEN_TILE=True)
     families = (
         ("mamba2", m2_spec._spec_verify_kernel,
          lambda cfg: dict(HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, DT_SOFTPLUS=True, NUM_TOKENS=T,
-                          BLOCK_P=min(cfg.block_p, 64), BLOCK_N=128)),
-        ("gdn", gdn_spec._gdn_spec_verify_kernel, lambda cfg: dict(USE_QK_L2NORM=True, BLOCK_V=cfg.block_p, BLOCK_K=128)),
+                          BLOCK_P=min(cfg.block_p, 64), BLOCK_N=128, EXACT_B=True)),  # B ring in bf16
+        ("gdn", gdn_spec._gdn_spec_verify_kernel,  # k ring in fp32 (the default)
+         lambda cfg: dict(USE_QK_L2NORM=True, BLOCK_V=cfg.block_p, BLOCK_K=128, EXACT_B=False)),
     )
     for family, fn, shape in families:
         for cfg in SPEC_CANDIDATES:

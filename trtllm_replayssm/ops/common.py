@@ -103,12 +103,17 @@ def store_nan_tokens(out_ptr, offs, mask, pid_b, pid_h, stride_out_b, stride_out
 
 
 @triton.jit
-def small_matmul(a, b, USE_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """``a [M, J] @ b [J, N]`` in fp32: one ``tl.dot`` where every side is >= 16 (the
-    callers pass ``USE_DOT``), else a broadcast product summed over J (tiny tiles, e.g. in
-    the interpreter on small shapes)."""
+def small_matmul(a, b, USE_DOT: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                 ONE_PASS_PRECISION: tl.constexpr):
+    """``a [M, J] @ b [J, N]`` in fp32: a matmul where every side is >= 16 (the callers
+    pass ``USE_DOT``; two TF32 passes where ``b`` holds bf16/fp16 values, ``EXACT_B``, see
+    :func:`split_tf32_dot`, else tf32x3), else a broadcast product summed over J (tiny
+    tiles, e.g. in the interpreter on small shapes)."""
     if USE_DOT:
-        return tl.dot(a, b, input_precision=DOT_PRECISION)
+        if EXACT_B:
+            return split_tf32_dot(a, b, ONE_PASS_PRECISION)
+        else:
+            return tl.dot(a, b, input_precision=DOT_PRECISION)
     else:
         return tl.sum(a[:, :, None] * b[None, :, :], axis=1)
 

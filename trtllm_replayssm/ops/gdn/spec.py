@@ -24,7 +24,8 @@ import triton
 import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_tensor
-from ..common import DOT_PRECISION, load_ring_history, load_spec_row, small_matmul, store_nan_tokens
+from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, load_ring_history, load_spec_row, small_matmul,
+                      store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel
 from ..mamba2.spec import AFTER_FOLD, BOTH, FOLD_ONLY, _check_cursors, _check_spec_sizes, ring_capacity
 from .step_inputs import parse_gdn_step
@@ -51,7 +52,8 @@ def _gdn_spec_verify_kernel(
     scale, softplus_beta, softplus_threshold,
     USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
     BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr, BUF: tl.constexpr,
-    USE_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, PHASE: tl.constexpr,
+    USE_DOT: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
+    PHASE: tl.constexpr, EVEN_TILE: tl.constexpr,
 ):
     pid_v = tl.program_id(0)
     hv = tl.program_id(1)
@@ -59,8 +61,7 @@ def _gdn_spec_verify_kernel(
     offs_v = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
     offs_k = tl.arange(0, BLOCK_K)
     offs_t = tl.arange(0, BLOCK_T)
-    mask_v = offs_v < head_v_dim
-    mask_k = offs_k < head_k_dim
+    mask_v, mask_k = tile_masks(offs_v, offs_k, head_v_dim, head_k_dim, EVEN_TILE)
     mask_t = offs_t < num_tokens
 
     slot, wp, origin, is_flush, is_pad, is_bad = load_spec_row(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, pid_b,
@@ -118,7 +119,8 @@ def _gdn_spec_verify_kernel(
         if is_flush:
             # Fold the committed history into the checkpoint and store it; the drafts then
             # stand on it alone.
-            S0 = tl.exp(G) * S0 + small_matmul(D_hist * decay[None, :], K_hist, USE_DOT, DOT_PRECISION)
+            S0 = tl.exp(G) * S0 + small_matmul(D_hist * decay[None, :], K_hist, USE_DOT, EXACT_B, DOT_PRECISION,
+                                                  ONE_PASS_PRECISION)
             tl.store(state_ptrs, S0.to(state_ptr.dtype.element_ty), mask=mask_vk)
             G = G * 0.0
             decay = decay * 0.0
@@ -226,7 +228,8 @@ def gdn_replayssm_spec_decode(
             out.stride(0), out.stride(1), out.stride(2), step.scale, step.softplus_beta, step.softplus_threshold,
             USE_QK_L2NORM=step.use_qk_l2norm, HAS_SLOT_IDX=initial_state_indices is not None, BLOCK_V=block_v,
             BLOCK_K=block_k, BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf,
-            USE_DOT=min(block_v, block_k, buf) >= 16, DOT_PRECISION=DOT_PRECISION, PHASE=phase.value,
-            num_warps=cfg.num_warps,
+            USE_DOT=min(block_v, block_k, buf) >= 16, EXACT_B=k_ring.dtype in (torch.bfloat16, torch.float16),
+            DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, PHASE=phase.value,
+            EVEN_TILE=V % block_v == 0 and K == block_k, num_warps=cfg.num_warps,
         )
     return out

@@ -29,7 +29,8 @@ import triton
 import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_tensor
-from ..common import DOT_PRECISION, load_ring_history, load_spec_row, small_matmul, store_nan_tokens
+from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, load_ring_history, load_spec_row, small_matmul,
+                      store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel
 from .step_inputs import parse_mamba2_step
 
@@ -58,8 +59,8 @@ def _spec_verify_kernel(
     stride_z_b, stride_z_t, stride_z_h, stride_dtb_h, stride_out_b, stride_out_t, stride_out_h,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
     DT_SOFTPLUS: tl.constexpr, NUM_TOKENS: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_T: tl.constexpr, BUF: tl.constexpr, USE_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    PHASE: tl.constexpr,
+    BLOCK_T: tl.constexpr, BUF: tl.constexpr, USE_DOT: tl.constexpr, EXACT_B: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, PHASE: tl.constexpr, EVEN_TILE: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -67,8 +68,7 @@ def _spec_verify_kernel(
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
     offs_t = tl.arange(0, BLOCK_T)
-    mask_p = offs_p < headdim
-    mask_n = offs_n < dstate
+    mask_p, mask_n = tile_masks(offs_p, offs_n, headdim, dstate, EVEN_TILE)
     mask_t = offs_t < NUM_TOKENS
 
     slot, wp, origin, is_flush, is_pad, is_bad = load_spec_row(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, pid_b,
@@ -124,7 +124,7 @@ def _spec_verify_kernel(
             # Fold only the committed history (never the drafts) and store the new
             # checkpoint; the outputs then stand on it alone.
             S0 = S0 * tl.exp(tl.minimum(A * H, 0.0)) + small_matmul(X_hist * coef[None, :], B_hist, USE_DOT,
-                                                                   DOT_PRECISION)
+                                                                   EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
             tl.store(state_ptrs, S0.to(state_ptr.dtype.element_ty), mask=mask_pn)
             H = H * 0.0
             coef = coef * 0.0
@@ -279,8 +279,9 @@ def selective_state_update_replayssm_spec(
             HAS_D=Dt is not None, HAS_Z=z is not None, HAS_DT_BIAS=step.dt_bias is not None,
             HAS_SLOT_IDX=state_batch_indices is not None, DT_SOFTPLUS=bool(dt_softplus), NUM_TOKENS=T,
             BLOCK_P=block_p, BLOCK_N=block_n, BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf,
-            USE_DOT=min(block_p, block_n, buf) >= 16, DOT_PRECISION=DOT_PRECISION, PHASE=phase.value,
-            num_warps=cfg.num_warps,
+            USE_DOT=min(block_p, block_n, buf) >= 16, EXACT_B=B_ring.dtype in (torch.bfloat16, torch.float16),
+            DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, PHASE=phase.value,
+            EVEN_TILE=P % block_p == 0 and N == block_n, num_warps=cfg.num_warps,
         )
     return out
 

@@ -352,6 +352,7 @@ static int launch_step_case(const char* key, int64_t batch, int64_t inner, int64
   X(stride_dtb_h, INT(a->stride_dt_bias)) X(stride_out_b, INT(a->stride_out[0])) X(stride_out_h, INT(a->stride_out[1]))
 
 #define NAME_OF(n, v) #n,
+#define COUNT_OF(array) ((int)(sizeof(array) / sizeof((array)[0])))
 #define VALUE_OF(n, v) v,
 
 int rs_mamba2_step(const rs_mamba2_step_args* a, void* stream) {
@@ -382,7 +383,7 @@ int rs_mamba2_step(const rs_mamba2_step_args* a, void* stream) {
   const int64_t cursor_len = standard ? 0 : a->route == RS_ROUTE_STANDARD_STEP ? 1 : a->buffer_len;
   static const char* const names[] = {MAMBA2_VALUES(NAME_OF)};
   const rs_value values[] = {MAMBA2_VALUES(VALUE_OF)};
-  const named_values nv = {names, values, (int)(sizeof names / sizeof names[0])};
+  const named_values nv = {names, values, COUNT_OF(names)};
   return launch_step_case(key, a->batch, a->headdim, a->nheads, &nv, (CUstream)stream);
 }
 
@@ -433,7 +434,7 @@ int rs_gdn_step(const rs_gdn_step_args* a, void* stream) {
   const int64_t cursor_len = standard ? 0 : a->route == RS_ROUTE_STANDARD_STEP ? 1 : a->buffer_len;
   static const char* const names[] = {GDN_VALUES(NAME_OF)};
   const rs_value values[] = {GDN_VALUES(VALUE_OF)};
-  const named_values nv = {names, values, (int)(sizeof names / sizeof names[0])};
+  const named_values nv = {names, values, COUNT_OF(names)};
   return launch_step_case(key, a->batch, a->head_v_dim, a->num_v_heads, &nv, (CUstream)stream);
 }
 
@@ -488,7 +489,7 @@ int rs_mamba2_spec_verify(const rs_mamba2_spec_args* a, void* stream) {
            (long long)a->dstate, (long long)a->headdim, (long long)a->num_tokens, ad, sd, a->z ? 1 : 0);
   static const char* const names[] = {MAMBA2_SPEC_VALUES(NAME_OF)};
   const rs_value values[] = {MAMBA2_SPEC_VALUES(VALUE_OF)};
-  const named_values nv = {names, values, (int)(sizeof names / sizeof names[0])};
+  const named_values nv = {names, values, COUNT_OF(names)};
   return launch_step_case(key, a->batch, a->headdim, a->nheads, &nv, (CUstream)stream);
 }
 
@@ -536,7 +537,7 @@ int rs_gdn_spec_verify(const rs_gdn_spec_args* a, void* stream) {
            (long long)a->head_k_dim, (long long)a->num_tokens, (long long)a->head_v_dim, ad, sd);
   static const char* const names[] = {GDN_SPEC_VALUES(NAME_OF)};
   const rs_value values[] = {GDN_SPEC_VALUES(VALUE_OF)};
-  const named_values nv = {names, values, (int)(sizeof names / sizeof names[0])};
+  const named_values nv = {names, values, COUNT_OF(names)};
   return launch_step_case(key, a->batch, a->head_v_dim, a->num_v_heads, &nv, (CUstream)stream);
 }
 
@@ -564,7 +565,7 @@ int rs_advance_write_pos(int32_t* write_pos, int64_t num_slots, int64_t buffer_l
                                       "buffer_len", "pad_slot_id"};
   const rs_value values[] = {PTR(write_pos), PTR(slot_idx), PTR(force_flush ? (const void*)force_flush : (const void*)write_pos),
                              INT(batch), INT(num_slots), INT(buffer_len), INT(pad_slot_id)};
-  const named_values nv = {names, values, 7};
+  const named_values nv = {names, values, COUNT_OF(names)};
   return launch_cursor_case(key, batch, &nv, (CUstream)stream);
 }
 
@@ -575,7 +576,7 @@ int rs_reset_write_pos(int32_t* write_pos, int64_t num_slots, const int32_t* slo
   if (n == 0) return RS_SUCCESS;
   static const char* const names[] = {"write_pos_ptr", "slots_ptr", "n", "num_slots", "pad_slot_id"};
   const rs_value values[] = {PTR(write_pos), PTR(slots), INT(n), INT(num_slots), INT(pad_slot_id)};
-  const named_values nv = {names, values, 5};
+  const named_values nv = {names, values, COUNT_OF(names)};
   return launch_cursor_case("reset_write_pos", n, &nv, (CUstream)stream);
 }
 
@@ -594,7 +595,7 @@ int rs_commit_spec(int32_t* write_pos, int32_t* origin, int8_t* is_flush, int64_
                                       "num_slots", "num_tokens", "capacity", "pad_slot_id"};
   const rs_value values[] = {PTR(write_pos), PTR(origin), PTR(is_flush), PTR(accepted), PTR(slot_idx), INT(batch),
                              INT(num_slots), INT(num_tokens), INT(history_len + num_tokens), INT(pad_slot_id)};
-  const named_values nv = {names, values, 10};
+  const named_values nv = {names, values, COUNT_OF(names)};
   return launch_cursor_case(key, batch, &nv, (CUstream)stream);
 }
 
@@ -611,7 +612,7 @@ int rs_reset_spec(int32_t* write_pos, int32_t* origin, int8_t* is_flush, int64_t
                                       "capacity", "pad_slot_id"};
   const rs_value values[] = {PTR(write_pos), PTR(origin), PTR(is_flush), PTR(slots), INT(n), INT(num_slots),
                              INT(num_tokens), INT(history_len + num_tokens), INT(pad_slot_id)};
-  const named_values nv = {names, values, 9};
+  const named_values nv = {names, values, COUNT_OF(names)};
   return launch_cursor_case(key, n, &nv, (CUstream)stream);
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
@@ -11,6 +12,16 @@ from .._runtime import INTERPRETED
 DOT_PRECISION = "ieee" if INTERPRETED else "tf32x3"
 # One TF32 pass, for products whose operands are exact in TF32 (see :func:`split_tf32_dot`).
 ONE_PASS_PRECISION = "ieee" if INTERPRETED else "tf32"
+
+
+def exact_in_tf32(dtype: torch.dtype) -> bool:
+    """Whether TF32 holds every value of ``dtype`` (the ``EXACT_B`` of :func:`small_matmul`)."""
+    return dtype in (torch.bfloat16, torch.float16)
+
+
+def even_tile(rows: int, block_rows: int, cols: int, block_cols: int) -> bool:
+    """``EVEN_TILE`` of :func:`tile_masks`: the sizes fill every tile."""
+    return rows % block_rows == 0 and cols == block_cols
 
 
 @triton.jit

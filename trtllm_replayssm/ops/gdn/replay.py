@@ -28,7 +28,7 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_tensor
-from ..common import DOT_PRECISION, load_slot, store_nan_heads, tile_masks
+from ..common import DOT_PRECISION, even_tile, load_slot, store_nan_heads, tile_masks
 from ..launch import LaunchConfig, grid, launch_kernel, select_config, select_route
 from ._common import delta_rule_step, load_gates, load_qk
 from ..cursors import FLUSH_EVERY_STEP
@@ -276,7 +276,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
             BLOCK_V=cfg.block_p, BLOCK_K=block_k, BLOCK_L=block_l,
             FOLD_CHUNK=min(cfg.fold_chunk, block_l),
             FOLD_DOT=bool(cfg.fold_dot) and min(cfg.block_p, block_l, block_k) >= 16, DOT_PRECISION=DOT_PRECISION,
-            HEADS_PER_PROG=hpp, EVEN_TILE=step.head_v_dim % cfg.block_p == 0 and step.head_k_dim == block_k,
+            HEADS_PER_PROG=hpp, EVEN_TILE=even_tile(step.head_v_dim, cfg.block_p, step.head_k_dim, block_k),
             num_warps=cfg.num_warps,
         )
     return step.out

@@ -24,8 +24,8 @@ import triton
 import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_tensor
-from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, load_ring_history, load_spec_row, small_matmul,
-                      store_nan_tokens, tile_masks)
+from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, even_tile, exact_in_tf32, load_ring_history,
+                      load_spec_row, small_matmul, store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel
 from ..mamba2.spec import AFTER_FOLD, BOTH, FOLD_ONLY, _check_cursors, _check_spec_sizes, ring_capacity
 from .step_inputs import parse_gdn_step
@@ -228,8 +228,8 @@ def gdn_replayssm_spec_decode(
             out.stride(0), out.stride(1), out.stride(2), step.scale, step.softplus_beta, step.softplus_threshold,
             USE_QK_L2NORM=step.use_qk_l2norm, HAS_SLOT_IDX=initial_state_indices is not None, BLOCK_V=block_v,
             BLOCK_K=block_k, BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf,
-            USE_DOT=min(block_v, block_k, buf) >= 16, EXACT_B=k_ring.dtype in (torch.bfloat16, torch.float16),
+            USE_DOT=min(block_v, block_k, buf) >= 16, EXACT_B=exact_in_tf32(k_ring.dtype),
             DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, PHASE=phase.value,
-            EVEN_TILE=V % block_v == 0 and K == block_k, num_warps=cfg.num_warps,
+            EVEN_TILE=even_tile(V, block_v, K, block_k), num_warps=cfg.num_warps,
         )
     return out

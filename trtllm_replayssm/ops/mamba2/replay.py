@@ -41,7 +41,7 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_tensor
-from ..common import load_slot, store_nan_output, tile_masks
+from ..common import even_tile, load_slot, store_nan_output, tile_masks
 from ._common import finish_output, load_dt
 from ..launch import LaunchConfig, grid, launch_kernel, select_config, select_route
 from .replay_fold import launch_fold
@@ -284,7 +284,7 @@ def selective_state_update_replayssm(
             launch_kernel(_replay_step_kernel, grid(step.batch, step.nheads, step.headdim, cfg), **args,
                           MODE=mode, BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_L=block_l,
                           FOLD_CHUNK=min(cfg.fold_chunk, block_l),
-                          EVEN_TILE=step.headdim % cfg.block_p == 0 and step.dstate == block_n,
+                          EVEN_TILE=even_tile(step.headdim, cfg.block_p, step.dstate, block_n),
                           num_warps=cfg.num_warps)
     return step.out
 

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import torch
 import triton
 import triton.language as tl
 
-from ..common import DOT_PRECISION, ONE_PASS_PRECISION, load_slot, split_tf32_dot, tile_masks
+from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, even_tile, exact_in_tf32, load_slot, small_matmul,
+                      tile_masks)
 from ..launch import LaunchConfig, grid, launch_kernel
 from ._common import finish_output, load_dt
 
@@ -117,10 +117,7 @@ def _replay_fold_kernel(
             state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
                           + offs_p[:, None] * stride_state_p + offs_n[None, :])
             S = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32) * tl.exp(tl.minimum(A * total, 0.0))
-            if EXACT_B:  # B from bf16/fp16 activations: TF32 holds it exactly
-                S += split_tf32_dot(X * coef[None, :], Bm, ONE_PASS_PRECISION)
-            else:
-                S += tl.dot(X * coef[None, :], Bm, input_precision=DOT_PRECISION)
+            S += small_matmul(X * coef[None, :], Bm, True, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
             tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
 
             if not DRAIN:
@@ -136,11 +133,12 @@ def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int,
     (:func:`~.replay.selective_state_update_replayssm` builds them). The matmul needs
     tiles of at least 16, so ``block_p`` is raised to 16 where the config asks for less."""
     cfg = replace(cfg, block_p=max(16, cfg.block_p))
+    block_n = max(16, block_n)
     hpp = cfg.heads_per_prog
     launch_kernel(_replay_fold_kernel, grid(step.batch, triton.cdiv(step.nheads, hpp), step.headdim, cfg), **args,
-                  DRAIN=drain, BLOCK_P=cfg.block_p, BLOCK_N=max(16, block_n), BLOCK_L=max(16, block_l),
+                  DRAIN=drain, BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_L=max(16, block_l),
+                  EVEN_TILE=even_tile(step.headdim, cfg.block_p, step.dstate, block_n),
                   # fp32-accurate products (plain TF32 drifts ~1e-2); the interpreter has only fp32.
-                  EVEN_TILE=step.headdim % cfg.block_p == 0 and step.dstate == max(16, block_n),
-                  EXACT_B=args["B_cache_ptr"].dtype in (torch.bfloat16, torch.float16),
+                  EXACT_B=exact_in_tf32(args["B_cache_ptr"].dtype),
                   DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, HEADS_PER_PROG=hpp,
                   num_warps=cfg.num_warps)

@@ -29,8 +29,8 @@ import triton
 import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_tensor
-from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, load_ring_history, load_spec_row, small_matmul,
-                      store_nan_tokens, tile_masks)
+from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, even_tile, exact_in_tf32, load_ring_history,
+                      load_spec_row, small_matmul, store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel
 from .step_inputs import parse_mamba2_step
 
@@ -279,9 +279,9 @@ def selective_state_update_replayssm_spec(
             HAS_D=Dt is not None, HAS_Z=z is not None, HAS_DT_BIAS=step.dt_bias is not None,
             HAS_SLOT_IDX=state_batch_indices is not None, DT_SOFTPLUS=bool(dt_softplus), NUM_TOKENS=T,
             BLOCK_P=block_p, BLOCK_N=block_n, BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf,
-            USE_DOT=min(block_p, block_n, buf) >= 16, EXACT_B=B_ring.dtype in (torch.bfloat16, torch.float16),
+            USE_DOT=min(block_p, block_n, buf) >= 16, EXACT_B=exact_in_tf32(B_ring.dtype),
             DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, PHASE=phase.value,
-            EVEN_TILE=P % block_p == 0 and N == block_n, num_warps=cfg.num_warps,
+            EVEN_TILE=even_tile(P, block_p, N, block_n), num_warps=cfg.num_warps,
         )
     return out
 

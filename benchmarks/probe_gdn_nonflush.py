@@ -149,8 +149,6 @@ def main() -> None:
                 records.append(dict(model=model, batch=batch, variant=k_, us=round(us, 1), vs_standard=round(us / std, 3)))
             print(tabulate(rows, headers=["model", "batch", "variant", "us", "x standard", "GB/s (state read)"]),
                   flush=True)
-            del rig, c, state
-            torch.cuda.empty_cache()
     if args.out:
         with open(args.out, "w") as f:
             json.dump(records, f, indent=1)

@@ -102,8 +102,8 @@ def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16):
             else:
                 fn, c = gdn_replay._gdn_replay_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, FLUSH_ALL=kernel == "always_flush", MODE=modes[kernel],
-                    BLOCK_V=cfg.block_p, BLOCK_L=L, FOLD_CHUNK=cfg.fold_chunk,
-                    FOLD_DOT=bool(cfg.fold_dot) and kernel == "fold", DOT_PRECISION="tf32x3",
+                    BLOCK_V=cfg.block_p, CHUNKS=min(cfg.loop_blocks, head_dim // cfg.block_p), BLOCK_L=L,
+                    FOLD_CHUNK=cfg.fold_chunk, FOLD_DOT=bool(cfg.fold_dot) and kernel == "fold", DOT_PRECISION="tf32x3",
                     HEADS_PER_PROG=cfg.heads_per_prog if kernel == "fold" else 1, EVEN_TILE=head_dim % cfg.block_p == 0)
             yield ["gdn", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype)]
 

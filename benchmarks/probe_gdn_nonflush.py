@@ -12,6 +12,10 @@ Each runs with a program per (block of BLOCK_V value rows, value head, row), or,
 ``chunks`` > 1, with a program looping over ``chunks`` blocks, so the per-key-head work
 (normalisation, k_j . k and k_j . q over the ring) is done once for all of them.
 
+With ``--fold``: the package's fold launch on a step where every row flushes, per launch
+config, its matmul over the ring in tf32x3 (what it runs with an fp32 k ring) and in one
+TF32 pass (not accurate enough: what a ring exact in TF32 would cost, about).
+
     python benchmarks/probe_gdn_nonflush.py --model qwen3.5-122b --batch 128 512
 """
 
@@ -89,6 +93,29 @@ def _probe_kernel(state_ptr, dc_ptr, kc_ptr, gc_ptr, q_ptr, k_ptr, v_ptr, a_ptr,
                 tl.store(kc_ptr + (row * H + h) * L * K + w * K + offs_k, k.to(kc_ptr.dtype.element_ty))
 
 
+FOLD_CONFIGS = [LaunchConfig(16, 2, 1, 1, 8), LaunchConfig(16, 2, 1, 1, loop_blocks=8),
+                LaunchConfig(16, 4, 1, 1, loop_blocks=8), LaunchConfig(32, 4, 1, 1, loop_blocks=4),
+                LaunchConfig(16, 2, 1, 1, 2, loop_blocks=8), LaunchConfig(32, 4, 1, 1), LaunchConfig(16, 2, 4, 0, loop_blocks=8)]
+
+
+def short(cfg: LaunchConfig) -> str:
+    extra = [f"{k} {v}" for k, v in (("chunk", cfg.fold_chunk), ("hpp", cfg.heads_per_prog), ("loop", cfg.loop_blocks))
+             if v > 1]
+    return f"({', '.join([str(cfg.block_p), str(cfg.num_warps)] + extra)})"
+
+
+def time_folds(rig: GDNRig) -> dict:
+    """The fold launch alone with every row flushing, per config and matmul precision."""
+    rig.cache.write_pos.fill_(15)
+    res = {}
+    for fold_cfg in FOLD_CONFIGS:
+        kernel, grid, kw = package_launches(rig, LaunchConfig(8, 1, loop_blocks=16), fold_cfg)[1]
+        for prec in (("tf32x3", "tf32") if fold_cfg.fold_dot else ("fp32 FMA",)):
+            kw2 = dict(kw, DOT_PRECISION=prec) if fold_cfg.fold_dot else kw
+            res[f"fold {prec} {short(fold_cfg)}"] = time_graph_ms(capture(lambda: kernel[grid](**kw2))) * 1e3
+    return res
+
+
 def package_launches(rig: GDNRig, cfg: LaunchConfig, fold_cfg: LaunchConfig) -> list:
     """The package's output_only step recorded launch by launch (kernel, grid, kwargs)."""
     seen = []
@@ -113,6 +140,7 @@ def main() -> None:
     ap.add_argument("--model", nargs="+", default=["qwen3.5-122b"])
     ap.add_argument("--batch", type=int, nargs="+", default=[128, 512])
     ap.add_argument("--out", default=None)
+    ap.add_argument("--fold", action="store_true", help="time the fold launch (instead of the non-flush variants)")
     args = ap.parse_args()
     records = []
     for model in args.model:
@@ -127,14 +155,16 @@ def main() -> None:
                 Launch("standard", LaunchConfig(4, 1)), 0))) * 1e3}
             if rig.fla is not None:
                 res["fla-core fused_recurrent"] = time_graph_ms(capture(lambda: rig.layer_step(Launch("fla"), 0))) * 1e3
-            for cfg in (LaunchConfig(8, 1), LaunchConfig(32, 4), LaunchConfig(128, 8)):
+            if args.fold:
+                res.update(time_folds(rig))
+            for cfg in (() if args.fold else (LaunchConfig(8, 1), LaunchConfig(32, 4), LaunchConfig(8, 1, loop_blocks=16))):
                 fold_cfg = LaunchConfig(16, 2, 1, 1, 8)
                 for i, (kernel, grid, kw) in enumerate(package_launches(rig, cfg, fold_cfg)):
                     name = "non-flush launch" if i == 0 else "fold launch, no row flushing"
                     res[f"package {name} ({cfg.block_p}, {cfg.num_warps})" if i == 0 else
                         f"package {name} (16, 2, hpp 8)"] = time_graph_ms(capture(
                             lambda kernel=kernel, grid=grid, kw=kw: kernel[grid](**kw))) * 1e3
-            for name, var in VARIANTS.items():
+            for name, var in ({} if args.fold else VARIANTS).items():
                 for bv, nw, chunks in [t for t in PROBE_TILES if t[0] * t[2] <= V]:
                     def run(bv=bv, nw=nw, chunks=chunks, var=var):
                         _probe_kernel[(V // (bv * chunks), HV, batch)](

@@ -53,6 +53,19 @@ def test_fold_launch_over_several_heads():
     run_gdn_replay(GDNScenario(GEOM, 4, seed=6), cycles(4), fold_config=LaunchConfig(16, 2, heads_per_prog=3))
 
 
+@pytest.mark.parametrize("geom, config, fold_config", [
+    (GEOM, LaunchConfig(4, 1, loop_blocks=2), LaunchConfig(4, 1, loop_blocks=2)),
+    (GEOM, LaunchConfig(4, 1, loop_blocks=4), LaunchConfig(4, 2, loop_blocks=8, heads_per_prog=3)),
+    # V = 40 in runs of 2 x 8 rows: the last program's second block lies wholly past V.
+    (GDNGeometry(1, 3, 24, 40), LaunchConfig(8, 1, loop_blocks=2), LaunchConfig(8, 1, loop_blocks=2)),
+], ids=["runs_of_2", "whole_head", "uneven_last_run"])
+def test_programs_looping_over_value_blocks(geom, config, fold_config):
+    """``loop_blocks``: a program runs several blocks of value rows of a head one after
+    another, the head's ring products computed once for all of them."""
+    run_gdn_replay(GDNScenario(geom, 4, seed=10), cycles(4), config=config, fold_config=fold_config)
+    run_gdn_replay(GDNScenario(geom, 4, seed=11), 6, route="always_flush", fold_config=fold_config)
+
+
 def test_packed_and_separate_qkv_agree():
     outs = []
     for packed in (False, True):

@@ -6,6 +6,7 @@ import torch
 from conftest import requires_cuda
 from gdn_harness import GDNScenario, run_gdn_replay, run_gdn_standard
 from trtllm_replayssm.models import GDN_MODELS
+from trtllm_replayssm.ops.launch import LaunchConfig
 
 pytestmark = requires_cuda
 
@@ -20,3 +21,12 @@ def test_replay_real_shapes(model, state_dtype, ring_dtype):
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
 def test_standard_real_shapes(state_dtype):
     run_gdn_standard(GDNScenario(GDN_MODELS["qwen3.5-122b"].geom, 1, state_dtype, torch.bfloat16), 8)
+
+
+@pytest.mark.parametrize("config, fold_config", [
+    (LaunchConfig(8, 1, loop_blocks=16), LaunchConfig(16, 2, fold_dot=1, loop_blocks=8)),
+    (LaunchConfig(16, 2, loop_blocks=4), LaunchConfig(32, 4, fold_dot=1, loop_blocks=2, heads_per_prog=4)),
+], ids=["whole_head", "two_runs"])
+def test_replay_looping_over_value_blocks_real_shapes(config, fold_config):
+    run_gdn_replay(GDNScenario(GDN_MODELS["qwen3.5-122b"].geom, 16, torch.float32, torch.bfloat16), 3 * 16 + 2,
+                   config=config, fold_config=fold_config)

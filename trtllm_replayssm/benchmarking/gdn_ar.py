@@ -21,20 +21,26 @@ from .rig import CycleRig, Launch, best_config
 from .timing import layers_for_cold_l2
 
 ROUTES = ("output_only", "standard_step", "always_flush")
-# (block_v, num_warps, fold_chunk, fold_dot, heads_per_prog); block_v <= V. The replay
-# kernels hold the ring as [L, K] / [V, L] tiles beside the [V, K] checkpoint tile; pruned
-# with ptxas's register counts (sm_90, K = 128, ``benchmarks/kernel_registers.py``).
+# Launch configs tried per kernel; ``block_p`` is the block of value rows (<= V). The
+# replay kernels hold the ring as [L, K] / [V, L] tiles beside the [V, K] checkpoint
+# tile, and with ``loop_blocks`` a program runs that many blocks of a head one after
+# another (the head's ring products once for all: ``benchmarks/probe_gdn_nonflush.py``).
+# Pruned with ptxas's register counts (sm_90, K = 128, ``benchmarks/kernel_registers.py``).
+_C = LaunchConfig
 CANDIDATES = {
-    "standard": [(4, 1), (8, 1), (8, 2), (16, 2), (16, 4), (32, 4)],
-    "output_only": [(8, 1), (8, 2), (16, 2), (16, 4), (32, 4), (32, 8), (64, 8), (128, 8), (128, 16)],
-    "fold": [(8, 1), (16, 2), (16, 2, 1, 1), (32, 4, 1, 1), (64, 8, 1, 1), (16, 2, 1, 1, 8), (32, 4, 1, 1, 8)],
-    "always_flush": [(4, 1), (8, 1), (8, 2), (16, 2), (32, 4)],
+    "standard": [_C(4, 1), _C(8, 1), _C(8, 2), _C(16, 2), _C(16, 4), _C(32, 4)],
+    "output_only": [_C(8, 1), _C(32, 4), _C(8, 1, loop_blocks=16), _C(8, 2, loop_blocks=16), _C(16, 2, loop_blocks=8),
+                    _C(16, 2, loop_blocks=4), _C(16, 4, loop_blocks=8), _C(32, 4, loop_blocks=4), _C(8, 1, loop_blocks=4)],
+    "fold": [_C(16, 2, 1, 1, 8), _C(32, 4, 1, 1, 8), _C(16, 2, 1, 1), _C(32, 4, 1, 1), _C(16, 2, 1, 1, loop_blocks=8),
+             _C(16, 4, 1, 1, loop_blocks=8), _C(32, 4, 1, 1, loop_blocks=4), _C(16, 2, 1, 1, 2, loop_blocks=8),
+             _C(16, 2, 1, 1, loop_blocks=2)],
+    "always_flush": [_C(4, 1), _C(8, 1), _C(8, 2), _C(16, 2), _C(32, 4)],
 }
 
 
 def candidate_configs(kernel: str, head_v_dim: int, limit: Optional[int] = None) -> List[LaunchConfig]:
     cap = 1 << (head_v_dim - 1).bit_length()
-    return [LaunchConfig(*c) for c in CANDIDATES[kernel] if c[0] <= cap][:limit]
+    return [c for c in CANDIDATES[kernel] if c.block_p <= cap][:limit]
 
 
 def fla_fused_recurrent():
@@ -118,7 +124,7 @@ def tune_gdn_case(rig: GDNRig, replays: int = 5, limit: Optional[int] = None) ->
     hv = rig.case.geom.head_v_dim
     best = {k: best_config(lambda c: rig.time_cycle_us(Launch(run, c), replays), candidate_configs(k, hv, limit))
             for k, run in (("standard", "standard"), ("always_flush", "standard_step"))}
-    nonflush0 = LaunchConfig(16, 4)  # a spill-free non-flush tile while the fold is tuned
+    nonflush0 = LaunchConfig(8, 1, loop_blocks=16)  # a good non-flush launch while the fold is tuned
     best["fold"] = best_config(lambda c: rig.time_cycle_us(Launch("output_only", nonflush0, c), replays),
                                candidate_configs("fold", hv, limit))
     fold = best["fold"]["config"]

@@ -26,9 +26,11 @@ class LaunchConfig:
     the replay kernel how many ring entries are loaded together (``fold_chunk``),
     whether a fold uses one matmul over the ring instead (``fold_dot``; GDN only: the
     Mamba2 fold kernel always does), how many heads one program of the fold launch loops
-    over (``heads_per_prog``), and whether a
+    over (``heads_per_prog``), whether a
     speculative verify folds its flush rows in a launch of their own (``split_fold``), so
-    the verify launch is compiled without the fold."""
+    the verify launch is compiled without the fold, and how many blocks of ``block_p``
+    rows one program runs one after another (``loop_blocks``; GDN replay: the work of a
+    head that does not depend on the rows is then done once for all of them)."""
 
     block_p: int
     num_warps: int
@@ -36,19 +38,20 @@ class LaunchConfig:
     fold_dot: int = 0
     heads_per_prog: int = 1
     split_fold: int = 0  # speculative verify: flush rows fold in a launch of their own
+    loop_blocks: int = 1  # GDN replay: headdim blocks one program loops over
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-CONFIG_FIELDS = ("block_p", "num_warps", "fold_chunk", "fold_dot", "heads_per_prog", "split_fold")
+CONFIG_FIELDS = ("block_p", "num_warps", "fold_chunk", "fold_dot", "heads_per_prog", "split_fold", "loop_blocks")
 
 
 def grid(batch: int, nheads: int, headdim: int, cfg: LaunchConfig) -> tuple:
-    """Programs: (headdim blocks, heads (or groups of heads), batch rows). Heads of one
-    slot run adjacently, which keeps a group's ring entries in L2 for the heads that share
-    them."""
-    return (triton.cdiv(headdim, cfg.block_p), nheads, batch)
+    """Programs: (headdim blocks (or runs of ``loop_blocks`` of them), heads (or groups of
+    heads), batch rows). Heads of one slot run adjacently, which keeps a group's ring
+    entries in L2 for the heads that share them."""
+    return (triton.cdiv(headdim, cfg.block_p * cfg.loop_blocks), nheads, batch)
 
 
 def _dtype_key(dtype: torch.dtype) -> str:

@@ -20,6 +20,7 @@ non-empty rings are folded first by a launch that returns at once otherwise). Cu
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import torch
@@ -42,6 +43,16 @@ FOLD = tl.constexpr(2)  # rows that flush: fold the ring and this token, store t
 DRAIN = tl.constexpr(4)  # rows with a non-empty ring: fold it (no new token) and store; others return
 
 
+@triton.jit
+def _store_nan_rows(out_ptr, offs_v0, pid_b, pid_hg, num_v_heads, head_v_dim, stride_out_b, stride_out_h,
+                    HEADS_PER_PROG: tl.constexpr, BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr):
+    """NaN outputs for every value row this program covers, of an invalid batch row."""
+    for c in range(0, CHUNKS):
+        offs_v = offs_v0 + c * BLOCK_V
+        store_nan_heads(out_ptr, offs_v, offs_v < head_v_dim, pid_b, pid_hg, num_v_heads, stride_out_b, stride_out_h,
+                        HEADS_PER_PROG)
+
+
 @triton.jit(do_not_specialize=["num_slots"])
 def _gdn_replay_kernel(
     state_ptr, d_cache_ptr, k_cache_ptr, g_cache_ptr, write_pos_ptr, force_flush_ptr,
@@ -56,15 +67,21 @@ def _gdn_replay_kernel(
     scale, softplus_beta, softplus_threshold,
     USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr,
     FLUSH_ALL: tl.constexpr, MODE: tl.constexpr,
-    BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_L: tl.constexpr, FOLD_CHUNK: tl.constexpr,
-    FOLD_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr, EVEN_TILE: tl.constexpr,
+    BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_L: tl.constexpr,
+    FOLD_CHUNK: tl.constexpr, FOLD_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
+    EVEN_TILE: tl.constexpr,
 ):
+    """A program covers CHUNKS blocks of BLOCK_V value rows of HEADS_PER_PROG value heads of
+    one batch row, one block after another. The work of a head that does not depend on the
+    value rows (q/k normalisation, gates, the ring's g and k tiles and their products with
+    k and q) is done once for all the blocks: done per block, it cost a non-flush step
+    more than the checkpoint read (``benchmarks/probe_gdn_nonflush.py``)."""
     pid_v = tl.program_id(0)
     pid_hg = tl.program_id(1)
     pid_b = tl.program_id(2)
-    offs_v = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    offs_v0 = pid_v * (BLOCK_V * CHUNKS) + tl.arange(0, BLOCK_V)
     offs_k = tl.arange(0, BLOCK_K)
-    mask_v, mask_k = tile_masks(offs_v, offs_k, head_v_dim, head_k_dim, EVEN_TILE)
+    mask_v0, mask_k = tile_masks(offs_v0, offs_k, head_v_dim, head_k_dim, EVEN_TILE)
     REPORTS: tl.constexpr = (MODE != FOLD) or FLUSH_ALL  # one launch of a step reports errors
 
     slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
@@ -72,14 +89,14 @@ def _gdn_replay_kernel(
         return
     if is_bad:
         if REPORTS:
-            store_nan_heads(out_ptr, offs_v, mask_v, pid_b, pid_hg, num_v_heads, stride_out_b, stride_out_h,
-                            HEADS_PER_PROG)
+            _store_nan_rows(out_ptr, offs_v0, pid_b, pid_hg, num_v_heads, head_v_dim, stride_out_b, stride_out_h,
+                            HEADS_PER_PROG, BLOCK_V, CHUNKS)
         return
     w = tl.load(write_pos_ptr + slot)
     if (w < 0) | (w >= buffer_len):
         if REPORTS:
-            store_nan_heads(out_ptr, offs_v, mask_v, pid_b, pid_hg, num_v_heads, stride_out_b, stride_out_h,
-                            HEADS_PER_PROG)
+            _store_nan_rows(out_ptr, offs_v0, pid_b, pid_hg, num_v_heads, head_v_dim, stride_out_b, stride_out_h,
+                            HEADS_PER_PROG, BLOCK_V, CHUNKS)
         return
     is_flush = w == buffer_len - 1
     if HAS_FORCE_FLUSH:
@@ -100,13 +117,9 @@ def _gdn_replay_kernel(
         hv = pid_hg * HEADS_PER_PROG + hh
         if hv < num_v_heads:
             h = hv // v_heads_per_k_head
-            state_ptrs = (state_ptr + slot * stride_state_slot + hv * stride_state_h
-                          + offs_v[:, None] * stride_state_v + offs_k[None, :])
-            mask_vk = mask_v[:, None] & mask_k[None, :]
-            S0 = tl.load(state_ptrs, mask=mask_vk, other=0.0).to(tl.float32)
+            state_base = state_ptr + slot * stride_state_slot + hv * stride_state_h
             q, k = load_qk(q_ptr, k_ptr, pid_b, h, stride_q_b, stride_q_h, stride_k_b, stride_k_h, offs_k, mask_k,
                            scale, USE_QK_L2NORM)
-            v = tl.load(v_ptr + pid_b * stride_v_b + hv * stride_v_h + offs_v, mask=mask_v, other=0.0).to(tl.float32)
             g, beta = load_gates(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv, stride_a_b, stride_a_h, stride_b_b,
                                  stride_b_h, softplus_beta, softplus_threshold)
             alpha = tl.exp(g)
@@ -121,53 +134,65 @@ def _gdn_replay_kernel(
             g_hist = tl.load(gc_base + offs_l, mask=mask_l, other=0.0)
             G = tl.sum(g_hist, axis=0)  # sum of cached g
             decay = tl.where(mask_l, tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0)), 0.0)  # exp(G - G_j)
-            D_hist = tl.load(dc_base + offs_l[None, :] * stride_dc_l + offs_v[:, None],
-                             mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [V, L]
             K_hist = tl.load(kc_base + offs_l[:, None] * stride_kc_l + offs_k[None, :],
                              mask=mask_l[:, None] & mask_k[None, :], other=0.0).to(tl.float32)  # [L, K]
-            # (The rank-1 fold below reads the ring entry by entry; the tiles are then unused.)
             if MODE == NONFLUSH:
-                Sk = tl.exp(G) * tl.sum(S0 * k[None, :], axis=1) \
-                    + tl.sum(D_hist * (decay * tl.sum(K_hist * k[None, :], axis=1))[None, :], axis=1)
-                Sq = tl.exp(G) * tl.sum(S0 * q[None, :], axis=1) \
-                    + tl.sum(D_hist * (decay * tl.sum(K_hist * q[None, :], axis=1))[None, :], axis=1)
-                d = beta * (v - alpha * Sk)
-                o = alpha * Sq + kq * d
-                w_off = w * stride_dc_l
-                tl.store(dc_base + w_off + offs_v, d.to(d_cache_ptr.dtype.element_ty), mask=mask_v)
+                coef_k = decay * tl.sum(K_hist * k[None, :], axis=1)  # exp(G - G_j) (k_j . k)
+                coef_q = decay * tl.sum(K_hist * q[None, :], axis=1)
+                for c in range(0, CHUNKS):
+                    offs_v = offs_v0 + c * BLOCK_V
+                    mask_v, mask_k_c = tile_masks(offs_v, offs_k, head_v_dim, head_k_dim, EVEN_TILE)
+                    S0 = tl.load(state_base + offs_v[:, None] * stride_state_v + offs_k[None, :],
+                                 mask=mask_v[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
+                    D_hist = tl.load(dc_base + offs_l[None, :] * stride_dc_l + offs_v[:, None],
+                                     mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [V, L]
+                    Sk = tl.exp(G) * tl.sum(S0 * k[None, :], axis=1) + tl.sum(D_hist * coef_k[None, :], axis=1)
+                    Sq = tl.exp(G) * tl.sum(S0 * q[None, :], axis=1) + tl.sum(D_hist * coef_q[None, :], axis=1)
+                    v = tl.load(v_ptr + pid_b * stride_v_b + hv * stride_v_h + offs_v, mask=mask_v,
+                                other=0.0).to(tl.float32)
+                    d = beta * (v - alpha * Sk)
+                    tl.store(dc_base + w * stride_dc_l + offs_v, d.to(d_cache_ptr.dtype.element_ty), mask=mask_v)
+                    tl.store(out_ptr + pid_b * stride_out_b + hv * stride_out_h + offs_v,
+                             (alpha * Sq + kq * d).to(out_ptr.dtype.element_ty), mask=mask_v)
                 if pid_v == 0:
                     tl.store(gc_base + w, g)
                     if hv % v_heads_per_k_head == 0:  # one value head per key head appends k
                         tl.store(kc_base + w * stride_kc_l + offs_k, k.to(k_cache_ptr.dtype.element_ty), mask=mask_k)
             else:
-                if FOLD_DOT:
-                    # S_prev = exp(G) S_0 + (D * decay) @ K: one fp32-accurate matmul over the ring.
-                    S = tl.exp(G) * S0 + tl.dot(D_hist * decay[None, :], K_hist, input_precision=DOT_PRECISION)
-                else:
-                    # w rank-1 updates (fp32 FMAs), in chunks of FOLD_CHUNK entries loaded together;
-                    # a chunk past w is skipped by a uniform branch.
-                    S = tl.exp(G) * S0
-                    seen = G * 0.0
-                    for c in range(0, BLOCK_L // FOLD_CHUNK):
-                        if c * FOLD_CHUNK < w:
-                            for i in tl.static_range(FOLD_CHUNK):
-                                j = c * FOLD_CHUNK + i
-                                m = j < w
-                                seen += tl.load(gc_base + j, mask=m, other=0.0)
-                                coef = tl.exp(tl.minimum(G - seen, 0.0))
-                                d_j = tl.load(dc_base + j * stride_dc_l + offs_v, mask=mask_v & m,
-                                              other=0.0).to(tl.float32)
-                                k_j = tl.load(kc_base + j * stride_kc_l + offs_k, mask=mask_k & m,
-                                              other=0.0).to(tl.float32)
-                                S += (coef * d_j)[:, None] * k_j[None, :]
-                if MODE == DRAIN:  # the ring only: this token is the standard kernel's
+                for c in range(0, CHUNKS):
+                    offs_v = offs_v0 + c * BLOCK_V
+                    mask_v, mask_k_c = tile_masks(offs_v, offs_k, head_v_dim, head_k_dim, EVEN_TILE)
+                    mask_vk = mask_v[:, None] & mask_k[None, :]
+                    state_ptrs = state_base + offs_v[:, None] * stride_state_v + offs_k[None, :]
+                    S = tl.exp(G) * tl.load(state_ptrs, mask=mask_vk, other=0.0).to(tl.float32)
+                    if FOLD_DOT:
+                        # S_prev = exp(G) S_0 + (D * decay) @ K: one fp32-accurate matmul over the ring.
+                        D_hist = tl.load(dc_base + offs_l[None, :] * stride_dc_l + offs_v[:, None],
+                                         mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32)
+                        S += tl.dot(D_hist * decay[None, :], K_hist, input_precision=DOT_PRECISION)
+                    else:
+                        # w rank-1 updates (fp32 FMAs), in chunks of FOLD_CHUNK entries loaded together;
+                        # a chunk past w is skipped by a uniform branch.
+                        seen = G * 0.0
+                        for f in range(0, BLOCK_L // FOLD_CHUNK):
+                            if f * FOLD_CHUNK < w:
+                                for i in tl.static_range(FOLD_CHUNK):
+                                    j = f * FOLD_CHUNK + i
+                                    m = j < w
+                                    seen += tl.load(gc_base + j, mask=m, other=0.0)
+                                    coef = tl.exp(tl.minimum(G - seen, 0.0))
+                                    d_j = tl.load(dc_base + j * stride_dc_l + offs_v, mask=mask_v & m,
+                                                  other=0.0).to(tl.float32)
+                                    k_j = tl.load(kc_base + j * stride_kc_l + offs_k, mask=mask_k & m,
+                                                  other=0.0).to(tl.float32)
+                                    S += (coef * d_j)[:, None] * k_j[None, :]
+                    if MODE != DRAIN:  # in DRAIN the ring only: this token is the standard kernel's
+                        v = tl.load(v_ptr + pid_b * stride_v_b + hv * stride_v_h + offs_v, mask=mask_v,
+                                    other=0.0).to(tl.float32)
+                        S, o = delta_rule_step(S, q, k, v, alpha, beta)
+                        tl.store(out_ptr + pid_b * stride_out_b + hv * stride_out_h + offs_v,
+                                 o.to(out_ptr.dtype.element_ty), mask=mask_v)
                     tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_vk)
-                else:
-                    S, o = delta_rule_step(S, q, k, v, alpha, beta)
-                    tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_vk)
-            if MODE != DRAIN:
-                tl.store(out_ptr + pid_b * stride_out_b + hv * stride_out_h + offs_v,
-                         o.to(out_ptr.dtype.element_ty), mask=mask_v)
 
 
 def check_gdn_ring(step: GDNStep, state: torch.Tensor, d_cache: torch.Tensor, k_cache: torch.Tensor,
@@ -262,6 +287,8 @@ def fused_recurrent_gated_delta_rule_replayssm(
             launch_standard_step(state, step, cfg, write_pos, L if route == "always_flush" else 1)
             continue
         hpp = cfg.heads_per_prog if mode in (FOLD.value, DRAIN.value) else 1
+        chunks = min(cfg.loop_blocks, triton.cdiv(step.head_v_dim, cfg.block_p))
+        cfg = dataclasses.replace(cfg, loop_blocks=chunks)
         launch_kernel(_gdn_replay_kernel, grid(step.batch, triton.cdiv(step.num_v_heads, hpp), step.head_v_dim, cfg),
             state_ptr=state, d_cache_ptr=d_cache, k_cache_ptr=k_cache, g_cache_ptr=g_cache, write_pos_ptr=write_pos,
             force_flush_ptr=force_flush if force_flush is not None else write_pos,
@@ -273,10 +300,10 @@ def fused_recurrent_gated_delta_rule_replayssm(
             stride_gc_slot=g_cache.stride(0), stride_gc_h=g_cache.stride(1),
             **step.kernel_args(),
             HAS_FORCE_FLUSH=force_flush is not None, FLUSH_ALL=route in FLUSH_EVERY_STEP, MODE=mode,
-            BLOCK_V=cfg.block_p, BLOCK_K=block_k, BLOCK_L=block_l,
+            BLOCK_V=cfg.block_p, CHUNKS=chunks, BLOCK_K=block_k, BLOCK_L=block_l,
             FOLD_CHUNK=min(cfg.fold_chunk, block_l),
             FOLD_DOT=bool(cfg.fold_dot) and min(cfg.block_p, block_l, block_k) >= 16, DOT_PRECISION=DOT_PRECISION,
-            HEADS_PER_PROG=hpp, EVEN_TILE=even_tile(step.head_v_dim, cfg.block_p, step.head_k_dim, block_k),
+            HEADS_PER_PROG=hpp, EVEN_TILE=even_tile(step.head_v_dim, cfg.block_p * chunks, step.head_k_dim, block_k),
             num_warps=cfg.num_warps,
         )
     return step.out

@@ -112,7 +112,8 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
     """Speculative verify kernels, Super (P 64, N 128) and Qwen3.5 (K = V = 128) tiles; a
     ``split_fold`` config is two launches (the fold of flush rows, then the verify)."""
     buf = m2_spec.ring_capacity(T, history_len)
-    common = dict(HAS_SLOT_IDX=True, BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf, DOT_PRECISION="tf32x3",
+    common = dict(HAS_SLOT_IDX=True, BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf, BLOCK_L=max(16, buf),
+                  DOT_PRECISION="tf32x3",
                   ONE_PASS_PRECISION="tf32", USE_DOT=True, EVEN_TILE=True)
     families = (
         ("mamba2", m2_spec._spec_verify_kernel,

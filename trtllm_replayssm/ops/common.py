@@ -130,20 +130,25 @@ def small_matmul(a, b, USE_DOT: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISI
 
 
 @triton.jit
-def ring_positions(origin, BUF: tl.constexpr):
-    """Logical ring positions ``0..BUF-1`` and their physical indices on a circular ring."""
-    offs_l = tl.arange(0, BUF)
+def ring_positions(origin, BUF: tl.constexpr, BLOCK_L: tl.constexpr):
+    """Logical ring positions ``0..BLOCK_L-1`` and their physical indices on a circular
+    ring of ``BUF`` entries. ``BLOCK_L >= BUF`` pads the history tiles to 16 on a small ring
+    (positions past ``BUF`` are past the history, so always masked): tiles of 4 or 8 along
+    the ring gave wrong folds on the GPU (H200, Triton 3.6; right in the interpreter), and
+    16 keeps the fold on tl.dot."""
+    offs_l = tl.arange(0, BLOCK_L)
     return offs_l, (origin + offs_l) & (BUF - 1)
 
 
 @triton.jit
 def load_ring_history(scalar_base, rows_base, stride_rows_l, offs_r, mask_r, cols_base, stride_cols_l, offs_c,
-                      mask_c, origin, n_hist, BUF: tl.constexpr):
+                      mask_c, origin, n_hist, BUF: tl.constexpr, BLOCK_L: tl.constexpr):
     """A slot's committed history on a circular ring, as whole tiles in fp32 (all loads
-    independent, so they issue together): the per-entry scalars ``[BUF]``, a ``[R, BUF]``
-    tile of one per-head vector and a ``[BUF, C]`` tile of another; entries at logical
-    positions ``>= n_hist`` read as 0. Returns ``(mask_l, scalars, rows_tile, cols_tile)``."""
-    offs_l, phys_l = ring_positions(origin, BUF)
+    independent, so they issue together): the per-entry scalars ``[BLOCK_L]``, a
+    ``[R, BLOCK_L]`` tile of one per-head vector and a ``[BLOCK_L, C]`` tile of another;
+    entries at logical positions ``>= n_hist`` read as 0 (see :func:`ring_positions`).
+    Returns ``(mask_l, scalars, rows_tile, cols_tile)``."""
+    offs_l, phys_l = ring_positions(origin, BUF, BLOCK_L)
     mask_l = offs_l < n_hist
     scalars = tl.load(scalar_base + phys_l, mask=mask_l, other=0.0)
     rows = tl.load(rows_base + phys_l[None, :] * stride_rows_l + offs_r[:, None],

@@ -281,7 +281,9 @@ def fused_recurrent_gated_delta_rule_replayssm(
         "always_flush": [(DRAIN.value, pick("fold", fold_config)), ("standard", pick("always_flush", config))],
         "standard_step": [("standard", pick("always_flush", config))],  # the ring must be empty
     }[route]
-    block_l, block_k = max(2, triton.next_power_of_2(L)), triton.next_power_of_2(step.head_k_dim)
+    # Ring tiles of at least 16 (masked past w): small tiles along the ring gave wrong
+    # results on the GPU in the speculative kernels (see common.ring_positions).
+    block_l, block_k = max(16, triton.next_power_of_2(L)), triton.next_power_of_2(step.head_k_dim)
     for mode, cfg in launches:
         if mode == "standard":  # after a drain any cursor is fine; without one, only an empty ring
             launch_standard_step(state, step, cfg, write_pos, L if route == "always_flush" else 1)

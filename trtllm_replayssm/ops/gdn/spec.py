@@ -52,6 +52,7 @@ def _gdn_spec_verify_kernel(
     scale, softplus_beta, softplus_threshold,
     USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
     BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr, BUF: tl.constexpr,
+    BLOCK_L: tl.constexpr,
     USE_DOT: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
     PHASE: tl.constexpr, EVEN_TILE: tl.constexpr,
 ):
@@ -117,7 +118,7 @@ def _gdn_spec_verify_kernel(
     gr_base = g_ring_ptr + slot * stride_gr_slot + hv * stride_gr_h
     # The committed history gathered through the circular index: g [BUF] and k [BUF, K]
     # here, d [V, BUF] per block of rows below.
-    offs_l, phys_l = ring_positions(origin, BUF)
+    offs_l, phys_l = ring_positions(origin, BUF, BLOCK_L)
     mask_l = offs_l < n_hist
     g_hist = tl.load(gr_base + phys_l, mask=mask_l, other=0.0)
     K_hist = tl.load(kr_base + phys_l[:, None] * stride_kr_l + offs_k[None, :],
@@ -132,8 +133,8 @@ def _gdn_spec_verify_kernel(
         eG = tl.where(fold, 1.0, tl.exp(G))
         decay_v = tl.where(fold, 0.0, decay)
         # History products with every draft: CK[j, t] = exp(G - G_j) (k_j . k_t), likewise CQ.
-        CK = tl.zeros((BUF, BLOCK_T), tl.float32)
-        CQ = tl.zeros((BUF, BLOCK_T), tl.float32)
+        CK = tl.zeros((BLOCK_L, BLOCK_T), tl.float32)
+        CQ = tl.zeros((BLOCK_L, BLOCK_T), tl.float32)
         for t in tl.static_range(BLOCK_T):
             sel = offs_t[:, None] == t
             col = offs_t[None, :] == t
@@ -255,7 +256,7 @@ def gdn_replayssm_spec_decode(
     block_v, block_k = min(cfg.block_p, triton.next_power_of_2(V)), triton.next_power_of_2(K)
     chunks = min(cfg.loop_blocks, triton.cdiv(V, block_v))
     block_t = max(2, triton.next_power_of_2(T))
-    use_dot = min(block_v, block_k, buf) >= 16  # the fold of the history as one matmul
+    use_dot = min(block_v, block_k) >= 16  # the fold of the history as one matmul
     for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
         launch_kernel(_gdn_spec_verify_kernel, (triton.cdiv(V, block_v * chunks), HV, Bsz),
             state, d_ring, k_ring, g_ring, write_pos, origin, is_flush, q, k, v, a, b, A_log, dt_bias, out,
@@ -268,7 +269,7 @@ def gdn_replayssm_spec_decode(
             v.stride(2), a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2),
             out.stride(0), out.stride(1), out.stride(2), step.scale, step.softplus_beta, step.softplus_threshold,
             USE_QK_L2NORM=step.use_qk_l2norm, HAS_SLOT_IDX=initial_state_indices is not None, BLOCK_V=block_v,
-            CHUNKS=chunks, BLOCK_K=block_k, BLOCK_T=block_t, BUF=buf,
+            CHUNKS=chunks, BLOCK_K=block_k, BLOCK_T=block_t, BUF=buf, BLOCK_L=max(16, buf),
             USE_DOT=use_dot, EXACT_B=exact_in_tf32(k_ring.dtype),
             DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, PHASE=phase.value,
             EVEN_TILE=even_tile(V, block_v * chunks, K, block_k), num_warps=cfg.num_warps,

@@ -59,7 +59,7 @@ def _spec_verify_kernel(
     stride_z_b, stride_z_t, stride_z_h, stride_dtb_h, stride_out_b, stride_out_t, stride_out_h,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
     DT_SOFTPLUS: tl.constexpr, NUM_TOKENS: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_T: tl.constexpr, BUF: tl.constexpr, USE_DOT: tl.constexpr, EXACT_B: tl.constexpr,
+    BLOCK_T: tl.constexpr, BUF: tl.constexpr, BLOCK_L: tl.constexpr, USE_DOT: tl.constexpr, EXACT_B: tl.constexpr,
     DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, PHASE: tl.constexpr, EVEN_TILE: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
@@ -97,7 +97,8 @@ def _spec_verify_kernel(
     # Every load below is issued up front: the committed history as whole tiles (gathered
     # through the circular index), the drafts as [P, T] / [T, N] tiles, the checkpoint.
     mask_l, dt_hist, X_hist, B_hist = load_ring_history(dtr_base, xr_base, stride_xr_l, offs_p, mask_p, Br_base,
-                                                        stride_Br_l, offs_n, mask_n, origin, n_hist, BUF)  # [P|BUF|N]
+                                                        stride_Br_l, offs_n, mask_n, origin, n_hist, BUF,
+                                                        BLOCK_L)  # [P|L|N]
     mask_pt = mask_p[:, None] & mask_t[None, :]
     X_dr = tl.load(x_ptr + pid_b * stride_x_b + offs_t[None, :] * stride_x_t + pid_h * stride_x_h + offs_p[:, None],
                    mask=mask_pt, other=0.0).to(tl.float32)  # [P, T]
@@ -279,7 +280,7 @@ def selective_state_update_replayssm_spec(
             HAS_D=Dt is not None, HAS_Z=z is not None, HAS_DT_BIAS=step.dt_bias is not None,
             HAS_SLOT_IDX=state_batch_indices is not None, DT_SOFTPLUS=bool(dt_softplus), NUM_TOKENS=T,
             BLOCK_P=block_p, BLOCK_N=block_n, BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf,
-            USE_DOT=min(block_p, block_n, buf) >= 16, EXACT_B=exact_in_tf32(B_ring.dtype),
+            BLOCK_L=max(16, buf), USE_DOT=min(block_p, block_n) >= 16, EXACT_B=exact_in_tf32(B_ring.dtype),
             DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, PHASE=phase.value,
             EVEN_TILE=even_tile(P, block_p, N, block_n), num_warps=cfg.num_warps,
         )

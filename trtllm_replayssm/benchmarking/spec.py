@@ -37,11 +37,6 @@ from .timing import capture, layers_for_cold_l2, time_graph_ms
 # registers: ``benchmarks/kernel_registers.py --family spec``).
 SPEC_CANDIDATES = [LaunchConfig(b, w) for b, w in [(16, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8)]] + \
     [LaunchConfig(b, w, split_fold=1) for b, w in [(16, 4), (32, 4), (32, 8), (64, 8)]]
-# GDN's verify can also run the blocks of V of a head in one program (``loop_blocks``),
-# the drafts' solve and the history's k products then done once per head.
-GDN_SPEC_CANDIDATES = [LaunchConfig(16, 4), LaunchConfig(32, 4), LaunchConfig(32, 4, split_fold=1)] + \
-    [LaunchConfig(b, w, loop_blocks=n, split_fold=f) for b, w, n, f in
-     [(16, 4, 8, 0), (16, 4, 2, 0), (32, 4, 4, 0), (16, 2, 8, 1), (16, 4, 8, 1), (32, 4, 4, 1), (16, 8, 8, 1), (32, 8, 4, 1)]]
 
 
 def state_shape(geom: Union[Mamba2Geometry, GDNGeometry]) -> tuple:
@@ -200,5 +195,4 @@ def tune_verify_config(case: SpecCase, steps: int, replays: int = 20, limit: Opt
         rig.config = cfg
         return rig.time_us(rig.replay_fn(steps), steps, replays)
 
-    candidates = GDN_SPEC_CANDIDATES if isinstance(case.geom, GDNGeometry) else SPEC_CANDIDATES
-    return best_config(time_config, candidates[:limit])
+    return best_config(time_config, SPEC_CANDIDATES[:limit])

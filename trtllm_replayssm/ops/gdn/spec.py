@@ -24,8 +24,8 @@ import triton
 import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_tensor
-from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, even_tile, exact_in_tf32, load_spec_row, ring_positions,
-                      small_matmul, store_nan_tokens, tile_masks)
+from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, even_tile, exact_in_tf32, load_ring_history,
+                      load_spec_row, small_matmul, store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel
 from ..mamba2.spec import AFTER_FOLD, BOTH, FOLD_ONLY, _check_cursors, _check_spec_sizes, ring_capacity
 from .step_inputs import parse_gdn_step
@@ -51,22 +51,17 @@ def _gdn_spec_verify_kernel(
     stride_a_b, stride_a_t, stride_a_h, stride_b_b, stride_b_t, stride_b_h, stride_out_b, stride_out_t, stride_out_h,
     scale, softplus_beta, softplus_threshold,
     USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
-    BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr, BUF: tl.constexpr,
-    BLOCK_L: tl.constexpr,
+    BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr, BUF: tl.constexpr, BLOCK_L: tl.constexpr,
     USE_DOT: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
     PHASE: tl.constexpr, EVEN_TILE: tl.constexpr,
 ):
-    """A program covers CHUNKS blocks of BLOCK_V rows of V of one value head and batch
-    row, one block after another; the work that does not depend on the rows (the drafts'
-    normalisation, gates and triangular solve, the history's k tile and its products
-    with the drafts' k and q) is done once for all of them."""
     pid_v = tl.program_id(0)
     hv = tl.program_id(1)
     pid_b = tl.program_id(2)
-    offs_v0 = pid_v * (BLOCK_V * CHUNKS) + tl.arange(0, BLOCK_V)
+    offs_v = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
     offs_k = tl.arange(0, BLOCK_K)
     offs_t = tl.arange(0, BLOCK_T)
-    mask_v0, mask_k = tile_masks(offs_v0, offs_k, head_v_dim, head_k_dim, EVEN_TILE)
+    mask_v, mask_k = tile_masks(offs_v, offs_k, head_v_dim, head_k_dim, EVEN_TILE)
     mask_t = offs_t < num_tokens
 
     slot, wp, origin, is_flush, is_pad, is_bad = load_spec_row(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, pid_b,
@@ -76,10 +71,8 @@ def _gdn_spec_verify_kernel(
         return
     if is_bad:
         if PHASE != FOLD_ONLY:  # the verify launch reports
-            for c in range(0, CHUNKS):
-                offs_v = offs_v0 + c * BLOCK_V
-                store_nan_tokens(out_ptr, offs_v, offs_v < head_v_dim, pid_b, hv, stride_out_b, stride_out_t,
-                                 stride_out_h, num_tokens, BLOCK_T)
+            store_nan_tokens(out_ptr, offs_v, mask_v, pid_b, hv, stride_out_b, stride_out_t, stride_out_h,
+                             num_tokens, BLOCK_T)
         return
     if PHASE == FOLD_ONLY:
         if not is_flush:
@@ -89,22 +82,18 @@ def _gdn_spec_verify_kernel(
         n_hist = tl.where(is_flush, 0, wp)
     h = hv // v_heads_per_k_head
 
-    # Drafts: normalised q (scaled) and k [T, K], gates [T].
+    # Drafts: normalised q (scaled) and k [T, K], v [V, T], gates [T].
     mask_tk = mask_t[:, None] & mask_k[None, :]
     Q = tl.load(q_ptr + pid_b * stride_q_b + offs_t[:, None] * stride_q_t + h * stride_q_h + offs_k[None, :],
                 mask=mask_tk, other=0.0).to(tl.float32)
     Kd = tl.load(k_ptr + pid_b * stride_k_b + offs_t[:, None] * stride_k_t + h * stride_k_h + offs_k[None, :],
                  mask=mask_tk, other=0.0).to(tl.float32)
-    # Per-draft factors that normalise (and scale) the rows as loaded: the loop over
-    # blocks of V reloads a draft's q and k (from L1) instead of keeping them as vectors.
     if USE_QK_L2NORM:
-        q_fac = tl.rsqrt(tl.sum(Q * Q, axis=1) + 1e-6) * scale
-        k_fac = tl.rsqrt(tl.sum(Kd * Kd, axis=1) + 1e-6)
-    else:
-        q_fac = tl.full((BLOCK_T,), 1.0, tl.float32) * scale
-        k_fac = tl.full((BLOCK_T,), 1.0, tl.float32)
-    Q = Q * q_fac[:, None]
-    Kd = Kd * k_fac[:, None]
+        Q = Q * tl.rsqrt(tl.sum(Q * Q, axis=1) + 1e-6)[:, None]
+        Kd = Kd * tl.rsqrt(tl.sum(Kd * Kd, axis=1) + 1e-6)[:, None]
+    Q = Q * scale
+    Vd = tl.load(v_ptr + pid_b * stride_v_b + offs_t[None, :] * stride_v_t + hv * stride_v_h + offs_v[:, None],
+                 mask=mask_v[:, None] & mask_t[None, :], other=0.0).to(tl.float32)  # [V, T]
     xg = (tl.load(a_ptr + pid_b * stride_a_b + offs_t * stride_a_t + hv * stride_a_h, mask=mask_t, other=0.0)
           .to(tl.float32) + tl.load(dt_bias_ptr + hv).to(tl.float32))
     sp = tl.where(softplus_beta * xg <= softplus_threshold, tl.log(1.0 + tl.exp(softplus_beta * xg)) / softplus_beta, xg)
@@ -116,32 +105,41 @@ def _gdn_spec_verify_kernel(
     dr_base = d_ring_ptr + slot * stride_dr_slot + hv * stride_dr_h
     kr_base = k_ring_ptr + slot * stride_kr_slot + h * stride_kr_h
     gr_base = g_ring_ptr + slot * stride_gr_slot + hv * stride_gr_h
-    # The committed history gathered through the circular index: g [BUF] and k [BUF, K]
-    # here, d [V, BUF] per block of rows below.
-    offs_l, phys_l = ring_positions(origin, BUF, BLOCK_L)
-    mask_l = offs_l < n_hist
-    g_hist = tl.load(gr_base + phys_l, mask=mask_l, other=0.0)
-    K_hist = tl.load(kr_base + phys_l[:, None] * stride_kr_l + offs_k[None, :],
-                     mask=mask_l[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
+    # The committed history as whole tiles gathered through the circular index (all loads
+    # independent, issued together), and the checkpoint.
+    mask_l, g_hist, D_hist, K_hist = load_ring_history(gr_base, dr_base, stride_dr_l, offs_v, mask_v, kr_base,
+                                                       stride_kr_l, offs_k, mask_k, origin, n_hist, BUF, BLOCK_L)  # [V|L|K]
+    state_ptrs = (state_ptr + slot * stride_state_slot + hv * stride_state_h
+                  + offs_v[:, None] * stride_state_v + offs_k[None, :])
+    mask_vk = mask_v[:, None] & mask_k[None, :]
+    S0 = tl.load(state_ptrs, mask=mask_vk, other=0.0).to(tl.float32)
     G = tl.sum(g_hist, axis=0)
     decay = tl.where(mask_l, tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0)), 0.0)  # exp(G - G_j)
-    FOLDS: tl.constexpr = PHASE != AFTER_FOLD
-    fold = is_flush & FOLDS  # fold the committed history into the checkpoint and store it
-    VERIFY: tl.constexpr = PHASE != FOLD_ONLY
-    if VERIFY:
-        # After a fold the drafts stand on the checkpoint alone.
-        eG = tl.where(fold, 1.0, tl.exp(G))
-        decay_v = tl.where(fold, 0.0, decay)
-        # History products with every draft: CK[j, t] = exp(G - G_j) (k_j . k_t), likewise CQ.
-        CK = tl.zeros((BLOCK_L, BLOCK_T), tl.float32)
-        CQ = tl.zeros((BLOCK_L, BLOCK_T), tl.float32)
+    if PHASE != AFTER_FOLD:
+        if is_flush:
+            # Fold the committed history into the checkpoint and store it; the drafts then
+            # stand on it alone.
+            S0 = tl.exp(G) * S0 + small_matmul(D_hist * decay[None, :], K_hist, USE_DOT, EXACT_B, DOT_PRECISION,
+                                                  ONE_PASS_PRECISION)
+            tl.store(state_ptrs, S0.to(state_ptr.dtype.element_ty), mask=mask_vk)
+            G = G * 0.0
+            decay = decay * 0.0
+    if PHASE != FOLD_ONLY:
+        # S_h k_t and S_h q_t for every draft position: [V, T] each.
+        SK = tl.zeros((BLOCK_V, BLOCK_T), tl.float32)
+        SQ = tl.zeros((BLOCK_V, BLOCK_T), tl.float32)
         for t in tl.static_range(BLOCK_T):
             sel = offs_t[:, None] == t
+            k_t = tl.sum(tl.where(sel, Kd, 0.0), axis=0)
+            q_t = tl.sum(tl.where(sel, Q, 0.0), axis=0)
             col = offs_t[None, :] == t
-            CK += tl.where(col, (decay_v * tl.sum(K_hist * tl.sum(tl.where(sel, Kd, 0.0), axis=0)[None, :], 1))[:, None],
-                           0.0)
-            CQ += tl.where(col, (decay_v * tl.sum(K_hist * tl.sum(tl.where(sel, Q, 0.0), axis=0)[None, :], 1))[:, None],
-                           0.0)
+            sk = tl.exp(G) * tl.sum(S0 * k_t[None, :], axis=1) \
+                + tl.sum(D_hist * (decay * tl.sum(K_hist * k_t[None, :], axis=1))[None, :], axis=1)
+            sq = tl.exp(G) * tl.sum(S0 * q_t[None, :], axis=1) \
+                + tl.sum(D_hist * (decay * tl.sum(K_hist * q_t[None, :], axis=1))[None, :], axis=1)
+            SK += tl.where(col, sk[:, None], 0.0)
+            SQ += tl.where(col, sq[:, None], 0.0)
+
         # (I + M) d = r, M[t, s] = beta_t exp(A_t - A_s) (k_s . k_t) for s < t.
         KK = tl.sum(Kd[:, None, :] * Kd[None, :, :], axis=2)  # [t, s] = k_t . k_s
         QK = tl.sum(Q[:, None, :] * Kd[None, :, :], axis=2)  # [t, s] = q_t . k_s
@@ -152,61 +150,25 @@ def _gdn_spec_verify_kernel(
         M2 = _matmul_tt(M, M)
         M4 = _matmul_tt(M2, M2)
         Inv = _matmul_tt(_matmul_tt(eye - M, eye + M2), eye + M4)
+        R = beta[None, :] * (Vd - tl.exp(A_t)[None, :] * SK)  # [V, T]
+        Dd = tl.sum(R[:, None, :] * Inv[None, :, :], axis=2)  # d[:, t] = sum_s Inv[t, s] r[:, s]
         W = tl.where(offs_t[None, :] <= offs_t[:, None], tl.exp(tl.minimum(diff, 0.0)) * QK, 0.0)  # [t, s], s <= t
+        O = tl.exp(A_t)[None, :] * SQ + tl.sum(Dd[:, None, :] * W[None, :, :], axis=2)  # [V, T]
 
-    for c in range(0, CHUNKS):
-        offs_v = offs_v0 + c * BLOCK_V
-        mask_v, mask_k_c = tile_masks(offs_v, offs_k, head_v_dim, head_k_dim, EVEN_TILE)
-        D_hist = tl.load(dr_base + phys_l[None, :] * stride_dr_l + offs_v[:, None],
-                         mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [V, BUF]
-        state_ptrs = (state_ptr + slot * stride_state_slot + hv * stride_state_h
-                      + offs_v[:, None] * stride_state_v + offs_k[None, :])
-        mask_vk = mask_v[:, None] & mask_k[None, :]
-        S0 = tl.load(state_ptrs, mask=mask_vk, other=0.0).to(tl.float32)
-        if fold:
-            S0 = tl.exp(G) * S0 + small_matmul(D_hist * decay[None, :], K_hist, USE_DOT, EXACT_B, DOT_PRECISION,
-                                               ONE_PASS_PRECISION)
-            tl.store(state_ptrs, S0.to(state_ptr.dtype.element_ty), mask=mask_vk)
-        if VERIFY:
-            # S_h k_t and S_h q_t for every draft position: [V, T] each.
-            SK = tl.zeros((BLOCK_V, BLOCK_T), tl.float32)
-            SQ = tl.zeros((BLOCK_V, BLOCK_T), tl.float32)
-            for t in tl.static_range(BLOCK_T):
-                if t < num_tokens:
-                    k_t = tl.load(k_ptr + pid_b * stride_k_b + t * stride_k_t + h * stride_k_h + offs_k, mask=mask_k,
-                                  other=0.0).to(tl.float32) * tl.sum(tl.where(offs_t == t, k_fac, 0.0), axis=0)
-                    q_t = tl.load(q_ptr + pid_b * stride_q_b + t * stride_q_t + h * stride_q_h + offs_k, mask=mask_k,
-                                  other=0.0).to(tl.float32) * tl.sum(tl.where(offs_t == t, q_fac, 0.0), axis=0)
-                    col = offs_t[None, :] == t
-                    sk = eG * tl.sum(S0 * k_t[None, :], axis=1) \
-                        + tl.sum(D_hist * tl.sum(tl.where(col, CK, 0.0), axis=1)[None, :], axis=1)
-                    sq = eG * tl.sum(S0 * q_t[None, :], axis=1) \
-                        + tl.sum(D_hist * tl.sum(tl.where(col, CQ, 0.0), axis=1)[None, :], axis=1)
-                    SK += tl.where(col, sk[:, None], 0.0)
-                    SQ += tl.where(col, sq[:, None], 0.0)
-            Vd = tl.load(v_ptr + pid_b * stride_v_b + offs_t[None, :] * stride_v_t + hv * stride_v_h + offs_v[:, None],
-                         mask=mask_v[:, None] & mask_t[None, :], other=0.0).to(tl.float32)  # [V, T]
-            R = beta[None, :] * (Vd - tl.exp(A_t)[None, :] * SK)  # [V, T]
-            Dd = tl.sum(R[:, None, :] * Inv[None, :, :], axis=2)  # d[:, t] = sum_s Inv[t, s] r[:, s]
-            O = tl.exp(A_t)[None, :] * SQ + tl.sum(Dd[:, None, :] * W[None, :, :], axis=2)  # [V, T]
-            # Append the drafts (logical wp + t) for later steps.
-            for t in tl.static_range(BLOCK_T):
-                if t < num_tokens:
-                    phys = (origin + wp + t) & (BUF - 1)
-                    d_t = tl.sum(tl.where(offs_t[None, :] == t, Dd, 0.0), axis=1)
-                    tl.store(dr_base + phys * stride_dr_l + offs_v, d_t.to(d_ring_ptr.dtype.element_ty), mask=mask_v)
-            tl.store(out_ptr + pid_b * stride_out_b + offs_t[None, :] * stride_out_t + hv * stride_out_h
-                     + offs_v[:, None], O.to(out_ptr.dtype.element_ty), mask=mask_v[:, None] & mask_t[None, :])
-    if VERIFY:
-        if pid_v == 0:
-            for t in tl.static_range(BLOCK_T):
-                if t < num_tokens:
-                    phys = (origin + wp + t) & (BUF - 1)
+        # Append the drafts (logical wp + t) for later steps.
+        for t in tl.static_range(BLOCK_T):
+            if t < num_tokens:
+                phys = (origin + wp + t) & (BUF - 1)
+                d_t = tl.sum(tl.where(offs_t[None, :] == t, Dd, 0.0), axis=1)
+                tl.store(dr_base + phys * stride_dr_l + offs_v, d_t.to(d_ring_ptr.dtype.element_ty), mask=mask_v)
+                if pid_v == 0:
                     tl.store(gr_base + phys, tl.sum(tl.where(offs_t == t, g_dr, 0.0), axis=0))
                     if hv % v_heads_per_k_head == 0:
                         k_t = tl.sum(tl.where(offs_t[:, None] == t, Kd, 0.0), axis=0)
                         tl.store(kr_base + phys * stride_kr_l + offs_k, k_t.to(k_ring_ptr.dtype.element_ty),
                                  mask=mask_k)
+        tl.store(out_ptr + pid_b * stride_out_b + offs_t[None, :] * stride_out_t + hv * stride_out_h + offs_v[:, None],
+                 O.to(out_ptr.dtype.element_ty), mask=mask_v[:, None] & mask_t[None, :])
 
 
 def gdn_replayssm_spec_decode(
@@ -218,9 +180,8 @@ def gdn_replayssm_spec_decode(
     ``a, b (B, T, HV)``; returns ``out (B, T, HV, V)``. Ring of this layer:
     ``d_ring (slots, HV, buf, V)``, ``k_ring (slots, H, buf, K)``, ``g_ring (slots, HV, buf)``
     fp32, ``buf = ring_capacity(T, history_len)``; cursors as for Mamba2, moved by
-    :func:`commit_replayssm_spec`. ``config``: rows of V per block (``block_p``), blocks a
-    program runs one after another (``loop_blocks``), warps, ``split_fold`` (default
-    :data:`GDN_SPEC_CONFIG`)."""
+    :func:`commit_replayssm_spec`. ``config``: rows of V per program (``block_p``) and warps
+    (default :data:`GDN_SPEC_CONFIG`)."""
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         raise ValueError("q must have shape (batch, T, num_k_heads, head_k_dim)")
     Bsz, T = q.shape[0], q.shape[1]
@@ -254,11 +215,8 @@ def gdn_replayssm_spec_decode(
         return out
     cfg = config or GDN_SPEC_CONFIG
     block_v, block_k = min(cfg.block_p, triton.next_power_of_2(V)), triton.next_power_of_2(K)
-    chunks = min(cfg.loop_blocks, triton.cdiv(V, block_v))
-    block_t = max(2, triton.next_power_of_2(T))
-    use_dot = min(block_v, block_k) >= 16  # the fold of the history as one matmul
     for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
-        launch_kernel(_gdn_spec_verify_kernel, (triton.cdiv(V, block_v * chunks), HV, Bsz),
+        launch_kernel(_gdn_spec_verify_kernel, (triton.cdiv(V, block_v), HV, Bsz),
             state, d_ring, k_ring, g_ring, write_pos, origin, is_flush, q, k, v, a, b, A_log, dt_bias, out,
             initial_state_indices if initial_state_indices is not None else write_pos,
             slots, T, K, V, HV // H, capacity, pad_slot_id,
@@ -269,9 +227,9 @@ def gdn_replayssm_spec_decode(
             v.stride(2), a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2),
             out.stride(0), out.stride(1), out.stride(2), step.scale, step.softplus_beta, step.softplus_threshold,
             USE_QK_L2NORM=step.use_qk_l2norm, HAS_SLOT_IDX=initial_state_indices is not None, BLOCK_V=block_v,
-            CHUNKS=chunks, BLOCK_K=block_k, BLOCK_T=block_t, BUF=buf, BLOCK_L=max(16, buf),
-            USE_DOT=use_dot, EXACT_B=exact_in_tf32(k_ring.dtype),
+            BLOCK_K=block_k, BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf, BLOCK_L=max(16, buf),
+            USE_DOT=min(block_v, block_k) >= 16, EXACT_B=exact_in_tf32(k_ring.dtype),
             DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, PHASE=phase.value,
-            EVEN_TILE=even_tile(V, block_v * chunks, K, block_k), num_warps=cfg.num_warps,
+            EVEN_TILE=even_tile(V, block_v, K, block_k), num_warps=cfg.num_warps,
         )
     return out

@@ -83,7 +83,8 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
                 fn, c = m2_replay_fold._replay_fold_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, DRAIN=False, BLOCK_P=max(16, cfg.block_p), BLOCK_N=dstate,
                     BLOCK_L=max(16, L), EVEN_TILE=headdim % max(16, cfg.block_p) == 0, EXACT_B=True, DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32",
-                    HEADS_PER_PROG=cfg.heads_per_prog)
+                    HEADS_PER_PROG=cfg.heads_per_prog, CHUNKS=min(cfg.loop_blocks, headdim // max(16, cfg.block_p)),
+                    EVEN_HEADS=True)
             else:
                 fn, c = m2_replay._replay_step_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, MODE=modes[kernel], BLOCK_P=cfg.block_p, BLOCK_N=dstate,

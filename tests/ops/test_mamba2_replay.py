@@ -77,6 +77,18 @@ def test_fold_launch_configs(route, fold_config, state_dtype):
                fold_config=LaunchConfig(*fold_config))
 
 
+@pytest.mark.parametrize("fold_config", [(16, 2, 1, 1, 2, 0, 3), (16, 2, 1, 1, 3, 0, 2)],
+                         ids=["2_heads_runs_of_3_blocks", "3_heads_uneven_runs_of_2_blocks"])
+def test_fold_launch_looping_over_blocks(fold_config):
+    """``loop_blocks``: a fold program runs several 16-row blocks of a head (headdim 80: 5
+    blocks, so the last run is partly past P), over heads that do or do not divide nheads."""
+    from trtllm_replayssm.ops.launch import LaunchConfig
+
+    geom = Mamba2Geometry(nheads=4, headdim=80, dstate=16, ngroups=2)
+    run_replay(Scenario(geom, 4, seed=14), cycles(4), fold_config=LaunchConfig(*fold_config))
+    run_replay(Scenario(geom, 4, seed=15), 6, route="always_flush", fold_config=LaunchConfig(*fold_config))
+
+
 def test_routes_agree():
     outs = {}
     for route in ("output_only", "state_and_output"):

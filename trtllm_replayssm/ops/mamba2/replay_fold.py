@@ -48,9 +48,9 @@ def _replay_fold_kernel(
     HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr,
     DRAIN: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr,
     EVEN_TILE: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
-    HEADS_PER_PROG: tl.constexpr,
+    HEADS_PER_PROG: tl.constexpr, CHUNKS: tl.constexpr, EVEN_HEADS: tl.constexpr,
 ):
-    """Programs ``(headdim blocks, groups of HEADS_PER_PROG heads, batch rows)``.
+    """Programs ``(runs of CHUNKS headdim blocks, groups of HEADS_PER_PROG heads, batch rows)``.
 
     ``DRAIN=False``: rows that flush at this step (``w == L - 1`` or force-flushed) take
     their step here (fold, store, output); other rows return at once, their step is the
@@ -78,54 +78,58 @@ def _replay_fold_kernel(
         if not is_flush:
             return
 
-    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    offs_p0 = pid_p * (BLOCK_P * CHUNKS) + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
     offs_l = tl.arange(0, BLOCK_L)
-    mask_p, mask_n = tile_masks(offs_p, offs_n, headdim, dstate, EVEN_TILE)
-    mask_pn = mask_p[:, None] & mask_n[None, :]
+    mask_p0, mask_n = tile_masks(offs_p0, offs_n, headdim, dstate, EVEN_TILE)
     in_ring = offs_l < w
     # A fold program may loop over several heads so that the launch is a few programs
-    # that return at once on the many steps where no row flushes.
+    # that return at once on the many steps where no row flushes; and over several blocks
+    # of a head's rows (CHUNKS), the head's ring scalars and B tile loaded once for all.
     for hh in range(0, HEADS_PER_PROG):
         pid_h = pid_hg * HEADS_PER_PROG + hh
-        if pid_h < nheads:
+        if EVEN_HEADS or (pid_h < nheads):  # EVEN_HEADS: no branch in the loop (nheads % HEADS_PER_PROG == 0)
             g = pid_h // heads_per_group
             A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
             dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
             xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
             Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
             dt_ring = tl.load(dtc_base + offs_l, mask=in_ring, other=0.0)
-            X = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
-                        mask=mask_p[:, None] & in_ring[None, :], other=0.0).to(tl.float32)  # [P, L]
             Bm = tl.load(Bc_base + offs_l[:, None] * stride_Bc_l + offs_n[None, :],
                          mask=in_ring[:, None] & mask_n[None, :], other=0.0).to(tl.float32)  # [L, N]
+            at_w = offs_l == w
             if not DRAIN:  # this step's token is entry w
-                x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p,
-                            other=0.0).to(tl.float32)
                 B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n,
                             other=0.0).to(tl.float32)
                 dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h,
                              HAS_DT_BIAS, DT_SOFTPLUS)
-                at_w = offs_l == w
                 dt_ring = tl.where(at_w, dt, dt_ring)
-                X = tl.where(at_w[None, :], x[:, None], X)
                 Bm = tl.where(at_w[:, None], B[None, :], Bm)
+                C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n,
+                            other=0.0).to(tl.float32)
             total = tl.sum(dt_ring, axis=0)
             after = total - tl.cumsum(dt_ring, axis=0)  # dt summed over the entries after j
             coef = dt_ring * tl.exp(tl.minimum(A * after, 0.0))
-
-            state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
-                          + offs_p[:, None] * stride_state_p + offs_n[None, :])
-            S = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32) * tl.exp(tl.minimum(A * total, 0.0))
-            S += small_matmul(X * coef[None, :], Bm, True, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
-            tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
-
-            if not DRAIN:
-                C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n,
-                            other=0.0).to(tl.float32)
-                y = tl.sum(S * C[None, :], axis=1)
-                finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
-                              stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+            decay = tl.exp(tl.minimum(A * total, 0.0))
+            for c in range(0, CHUNKS):
+                offs_p = offs_p0 + c * BLOCK_P
+                mask_p, mask_n_c = tile_masks(offs_p, offs_n, headdim, dstate, EVEN_TILE)
+                mask_pn = mask_p[:, None] & mask_n[None, :]
+                X = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
+                            mask=mask_p[:, None] & in_ring[None, :], other=0.0).to(tl.float32)  # [P, L]
+                if not DRAIN:
+                    x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p,
+                                other=0.0).to(tl.float32)
+                    X = tl.where(at_w[None, :], x[:, None], X)
+                state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+                              + offs_p[:, None] * stride_state_p + offs_n[None, :])
+                S = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32) * decay
+                S += small_matmul(X * coef[None, :], Bm, True, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+                tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
+                if not DRAIN:
+                    y = tl.sum(S * C[None, :], axis=1)
+                    finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
+                                  stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
 
 
 def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int, drain: bool) -> None:
@@ -133,12 +137,13 @@ def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int,
     (:func:`~.replay.selective_state_update_replayssm` builds them). The matmul needs
     tiles of at least 16, so ``block_p`` is raised to 16 where the config asks for less."""
     cfg = replace(cfg, block_p=max(16, cfg.block_p))
+    cfg = replace(cfg, loop_blocks=min(cfg.loop_blocks, triton.cdiv(step.headdim, cfg.block_p)))
     block_n = max(16, block_n)
     hpp = cfg.heads_per_prog
     launch_kernel(_replay_fold_kernel, grid(step.batch, triton.cdiv(step.nheads, hpp), step.headdim, cfg), **args,
                   DRAIN=drain, BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_L=max(16, block_l),
-                  EVEN_TILE=even_tile(step.headdim, cfg.block_p, step.dstate, block_n),
+                  EVEN_TILE=even_tile(step.headdim, cfg.block_p * cfg.loop_blocks, step.dstate, block_n),
                   # fp32-accurate products (plain TF32 drifts ~1e-2); the interpreter has only fp32.
                   EXACT_B=exact_in_tf32(args["B_cache_ptr"].dtype),
                   DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, HEADS_PER_PROG=hpp,
-                  num_warps=cfg.num_warps)
+                  CHUNKS=cfg.loop_blocks, EVEN_HEADS=step.nheads % hpp == 0, num_warps=cfg.num_warps)

@@ -397,7 +397,7 @@ int rs_mamba2_step(const rs_mamba2_step_args* a, void* stream) {
   X(head_k_dim, INT(a->head_k_dim)) X(head_v_dim, INT(a->head_v_dim))                                          \
   X(v_heads_per_k_head, INT(a->num_v_heads / a->num_k_heads)) X(buffer_len, INT(cursor_len))                   \
   X(pad_slot_id, INT(a->pad_slot_id)) X(stride_state_slot, INT(a->stride_state[0]))                            \
-  X(stride_state_h, INT(a->stride_state[1])) X(stride_state_v, INT(a->stride_state[2]))                        \
+  X(stride_state_h, INT(a->stride_state[1])) X(stride_state_row, INT(a->stride_state[2]))                      \
   X(stride_dc_slot, INT(a->stride_d_cache[0])) X(stride_dc_h, INT(a->stride_d_cache[1]))                       \
   X(stride_dc_l, INT(a->stride_d_cache[2])) X(stride_kc_slot, INT(a->stride_k_cache[0]))                       \
   X(stride_kc_h, INT(a->stride_k_cache[1])) X(stride_kc_l, INT(a->stride_k_cache[2]))                          \

@@ -12,6 +12,7 @@ import torch
 
 from fake_trtllm import write_fake_trtllm
 from mamba2_harness import DEVICE
+from trtllm_replayssm.cache import GDNGeometry
 from trtllm_replayssm.integration import apply as apply_mod
 from trtllm_replayssm.integration.eras import UnsupportedTensorRTLLM, detect_era
 from trtllm_replayssm.integration.switch import ReplayOptions, options_from_env
@@ -80,7 +81,7 @@ def test_apply_patches_all_or_nothing(fake_trtllm):
     import tensorrt_llm._torch.modules.mamba.mamba2_mixer as mixer
 
     original = mixer.selective_state_update
-    with pytest.raises(UnsupportedTensorRTLLM, match="GDN"):
+    with pytest.raises(UnsupportedTensorRTLLM, match="one model family at a time"):
         apply_mod.apply_replayssm(models=["mamba2", "gdn"])
     with pytest.raises(UnsupportedTensorRTLLM, match=">= 1.3"):
         apply_mod.apply_replayssm(speculative=True)
@@ -95,7 +96,7 @@ def test_apply_then_decode_through_the_engine_path(fake_trtllm):
     from tensorrt_llm._torch.pyexecutor.mamba_cache_manager import MambaCacheManager
 
     H, P, N, G = 4, 8, 16, 2
-    mgr = MambaCacheManager(2, 3, H, P, N, G, device=DEVICE)
+    mgr = MambaCacheManager(2, 3, (H, P, N), H * P + 2 * G * N, device=DEVICE)
     replay = mgr._replayssm
     assert replay.rings.B_cache.shape[2] == G and replay.extra_bytes() > 0
     g = torch.Generator().manual_seed(0)
@@ -116,6 +117,45 @@ def test_apply_then_decode_through_the_engine_path(fake_trtllm):
             y_std = standard(twin[layer], **kw)
             assert ((y - y_std).norm() / y_std.norm()).item() < 1e-4, f"step {step} layer {layer}"
     assert replay.write_pos.tolist()[:2] == [9 % 4, 9 % 4]
+
+
+def test_apply_gdn_on_a_kv_pool_then_mixed_batch_folds(fake_trtllm):
+    """1.2's Qwen3-Next: the GDN pool is [layers, slots, HV, K, V] (read from the kernel);
+    decode through the patched entry matches the engine's own kernel step for step, and a
+    step that mixes prefill and decode folds the decode rows' rings first, leaving the
+    exact states the engine's kernel had."""
+    fake_trtllm()
+    info = apply_mod.apply_replayssm(models=["gdn"], buffer_len=4, route="output_only")
+    assert info["patched"][0].endswith("modeling_qwen3_next.fused_sigmoid_gating_delta_rule_update")
+    from tensorrt_llm._torch.models import modeling_qwen3_next as qwen
+    from tensorrt_llm._torch.pyexecutor.mamba_cache_manager import MambaCacheManager
+
+    H, HV, K, V = 2, 4, 16, 24
+    mgr = MambaCacheManager(2, 3, (HV, K, V), 2 * H * K + HV * V, device=DEVICE)
+    replay = mgr._replayssm
+    assert replay.gdn_pool_order == "HV,K,V" and replay.geom == GDNGeometry(H, HV, K, V)
+    g = torch.Generator().manual_seed(1)
+    mgr.ssm_states.copy_(torch.randn(mgr.ssm_states.shape, generator=g) * 0.3)
+    req = lambda i: SimpleNamespace(py_request_id=i)  # noqa: E731
+    mgr.prepare_resources(SimpleNamespace(context_requests=[req(7), req(9)]))
+    twin = mgr.ssm_states.clone()
+    idx = torch.tensor([0, 1], dtype=torch.int32, device=DEVICE)
+    A_log, dt_bias = torch.zeros(HV, device=DEVICE), torch.zeros(HV, device=DEVICE)
+    for step in range(9):
+        for layer in range(2):
+            kw = dict(A_log=A_log, dt_bias=dt_bias, softplus_beta=1.0, softplus_threshold=20.0,
+                      q=torch.randn(2, 1, H, K, generator=g).to(DEVICE), k=torch.randn(2, 1, H, K, generator=g).to(DEVICE),
+                      v=torch.randn(2, 1, HV, V, generator=g).to(DEVICE), a=torch.randn(2, 1, HV, generator=g).to(DEVICE),
+                      b=torch.randn(2, 1, HV, generator=g).to(DEVICE), initial_state_indices=idx,
+                      use_qk_l2norm_in_kernel=True)
+            o = qwen.fused_sigmoid_gating_delta_rule_update(initial_state_source=mgr.ssm_states[layer], **kw)
+            o_std = qwen.fused_sigmoid_gating_delta_rule_update.__wrapped__(initial_state_source=twin[layer], **kw)
+            assert ((o - o_std).norm() / o_std.norm()).item() < 1e-4, f"step {step} layer {layer}"
+    assert replay.write_pos.tolist()[:2] == [9 % 4, 9 % 4]
+    assert not torch.allclose(mgr.ssm_states[:, :2], twin[:, :2], atol=1e-3)  # checkpoints, not states
+    mgr.prepare_resources(SimpleNamespace(context_requests=[req(11)], generation_requests=[req(7), req(9)]))
+    assert replay.write_pos.tolist() == [0, 0, 0]
+    torch.testing.assert_close(mgr.ssm_states[:, :2], twin[:, :2], rtol=1e-4, atol=1e-5)
 
 
 def test_autoload_patches_when_tensorrt_llm_is_imported(fake_trtllm):

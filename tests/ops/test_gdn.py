@@ -167,3 +167,50 @@ def test_standard_step_route_refuses_a_non_empty_ring():
     sc = GDNScenario(GEOM, 4, seed=10)
     with pytest.raises(AssertionError, match="output error nan"):
         run_gdn_replay(sc, 1, route="standard_step")  # staggered cursors: some rings are not empty
+
+
+@pytest.mark.parametrize("route", ["output_only", "always_flush", "standard"])
+def test_v_innermost_pool_matches_k_innermost(route):
+    """TensorRT-LLM 1.2 keeps GDN states as ``[slots, HV, K, V]``: the transposed view of
+    such a pool is taken as it is (V innermost) and steps exactly as the same states in a
+    ``[slots, HV, V, K]`` pool, over 2 cycles with flushes (K != V, V not a power of two)."""
+    geom, L, steps = GDNGeometry(num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=24), 4, 10
+    g = torch.Generator().manual_seed(21)
+    H, HV, K, V = geom.num_k_heads, geom.num_v_heads, geom.head_k_dim, geom.head_v_dim
+    slots = torch.tensor([3, 0, -1, 1], dtype=torch.int32, device=DEVICE)
+    pool_kv = (torch.randn(5, HV, K, V, generator=g) * 0.3).to(DEVICE)  # TensorRT-LLM 1.2's order
+    start = pool_kv.transpose(-1, -2).clone()
+    runs = []
+    for state in (pool_kv.transpose(-1, -2), pool_kv.transpose(-1, -2).contiguous()):
+        cache = GDNReplayCache(geom, 1, 5, L, device=DEVICE, with_state=False)
+        cache.write_pos.copy_(torch.tensor([0, 2, 3, 1, 0], dtype=torch.int32))
+        gen, outs = torch.Generator().manual_seed(22), []
+        for _ in range(steps):
+            n = len(slots)
+            q, k = torch.randn(n, H, K, generator=gen).to(DEVICE), torch.randn(n, H, K, generator=gen).to(DEVICE)
+            v = torch.randn(n, HV, V, generator=gen).to(DEVICE)
+            a, b = torch.randn(n, HV, generator=gen).to(DEVICE), torch.randn(n, HV, generator=gen).to(DEVICE)
+            args = (q, k, v, a, b, -torch.ones(HV, device=DEVICE), torch.zeros(HV, device=DEVICE))
+            if route == "standard":
+                outs.append(rs.fused_sigmoid_gating_delta_rule_update(state, *args, initial_state_indices=slots))
+            else:
+                outs.append(rs.fused_recurrent_gated_delta_rule_replayssm(
+                    state, *args, initial_state_indices=slots, route=route, **cache.ring_kwargs(0)))
+                cache.advance(slots, route=route)
+        runs.append((torch.stack(outs), state))
+    (out_vi, state_vi), (out_ki, state_ki) = runs
+    assert state_vi.data_ptr() == pool_kv.data_ptr() and state_vi.stride(-2) == 1  # updated in place, as given
+    real = (slots != -1).cpu()  # a padding row's output is not written
+    torch.testing.assert_close(out_vi[:, real], out_ki[:, real], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(state_vi, state_ki, rtol=1e-6, atol=1e-6)
+    assert not torch.equal(state_vi[3], start[3])  # the states moved
+
+
+def test_state_pool_layouts_refused():
+    geom = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=16)
+    q = torch.randn(2, 1, 16, device=DEVICE)
+    args = (q, q.clone(), torch.randn(2, 2, 16, device=DEVICE), torch.randn(2, 2, device=DEVICE),
+            torch.randn(2, 2, device=DEVICE), torch.zeros(2, device=DEVICE), torch.zeros(2, device=DEVICE))
+    strided = torch.zeros(4, geom.num_v_heads, 16, 32, device=DEVICE)[..., ::2]  # neither layout
+    with pytest.raises(ValueError, match="transpose"):
+        rs.fused_sigmoid_gating_delta_rule_update(strided, *args)

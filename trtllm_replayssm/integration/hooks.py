@@ -103,7 +103,7 @@ def make_gdn_update(original: Callable, registry: StateRegistry) -> Callable:
 
 # The state-pool order of TensorRT-LLM's GDN decode kernel changed between releases
 # ([slots, HV, K, V] in the 1.2 era, [slots, HV, V, K] on main): read it from the kernel's
-# state addressing. ReplaySSM's kernels take K innermost only.
+# state addressing. ReplaySSM's kernels take both (a [.., K, V] pool as its transposed view).
 _ORDER_PATTERNS = (
     ("HV,V,K", re.compile(r"o_v\[None,\s*:\]\s*\*\s*K")),  # element [k, v] at v*K + k
     ("HV,K,V", re.compile(r"o_k\[:,\s*None\]\s*\*\s*V")),  # element [k, v] at k*V + v

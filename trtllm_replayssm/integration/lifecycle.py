@@ -46,8 +46,13 @@ class ReplaySlots:
     def __init__(self, geom, num_layers: int, num_slots: int, buffer_len: int = 16,
                  act_dtype: torch.dtype = torch.bfloat16, gdn_ring_dtype: torch.dtype = torch.float32,
                  device="cuda", pad_slot_id: int = -1, spec: Optional[Tuple[int, int]] = None,
-                 route: str = "output_only"):
+                 route: str = "output_only", gdn_pool_order: str = "HV,V,K"):
+        if gdn_pool_order not in ("HV,V,K", "HV,K,V"):
+            raise ValueError(f"gdn_pool_order must be 'HV,V,K' or 'HV,K,V', got {gdn_pool_order!r}")
         self.geom, self.pad_slot_id, self.spec, self.route = geom, pad_slot_id, spec, route
+        # An engine whose GDN pool is [slots, HV, K, V] (TensorRT-LLM 1.2) hands the kernels
+        # its transposed view, which they take as it is.
+        self.gdn_pool_order = gdn_pool_order
         ring_len = buffer_len if spec is None else ring_capacity(*spec)
         if isinstance(geom, GDNGeometry):
             self.rings = GDNReplayCache(geom, num_layers, num_slots, ring_len, ring_dtype=gdn_ring_dtype,
@@ -88,7 +93,7 @@ class ReplaySlots:
         r = self.rings
         for i, state in enumerate(states):
             if isinstance(r, GDNReplayCache):
-                fold_gdn_rings(state, r.d_cache[i], r.k_cache[i], r.g_cache[i], r.write_pos, slots)
+                fold_gdn_rings(self.gdn_state(state), r.d_cache[i], r.k_cache[i], r.g_cache[i], r.write_pos, slots)
             else:
                 fold_mamba2_rings(state, r.x_cache[i], r.dt_cache[i], r.B_cache[i], A[i], r.write_pos, slots)
         r.reset(slots, self.pad_slot_id)
@@ -105,8 +110,13 @@ class ReplaySlots:
             state_batch_indices=state_batch_indices, pad_slot_id=self._pad(pad_slot_id), out=out,
             route=self._route_for_step(lambda: choose_route(state, x, B)), **self.rings.ring_kwargs(layer))
 
+    def gdn_state(self, state: torch.Tensor) -> torch.Tensor:
+        """An engine's GDN state (pool or layer) as the kernels take it, ``(..., V, K)``."""
+        return state.transpose(-1, -2) if self.gdn_pool_order == "HV,K,V" else state
+
     def gdn_step(self, layer: int, state, q, k, v, a, b, A_log, dt_bias, scale=None, use_qk_l2norm=True,
                  initial_state_indices=None, pad_slot_id=None, out=None, softplus_beta=1.0, softplus_threshold=20.0):
+        state = self.gdn_state(state)
         return fused_recurrent_gated_delta_rule_replayssm(
             state, q, k, v, a, b, A_log, dt_bias, scale, use_qk_l2norm, initial_state_indices,
             self._pad(pad_slot_id), out, softplus_beta, softplus_threshold,
@@ -142,8 +152,9 @@ class ReplaySlots:
     def gdn_verify(self, layer: int, state, q, k, v, a, b, A_log, dt_bias, **kw):
         r = self.rings
         kw.setdefault("pad_slot_id", self.pad_slot_id)
-        return gdn_replayssm_spec_decode(state, q, k, v, a, b, A_log, dt_bias, **kw, d_ring=r.d_cache[layer],
-                                         k_ring=r.k_cache[layer], g_ring=r.g_cache[layer], **self._spec_kwargs())
+        return gdn_replayssm_spec_decode(self.gdn_state(state), q, k, v, a, b, A_log, dt_bias, **kw,
+                                         d_ring=r.d_cache[layer], k_ring=r.k_cache[layer], g_ring=r.g_cache[layer],
+                                         **self._spec_kwargs())
 
     def commit(self, accepted: torch.Tensor, state_batch_indices: torch.Tensor) -> None:
         """After acceptance (TensorRT-LLM's ``update_mamba_states`` point): ``accepted (B,)``

@@ -7,6 +7,17 @@ import triton.language as tl
 
 
 @triton.jit
+def state_tile(offs_v, offs_k, stride_row, V_INNER: tl.constexpr):
+    """Offsets of the ``[V, K]`` tile (rows ``offs_v``, columns ``offs_k``) of one head's
+    state: K innermost (``stride_row`` between v rows), or with ``V_INNER`` V innermost
+    (a ``[K, V]`` head as TensorRT-LLM 1.2 lays it out; ``stride_row`` between k rows)."""
+    if V_INNER:
+        return offs_v[:, None] + offs_k[None, :] * stride_row
+    else:
+        return offs_v[:, None] * stride_row + offs_k[None, :]
+
+
+@triton.jit
 def load_qk(q_ptr, k_ptr, pid_b, h, stride_q_b, stride_q_h, stride_k_b, stride_k_h, offs_k, mask_k, scale,
             USE_QK_L2NORM: tl.constexpr):
     """q and k of one key head in fp32: L2-normalised (``x / sqrt(sum x^2 + 1e-6)``), q scaled."""

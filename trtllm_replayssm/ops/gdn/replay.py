@@ -31,7 +31,7 @@ from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_tensor
 from ..common import DOT_PRECISION, even_tile, load_slot, store_nan_heads, tile_masks
 from ..launch import LaunchConfig, grid, launch_kernel, select_config, select_route
-from ._common import delta_rule_step, load_gates, load_qk
+from ._common import delta_rule_step, load_gates, load_qk, state_tile
 from ..cursors import FLUSH_EVERY_STEP
 from .standard import launch_standard_step
 from .step_inputs import GDNStep, check_gdn_state_pool, parse_gdn_step
@@ -58,7 +58,7 @@ def _gdn_replay_kernel(
     state_ptr, d_cache_ptr, k_cache_ptr, g_cache_ptr, write_pos_ptr, force_flush_ptr,
     q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr,
     num_slots, num_v_heads, head_k_dim, head_v_dim, v_heads_per_k_head, buffer_len, pad_slot_id,
-    stride_state_slot, stride_state_h, stride_state_v,
+    stride_state_slot, stride_state_h, stride_state_row,
     stride_dc_slot, stride_dc_h, stride_dc_l,
     stride_kc_slot, stride_kc_h, stride_kc_l,
     stride_gc_slot, stride_gc_h,
@@ -69,7 +69,7 @@ def _gdn_replay_kernel(
     FLUSH_ALL: tl.constexpr, MODE: tl.constexpr,
     BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_L: tl.constexpr,
     FOLD_CHUNK: tl.constexpr, FOLD_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
-    EVEN_TILE: tl.constexpr,
+    EVEN_TILE: tl.constexpr, V_INNER: tl.constexpr = False,
 ):
     """A program covers CHUNKS blocks of BLOCK_V value rows of HEADS_PER_PROG value heads of
     one batch row, one block after another. The work of a head that does not depend on the
@@ -142,7 +142,7 @@ def _gdn_replay_kernel(
                 for c in range(0, CHUNKS):
                     offs_v = offs_v0 + c * BLOCK_V
                     mask_v, mask_k_c = tile_masks(offs_v, offs_k, head_v_dim, head_k_dim, EVEN_TILE)
-                    S0 = tl.load(state_base + offs_v[:, None] * stride_state_v + offs_k[None, :],
+                    S0 = tl.load(state_base + state_tile(offs_v, offs_k, stride_state_row, V_INNER),
                                  mask=mask_v[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
                     D_hist = tl.load(dc_base + offs_l[None, :] * stride_dc_l + offs_v[:, None],
                                      mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [V, L]
@@ -163,7 +163,7 @@ def _gdn_replay_kernel(
                     offs_v = offs_v0 + c * BLOCK_V
                     mask_v, mask_k_c = tile_masks(offs_v, offs_k, head_v_dim, head_k_dim, EVEN_TILE)
                     mask_vk = mask_v[:, None] & mask_k[None, :]
-                    state_ptrs = state_base + offs_v[:, None] * stride_state_v + offs_k[None, :]
+                    state_ptrs = state_base + state_tile(offs_v, offs_k, stride_state_row, V_INNER)
                     S = tl.exp(G) * tl.load(state_ptrs, mask=mask_vk, other=0.0).to(tl.float32)
                     if FOLD_DOT:
                         # S_prev = exp(G) S_0 + (D * decay) @ K: one fp32-accurate matmul over the ring.
@@ -245,7 +245,8 @@ def fused_recurrent_gated_delta_rule_replayssm(
     """One ReplaySSM GDN decode step for a batch (one layer).
 
     Same step arguments as :func:`fused_sigmoid_gating_delta_rule_update`; ``state`` is the
-    checkpoint pool ``(slots, HV, V, K)``. Ring of this layer: ``d_cache (slots, HV, L, V)``
+    checkpoint pool ``(slots, HV, V, K)`` (or the transposed view of a ``(slots, HV, K, V)``
+    pool, as that function takes it). Ring of this layer: ``d_cache (slots, HV, L, V)``
     and ``k_cache (slots, H, L, K)`` (normalised keys) in a ring dtype (fp32/bf16/fp16),
     ``g_cache (slots, HV, L)`` fp32; cursors ``write_pos (slots,)`` int32, advanced once per
     step by :func:`advance_write_pos` after every layer ran. ``force_flush (B,)``: rows
@@ -257,7 +258,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
     """
     step = parse_gdn_step(q, k, v, a, b, A_log, dt_bias, scale, use_qk_l2norm, initial_state_indices,
                           pad_slot_id, out, softplus_beta, softplus_threshold)
-    check_gdn_state_pool("state", state, step)
+    layout = check_gdn_state_pool("state", state, step)
     L = check_gdn_ring(step, state, d_cache, k_cache, g_cache, write_pos)
     if force_flush is not None:
         check_tensor("force_flush", force_flush, (step.batch,), (torch.bool, torch.int8, torch.uint8, torch.int32),
@@ -286,7 +287,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
     block_l, block_k = max(16, triton.next_power_of_2(L)), triton.next_power_of_2(step.head_k_dim)
     for mode, cfg in launches:
         if mode == "standard":  # after a drain any cursor is fine; without one, only an empty ring
-            launch_standard_step(state, step, cfg, write_pos, L if route == "always_flush" else 1)
+            launch_standard_step(state, step, cfg, write_pos, L if route == "always_flush" else 1, layout)
             continue
         hpp = cfg.heads_per_prog if mode in (FOLD.value, DRAIN.value) else 1
         chunks = min(cfg.loop_blocks, triton.cdiv(step.head_v_dim, cfg.block_p))
@@ -296,7 +297,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
             force_flush_ptr=force_flush if force_flush is not None else write_pos,
             num_slots=state.shape[0], num_v_heads=step.num_v_heads, head_k_dim=step.head_k_dim,
             head_v_dim=step.head_v_dim, v_heads_per_k_head=step.num_v_heads // step.num_k_heads, buffer_len=L,
-            stride_state_slot=state.stride(0), stride_state_h=state.stride(1), stride_state_v=state.stride(2),
+            stride_state_slot=state.stride(0), stride_state_h=state.stride(1), stride_state_row=layout.stride_row,
             stride_dc_slot=d_cache.stride(0), stride_dc_h=d_cache.stride(1), stride_dc_l=d_cache.stride(2),
             stride_kc_slot=k_cache.stride(0), stride_kc_h=k_cache.stride(1), stride_kc_l=k_cache.stride(2),
             stride_gc_slot=g_cache.stride(0), stride_gc_h=g_cache.stride(1),
@@ -306,6 +307,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
             FOLD_CHUNK=min(cfg.fold_chunk, block_l),
             FOLD_DOT=bool(cfg.fold_dot) and min(cfg.block_p, block_l, block_k) >= 16, DOT_PRECISION=DOT_PRECISION,
             HEADS_PER_PROG=hpp, EVEN_TILE=even_tile(step.head_v_dim, cfg.block_p * chunks, step.head_k_dim, block_k),
+            V_INNER=layout.v_inner,
             num_warps=cfg.num_warps,
         )
     return step.out

@@ -15,20 +15,20 @@ import triton.language as tl
 from ..._runtime import device_arch
 from ..common import cursor_out_of_range, load_slot, store_nan_output
 from ..launch import LaunchConfig, grid, launch_kernel, select_config
-from ._common import delta_rule_step, load_gates, load_qk
-from .step_inputs import check_gdn_state_pool, parse_gdn_step
+from ._common import delta_rule_step, load_gates, load_qk, state_tile
+from .step_inputs import GDNStateLayout, check_gdn_state_pool, gdn_state_layout, parse_gdn_step
 
 
 @triton.jit(do_not_specialize=["num_slots"])
 def _gdn_update_kernel(
     state_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr, write_pos_ptr,
     num_slots, head_k_dim, head_v_dim, v_heads_per_k_head, pad_slot_id, buffer_len,
-    stride_state_slot, stride_state_h, stride_state_v,
+    stride_state_slot, stride_state_h, stride_state_row,
     stride_q_b, stride_q_h, stride_k_b, stride_k_h, stride_v_b, stride_v_h,
     stride_a_b, stride_a_h, stride_b_b, stride_b_h, stride_out_b, stride_out_h,
     scale, softplus_beta, softplus_threshold,
     USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
-    BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, HAS_CURSOR: tl.constexpr = False,
+    BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, HAS_CURSOR: tl.constexpr = False, V_INNER: tl.constexpr = False,
 ):
     pid_v = tl.program_id(0)
     hv = tl.program_id(1)
@@ -48,7 +48,7 @@ def _gdn_update_kernel(
         store_nan_output(out_ptr, offs_v, mask_v, pid_b, hv, stride_out_b, stride_out_h)
         return
     state_ptrs = (state_ptr + slot * stride_state_slot + hv * stride_state_h
-                  + offs_v[:, None] * stride_state_v + offs_k[None, :])
+                  + state_tile(offs_v, offs_k, stride_state_row, V_INNER))
     mask_vk = mask_v[:, None] & mask_k[None, :]
     S = tl.load(state_ptrs, mask=mask_vk, other=0.0).to(tl.float32)
 
@@ -84,7 +84,8 @@ def fused_sigmoid_gating_delta_rule_update(
     """One standard GDN decode step, updating ``state`` in place.
 
     Args:
-        state: ``(slots, HV, V, K)`` pool, fp32/bf16/fp16, contiguous.
+        state: ``(slots, HV, V, K)`` pool, fp32/bf16/fp16, contiguous, or the
+            ``.transpose(-1, -2)`` view of a contiguous ``(slots, HV, K, V)`` pool.
         q, k: ``(B, H, K)``; v: ``(B, HV, V)`` (views of a packed row are fine:
             :func:`split_packed_qkv`). a, b: ``(B, HV)``; A_log, dt_bias: ``(HV,)``.
         scale: q scale (default ``K ** -0.5``); use_qk_l2norm: normalise q and k in-kernel.
@@ -95,26 +96,30 @@ def fused_sigmoid_gating_delta_rule_update(
     """
     step = parse_gdn_step(q, k, v, a, b, A_log, dt_bias, scale, use_qk_l2norm, initial_state_indices,
                           pad_slot_id, out, softplus_beta, softplus_threshold)
-    check_gdn_state_pool("state", state, step)
+    layout = check_gdn_state_pool("state", state, step)
     if config is None:
         config = select_config("standard", device_arch(q.device), state.dtype, q.dtype, step.head_v_dim,
                                step.head_k_dim, step.batch, family="gdn")
     if step.batch == 0:
         return step.out
-    launch_standard_step(state, step, config)
+    launch_standard_step(state, step, config, layout=layout)
     return step.out
 
 
 def launch_standard_step(state: torch.Tensor, step, config: LaunchConfig,
-                         write_pos: Optional[torch.Tensor] = None, buffer_len: int = 0) -> None:
+                         write_pos: Optional[torch.Tensor] = None, buffer_len: int = 0,
+                         layout: Optional[GDNStateLayout] = None) -> None:
     """The standard kernel on a parsed step; with ``write_pos``, rows whose cursor is
-    outside ``[0, buffer_len)`` get NaN outputs and leave their state alone."""
+    outside ``[0, buffer_len)`` get NaN outputs and leave their state alone. ``layout``:
+    the checked pool's (:func:`check_gdn_state_pool`)."""
+    layout = layout or gdn_state_layout(state)
     launch_kernel(_gdn_update_kernel, grid(step.batch, step.num_v_heads, step.head_v_dim, config),
         state_ptr=state, write_pos_ptr=write_pos if write_pos is not None else state, num_slots=state.shape[0],
         head_k_dim=step.head_k_dim, head_v_dim=step.head_v_dim,
         v_heads_per_k_head=step.num_v_heads // step.num_k_heads, buffer_len=buffer_len,
-        stride_state_slot=state.stride(0), stride_state_h=state.stride(1), stride_state_v=state.stride(2),
+        stride_state_slot=state.stride(0), stride_state_h=state.stride(1), stride_state_row=layout.stride_row,
         **step.kernel_args(),
         BLOCK_V=config.block_p, BLOCK_K=triton.next_power_of_2(step.head_k_dim), HAS_CURSOR=write_pos is not None,
+        V_INNER=layout.v_inner,
         num_warps=config.num_warps,
     )

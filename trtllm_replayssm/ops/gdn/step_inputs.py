@@ -128,12 +128,36 @@ def parse_gdn_step(q, k, v, a, b, A_log, dt_bias, scale=None, use_qk_l2norm=True
                    pad_slot_id=int(pad_slot_id))
 
 
-def check_gdn_state_pool(name: str, state: torch.Tensor, step: GDNStep) -> None:
-    """``state (slots, HV, V, K)``, K innermost, contiguous."""
+def check_gdn_state_pool(name: str, state: torch.Tensor, step: GDNStep) -> "GDNStateLayout":
+    """``state (slots, HV, V, K)``: a contiguous pool (K innermost), or the transposed view
+    ``pool.transpose(-1, -2)`` of a contiguous ``[slots, HV, K, V]`` pool (V innermost:
+    TensorRT-LLM 1.2's GDN order). Returns the layout the kernels are launched with."""
     check_tensor(name, state, (None, step.num_v_heads, step.head_v_dim, step.head_k_dim), FLOAT_DTYPES,
                  step.q.device)
-    if not state.is_contiguous():
-        raise ValueError(f"{name} must be contiguous (a cache tensor), got strides {state.stride()}")
+    layout = gdn_state_layout(state)
+    if layout is None:
+        raise ValueError(f"{name} must be a contiguous (slots, HV, V, K) pool or the .transpose(-1, -2) view of a "
+                         f"contiguous (slots, HV, K, V) pool, got strides {state.stride()}")
     if step.slot_idx is None and state.shape[0] < step.batch:
         raise ValueError(f"{name} has {state.shape[0]} slots but the batch has {step.batch} rows and no "
                          f"initial_state_indices")
+    return layout
+
+
+@dataclass(frozen=True)
+class GDNStateLayout:
+    """How a head's ``[V, K]`` state lies in the pool: ``v_inner`` (V innermost) and the
+    stride between the rows of the outer dimension (v rows, or k rows when ``v_inner``)."""
+
+    v_inner: bool
+    stride_row: int
+
+
+def gdn_state_layout(state: torch.Tensor) -> Optional[GDNStateLayout]:
+    """The layout of a ``(slots, HV, V, K)`` state tensor, or None where the kernels cannot
+    take it (neither a contiguous pool nor a transposed view of one)."""
+    if state.is_contiguous():
+        return GDNStateLayout(False, state.stride(2))
+    if state.transpose(-1, -2).is_contiguous():
+        return GDNStateLayout(True, state.stride(3))
+    return None

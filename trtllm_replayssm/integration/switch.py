@@ -4,7 +4,7 @@ executor workers: ``trtllm-serve --custom_module_dirs`` imports only in the CLI 
     TRTLLM_REPLAYSSM=1                    turn ReplaySSM on (anything else: off)
     TRTLLM_REPLAYSSM_BUFFER_LEN=16        ring length L (1..64)
     TRTLLM_REPLAYSSM_ROUTE=auto           auto | output_only | state_and_output | standard_step | always_flush
-    TRTLLM_REPLAYSSM_MODELS=mamba2        which mixer families to patch (gdn: not wired yet)
+    TRTLLM_REPLAYSSM_MODELS=mamba2        which mixer family to patch: mamba2 or gdn (one at a time)
     TRTLLM_REPLAYSSM_SPEC=1               replay for speculative verify too (TensorRT-LLM 1.3+)
 """
 

@@ -1,7 +1,7 @@
 """Against a real TensorRT-LLM install on a GPU (skipped where either is missing, as on
 every machine of this project so far). Checkpoints come from the environment:
-``REPLAYSSM_NEMOTRON_H_CKPT`` (a small Nemotron-H) and, once GDN is wired,
-``REPLAYSSM_QWEN3_NEXT_CKPT``."""
+``REPLAYSSM_NEMOTRON_H_CKPT`` (a small Nemotron-H) and ``REPLAYSSM_QWEN3_NEXT_CKPT`` (a
+small Qwen3-Next, TensorRT-LLM 1.2.x)."""
 
 import json
 import os
@@ -42,11 +42,10 @@ def test_patch_lands_on_the_real_classes():
                for name in ("selective_state_update", "selective_state_update_native")), info
 
 
-def test_greedy_outputs_and_logprobs_agree_nemotron_h():
-    ckpt = _ckpt("REPLAYSSM_NEMOTRON_H_CKPT")
+def _standard_and_replay_agree(ckpt: str, models: str) -> None:
     runs = {}
     for on in ("0", "1"):  # in fresh processes, so the executor workers are spawned with the switch
-        env = dict(os.environ, TRTLLM_REPLAYSSM=on)
+        env = dict(os.environ, TRTLLM_REPLAYSSM=on, TRTLLM_REPLAYSSM_MODELS=models)
         out = subprocess.run([sys.executable, "-c", GENERATE, ckpt], env=env, capture_output=True, text=True,
                              timeout=1800, check=True)
         runs[on] = (json.loads(out.stdout.strip().splitlines()[-1]), out.stderr)
@@ -54,3 +53,11 @@ def test_greedy_outputs_and_logprobs_agree_nemotron_h():
     for (tok0, lp0), (tok1, lp1) in zip(runs["0"][0], runs["1"][0]):
         assert tok0 == tok1
         assert max(abs(a - b) for a, b in zip(lp0, lp1)) < 5e-2
+
+
+def test_greedy_outputs_and_logprobs_agree_nemotron_h():
+    _standard_and_replay_agree(_ckpt("REPLAYSSM_NEMOTRON_H_CKPT"), "mamba2")
+
+
+def test_greedy_outputs_and_logprobs_agree_qwen3_next():
+    _standard_and_replay_agree(_ckpt("REPLAYSSM_QWEN3_NEXT_CKPT"), "gdn")

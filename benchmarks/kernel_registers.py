@@ -93,7 +93,7 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
 
 
 def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16):
-    common = dict(USE_QK_L2NORM=True, HAS_SLOT_IDX=True, BLOCK_K=head_dim)
+    common = dict(USE_QK_L2NORM=True, HAS_SLOT_IDX=True, BLOCK_K=head_dim, V_INNER=False)
     modes = {"output_only": 1, "fold": 2}
     for kernel in gdn_ar.CANDIDATES:
         for cfg in gdn_ar.candidate_configs(kernel, head_dim):

@@ -40,10 +40,16 @@ def tile_masks(offs_p, offs_n, headdim, dstate, EVEN_TILE: tl.constexpr):
     """Masks of a (headdim block, dstate) tile; constant true where the sizes fill the tile
     (``EVEN_TILE``), so the compiler drops them: a [32, 128] mask costs ~40 registers a
     thread, which is occupancy a state-streaming kernel needs."""
+    return dim_mask(offs_p, headdim, EVEN_TILE), dim_mask(offs_n, dstate, EVEN_TILE)
+
+
+@triton.jit
+def dim_mask(offs, size, EVEN_TILE: tl.constexpr):
+    """``offs < size``, or constant true under ``EVEN_TILE`` (see :func:`tile_masks`)."""
     if EVEN_TILE:
-        return tl.full(offs_p.shape, True, tl.int1), tl.full(offs_n.shape, True, tl.int1)
+        return tl.full(offs.shape, True, tl.int1)
     else:
-        return offs_p < headdim, offs_n < dstate
+        return offs < size
 
 
 @triton.jit

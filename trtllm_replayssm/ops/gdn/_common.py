@@ -7,14 +7,17 @@ import triton.language as tl
 
 
 @triton.jit
-def state_tile(offs_v, offs_k, stride_row, V_INNER: tl.constexpr):
-    """Offsets of the ``[V, K]`` tile (rows ``offs_v``, columns ``offs_k``) of one head's
-    state: K innermost (``stride_row`` between v rows), or with ``V_INNER`` V innermost
-    (a ``[K, V]`` head as TensorRT-LLM 1.2 lays it out; ``stride_row`` between k rows)."""
+def state_tile_ptrs(head_ptr, offs_v, offs_k, stride_row, V_INNER: tl.constexpr):
+    """Pointers to the ``[V, K]`` tile (rows ``offs_v``, columns ``offs_k``) of the head at
+    ``head_ptr``: K innermost (``stride_row`` between v rows), or with ``V_INNER`` V
+    innermost (a ``[K, V]`` head as TensorRT-LLM 1.2 lays it out; ``stride_row`` between k
+    rows). The innermost offsets are added last: added to the pointer as one precomputed
+    offset tile, the loads lost their vectorisation (GDN standard step 61 -> 77 registers)."""
     if V_INNER:
-        return offs_v[:, None] + offs_k[None, :] * stride_row
+        ptrs = head_ptr + offs_k[None, :] * stride_row + offs_v[:, None]
     else:
-        return offs_v[:, None] * stride_row + offs_k[None, :]
+        ptrs = head_ptr + offs_v[:, None] * stride_row + offs_k[None, :]
+    return ptrs
 
 
 @triton.jit

@@ -29,9 +29,9 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_tensor
-from ..common import DOT_PRECISION, even_tile, load_slot, store_nan_heads, tile_masks
+from ..common import DOT_PRECISION, dim_mask, even_tile, load_slot, store_nan_heads
 from ..launch import LaunchConfig, grid, launch_kernel, select_config, select_route
-from ._common import delta_rule_step, load_gates, load_qk, state_tile
+from ._common import delta_rule_step, load_gates, load_qk, state_tile_ptrs
 from ..cursors import FLUSH_EVERY_STEP
 from .standard import launch_standard_step
 from .step_inputs import GDNStep, check_gdn_state_pool, parse_gdn_step
@@ -81,7 +81,7 @@ def _gdn_replay_kernel(
     pid_b = tl.program_id(2)
     offs_v0 = pid_v * (BLOCK_V * CHUNKS) + tl.arange(0, BLOCK_V)
     offs_k = tl.arange(0, BLOCK_K)
-    mask_v0, mask_k = tile_masks(offs_v0, offs_k, head_v_dim, head_k_dim, EVEN_TILE)
+    mask_k = dim_mask(offs_k, head_k_dim, EVEN_TILE)
     REPORTS: tl.constexpr = (MODE != FOLD) or FLUSH_ALL  # one launch of a step reports errors
 
     slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
@@ -141,8 +141,8 @@ def _gdn_replay_kernel(
                 coef_q = decay * tl.sum(K_hist * q[None, :], axis=1)
                 for c in range(0, CHUNKS):
                     offs_v = offs_v0 + c * BLOCK_V
-                    mask_v, mask_k_c = tile_masks(offs_v, offs_k, head_v_dim, head_k_dim, EVEN_TILE)
-                    S0 = tl.load(state_base + state_tile(offs_v, offs_k, stride_state_row, V_INNER),
+                    mask_v = dim_mask(offs_v, head_v_dim, EVEN_TILE)
+                    S0 = tl.load(state_tile_ptrs(state_base, offs_v, offs_k, stride_state_row, V_INNER),
                                  mask=mask_v[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
                     D_hist = tl.load(dc_base + offs_l[None, :] * stride_dc_l + offs_v[:, None],
                                      mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [V, L]
@@ -161,9 +161,9 @@ def _gdn_replay_kernel(
             else:
                 for c in range(0, CHUNKS):
                     offs_v = offs_v0 + c * BLOCK_V
-                    mask_v, mask_k_c = tile_masks(offs_v, offs_k, head_v_dim, head_k_dim, EVEN_TILE)
+                    mask_v = dim_mask(offs_v, head_v_dim, EVEN_TILE)
                     mask_vk = mask_v[:, None] & mask_k[None, :]
-                    state_ptrs = state_base + state_tile(offs_v, offs_k, stride_state_row, V_INNER)
+                    state_ptrs = state_tile_ptrs(state_base, offs_v, offs_k, stride_state_row, V_INNER)
                     S = tl.exp(G) * tl.load(state_ptrs, mask=mask_vk, other=0.0).to(tl.float32)
                     if FOLD_DOT:
                         # S_prev = exp(G) S_0 + (D * decay) @ K: one fp32-accurate matmul over the ring.

@@ -15,7 +15,7 @@ import triton.language as tl
 from ..._runtime import device_arch
 from ..common import cursor_out_of_range, load_slot, store_nan_output
 from ..launch import LaunchConfig, grid, launch_kernel, select_config
-from ._common import delta_rule_step, load_gates, load_qk, state_tile
+from ._common import delta_rule_step, load_gates, load_qk, state_tile_ptrs
 from .step_inputs import GDNStateLayout, check_gdn_state_pool, gdn_state_layout, parse_gdn_step
 
 
@@ -47,8 +47,8 @@ def _gdn_update_kernel(
     if cursor_out_of_range(write_pos_ptr, slot, buffer_len, HAS_CURSOR):
         store_nan_output(out_ptr, offs_v, mask_v, pid_b, hv, stride_out_b, stride_out_h)
         return
-    state_ptrs = (state_ptr + slot * stride_state_slot + hv * stride_state_h
-                  + state_tile(offs_v, offs_k, stride_state_row, V_INNER))
+    state_ptrs = state_tile_ptrs(state_ptr + slot * stride_state_slot + hv * stride_state_h, offs_v, offs_k,
+                                 stride_state_row, V_INNER)
     mask_vk = mask_v[:, None] & mask_k[None, :]
     S = tl.load(state_ptrs, mask=mask_vk, other=0.0).to(tl.float32)
 

@@ -26,8 +26,8 @@ from dataclasses import replace
 import triton
 import triton.language as tl
 
-from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, even_tile, exact_in_tf32, load_slot, small_matmul,
-                      tile_masks)
+from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, load_slot,
+                      small_matmul)
 from ..launch import LaunchConfig, grid, launch_kernel
 from ._common import finish_output, load_dt
 
@@ -81,7 +81,7 @@ def _replay_fold_kernel(
     offs_p0 = pid_p * (BLOCK_P * CHUNKS) + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
     offs_l = tl.arange(0, BLOCK_L)
-    mask_p0, mask_n = tile_masks(offs_p0, offs_n, headdim, dstate, EVEN_TILE)
+    mask_n = dim_mask(offs_n, dstate, EVEN_TILE)
     in_ring = offs_l < w
     # A fold program may loop over several heads so that the launch is a few programs
     # that return at once on the many steps where no row flushes; and over several blocks
@@ -113,7 +113,7 @@ def _replay_fold_kernel(
             decay = tl.exp(tl.minimum(A * total, 0.0))
             for c in range(0, CHUNKS):
                 offs_p = offs_p0 + c * BLOCK_P
-                mask_p, mask_n_c = tile_masks(offs_p, offs_n, headdim, dstate, EVEN_TILE)
+                mask_p = dim_mask(offs_p, headdim, EVEN_TILE)
                 mask_pn = mask_p[:, None] & mask_n[None, :]
                 X = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
                             mask=mask_p[:, None] & in_ring[None, :], other=0.0).to(tl.float32)  # [P, L]

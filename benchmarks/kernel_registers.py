@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import tempfile
+from dataclasses import replace
 
 os.environ["TRITON_INTERPRET"] = "0"  # compile for the GPU even on a machine without one
 
@@ -26,6 +27,7 @@ from triton.compiler import ASTSource  # noqa: E402
 
 from trtllm_replayssm.benchmarking import gdn_ar, mamba2_ar  # noqa: E402
 from trtllm_replayssm.benchmarking.spec import SPEC_CANDIDATES  # noqa: E402
+from trtllm_replayssm.ops.launch import clamp_loop_blocks  # noqa: E402
 from trtllm_replayssm.ops.gdn import replay as gdn_replay, spec as gdn_spec, standard as gdn_standard  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import replay as m2_replay, replay_fold as m2_replay_fold  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import spec as m2_spec, standard as m2_standard  # noqa: E402
@@ -83,7 +85,7 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
                 fn, c = m2_replay_fold._replay_fold_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, DRAIN=False, BLOCK_P=max(16, cfg.block_p), BLOCK_N=dstate,
                     BLOCK_L=max(16, L), EVEN_TILE=headdim % max(16, cfg.block_p) == 0, EXACT_B=True, DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32",
-                    HEADS_PER_PROG=cfg.heads_per_prog, CHUNKS=min(cfg.loop_blocks, headdim // max(16, cfg.block_p)),
+                    HEADS_PER_PROG=cfg.heads_per_prog, CHUNKS=clamp_loop_blocks(replace(cfg, block_p=max(16, cfg.block_p)), headdim).loop_blocks,
                     EVEN_HEADS=True)
             else:
                 fn, c = m2_replay._replay_step_kernel, dict(
@@ -103,7 +105,7 @@ def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16):
             else:
                 fn, c = gdn_replay._gdn_replay_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, FLUSH_ALL=kernel == "always_flush", MODE=modes[kernel],
-                    BLOCK_V=cfg.block_p, CHUNKS=min(cfg.loop_blocks, head_dim // cfg.block_p), BLOCK_L=L,
+                    BLOCK_V=cfg.block_p, CHUNKS=clamp_loop_blocks(cfg, head_dim).loop_blocks, BLOCK_L=L,
                     FOLD_CHUNK=cfg.fold_chunk, FOLD_DOT=bool(cfg.fold_dot) and kernel == "fold", DOT_PRECISION="tf32x3",
                     HEADS_PER_PROG=cfg.heads_per_prog if kernel == "fold" else 1, EVEN_TILE=head_dim % cfg.block_p == 0)
             yield ["gdn", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype)]

@@ -11,7 +11,7 @@ ahead-of-time build.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from importlib import resources
 from typing import Callable, List, Optional, Sequence
@@ -29,8 +29,9 @@ class LaunchConfig:
     over (``heads_per_prog``), whether a
     speculative verify folds its flush rows in a launch of their own (``split_fold``), so
     the verify launch is compiled without the fold, and how many blocks of ``block_p``
-    rows one program runs one after another (``loop_blocks``; GDN replay: the work of a
-    head that does not depend on the rows is then done once for all of them)."""
+    rows one program runs one after another (``loop_blocks``; the GDN replay step and the
+    Mamba2 fold: the work of a head that does not depend on the rows is then done once
+    for all of them)."""
 
     block_p: int
     num_warps: int
@@ -38,7 +39,7 @@ class LaunchConfig:
     fold_dot: int = 0
     heads_per_prog: int = 1
     split_fold: int = 0  # speculative verify: flush rows fold in a launch of their own
-    loop_blocks: int = 1  # GDN replay: headdim blocks one program loops over
+    loop_blocks: int = 1  # headdim blocks one program runs one after another
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -52,6 +53,12 @@ def grid(batch: int, nheads: int, headdim: int, cfg: LaunchConfig) -> tuple:
     heads), batch rows). Heads of one slot run adjacently, which keeps a group's ring
     entries in L2 for the heads that share them."""
     return (triton.cdiv(headdim, cfg.block_p * cfg.loop_blocks), nheads, batch)
+
+
+def clamp_loop_blocks(cfg: LaunchConfig, headdim: int) -> LaunchConfig:
+    """``cfg`` with ``loop_blocks`` cut to the blocks a head has: blocks past the head
+    would only be masked work in every program."""
+    return replace(cfg, loop_blocks=min(cfg.loop_blocks, triton.cdiv(headdim, cfg.block_p)))
 
 
 def _dtype_key(dtype: torch.dtype) -> str:

@@ -20,7 +20,6 @@ non-empty rings are folded first by a launch that returns at once otherwise). Cu
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Optional
 
 import torch
@@ -30,7 +29,7 @@ import triton.language as tl
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_tensor
 from ..common import DOT_PRECISION, dim_mask, even_tile, load_slot, store_nan_heads
-from ..launch import LaunchConfig, grid, launch_kernel, select_config, select_route
+from ..launch import LaunchConfig, clamp_loop_blocks, grid, launch_kernel, select_config, select_route
 from ._common import delta_rule_step, load_gates, load_qk, state_tile_ptrs
 from ..cursors import FLUSH_EVERY_STEP
 from .standard import launch_standard_step
@@ -287,11 +286,11 @@ def fused_recurrent_gated_delta_rule_replayssm(
     block_l, block_k = max(16, triton.next_power_of_2(L)), triton.next_power_of_2(step.head_k_dim)
     for mode, cfg in launches:
         if mode == "standard":  # after a drain any cursor is fine; without one, only an empty ring
-            launch_standard_step(state, step, cfg, write_pos, L if route == "always_flush" else 1, layout)
+            launch_standard_step(state, step, cfg, write_pos, L if route == "always_flush" else 1, layout=layout)
             continue
         hpp = cfg.heads_per_prog if mode in (FOLD.value, DRAIN.value) else 1
-        chunks = min(cfg.loop_blocks, triton.cdiv(step.head_v_dim, cfg.block_p))
-        cfg = dataclasses.replace(cfg, loop_blocks=chunks)
+        cfg = clamp_loop_blocks(cfg, step.head_v_dim)
+        chunks = cfg.loop_blocks
         launch_kernel(_gdn_replay_kernel, grid(step.batch, triton.cdiv(step.num_v_heads, hpp), step.head_v_dim, cfg),
             state_ptr=state, d_cache_ptr=d_cache, k_cache_ptr=k_cache, g_cache_ptr=g_cache, write_pos_ptr=write_pos,
             force_flush_ptr=force_flush if force_flush is not None else write_pos,

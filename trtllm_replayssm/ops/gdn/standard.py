@@ -16,7 +16,7 @@ from ..._runtime import device_arch
 from ..common import cursor_out_of_range, load_slot, store_nan_output
 from ..launch import LaunchConfig, grid, launch_kernel, select_config
 from ._common import delta_rule_step, load_gates, load_qk, state_tile_ptrs
-from .step_inputs import GDNStateLayout, check_gdn_state_pool, gdn_state_layout, parse_gdn_step
+from .step_inputs import GDNStateLayout, check_gdn_state_pool, parse_gdn_step
 
 
 @triton.jit(do_not_specialize=["num_slots"])
@@ -107,12 +107,11 @@ def fused_sigmoid_gating_delta_rule_update(
 
 
 def launch_standard_step(state: torch.Tensor, step, config: LaunchConfig,
-                         write_pos: Optional[torch.Tensor] = None, buffer_len: int = 0,
-                         layout: Optional[GDNStateLayout] = None) -> None:
+                         write_pos: Optional[torch.Tensor] = None, buffer_len: int = 0, *,
+                         layout: GDNStateLayout) -> None:
     """The standard kernel on a parsed step; with ``write_pos``, rows whose cursor is
     outside ``[0, buffer_len)`` get NaN outputs and leave their state alone. ``layout``:
-    the checked pool's (:func:`check_gdn_state_pool`)."""
-    layout = layout or gdn_state_layout(state)
+    what :func:`check_gdn_state_pool` returned for ``state``."""
     launch_kernel(_gdn_update_kernel, grid(step.batch, step.num_v_heads, step.head_v_dim, config),
         state_ptr=state, write_pos_ptr=write_pos if write_pos is not None else state, num_slots=state.shape[0],
         head_k_dim=step.head_k_dim, head_v_dim=step.head_v_dim,

@@ -28,7 +28,7 @@ import triton.language as tl
 
 from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, load_slot,
                       small_matmul)
-from ..launch import LaunchConfig, grid, launch_kernel
+from ..launch import LaunchConfig, clamp_loop_blocks, grid, launch_kernel
 from ._common import finish_output, load_dt
 
 
@@ -136,8 +136,7 @@ def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int,
     """Launch the fold over ``step``'s batch with the replay step's pointer/stride ``args``
     (:func:`~.replay.selective_state_update_replayssm` builds them). The matmul needs
     tiles of at least 16, so ``block_p`` is raised to 16 where the config asks for less."""
-    cfg = replace(cfg, block_p=max(16, cfg.block_p))
-    cfg = replace(cfg, loop_blocks=min(cfg.loop_blocks, triton.cdiv(step.headdim, cfg.block_p)))
+    cfg = clamp_loop_blocks(replace(cfg, block_p=max(16, cfg.block_p)), step.headdim)
     block_n = max(16, block_n)
     hpp = cfg.heads_per_prog
     launch_kernel(_replay_fold_kernel, grid(step.batch, triton.cdiv(step.nheads, hpp), step.headdim, cfg), **args,

@@ -26,7 +26,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from trtllm_replayssm.benchmarking import gdn_ar, mamba2_ar  # noqa: E402
-from trtllm_replayssm.benchmarking.spec import SPEC_CANDIDATES  # noqa: E402
+from trtllm_replayssm.benchmarking.spec import GDN_SPEC_CANDIDATES, MAMBA2_SPEC_CANDIDATES  # noqa: E402
 from trtllm_replayssm.ops.launch import clamp_loop_blocks  # noqa: E402
 from trtllm_replayssm.ops.gdn import replay as gdn_replay, spec as gdn_spec, standard as gdn_standard  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import replay as m2_replay, replay_fold as m2_replay_fold  # noqa: E402
@@ -115,17 +115,19 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
     """Speculative verify kernels, Super (P 64, N 128) and Qwen3.5 (K = V = 128) tiles; a
     ``split_fold`` config is two launches (the fold of flush rows, then the verify)."""
     buf = m2_spec.ring_capacity(T, history_len)
-    common = dict(HAS_SLOT_IDX=True, BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf, BLOCK_L=max(16, buf),
-                  DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32", USE_DOT=True, EVEN_TILE=True)
+    common = dict(HAS_SLOT_IDX=True, BUF=buf, BLOCK_L=max(16, buf), DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32",
+                  USE_DOT=True, EVEN_TILE=True)
     families = (
-        ("mamba2", m2_spec._spec_verify_kernel,
+        ("mamba2", m2_spec._spec_verify_kernel, MAMBA2_SPEC_CANDIDATES,
          lambda cfg: dict(HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, DT_SOFTPLUS=True, NUM_TOKENS=T,
-                          BLOCK_P=min(cfg.block_p, 64), BLOCK_N=128, EXACT_B=True)),  # B ring in bf16
-        ("gdn", gdn_spec._gdn_spec_verify_kernel,  # k ring in fp32 (the default)
-         lambda cfg: dict(USE_QK_L2NORM=True, BLOCK_V=cfg.block_p, BLOCK_K=128, EXACT_B=False)),
+                          BLOCK_T=m2_spec.token_tile(T, use_dot=True), BLOCK_P=min(cfg.block_p, 64), BLOCK_N=128,
+                          EXACT_B=True)),  # B ring in bf16
+        ("gdn", gdn_spec._gdn_spec_verify_kernel, GDN_SPEC_CANDIDATES,  # k ring in fp32 (the default)
+         lambda cfg: dict(USE_QK_L2NORM=True, BLOCK_T=max(2, triton.next_power_of_2(T)), BLOCK_V=cfg.block_p,
+                          BLOCK_K=128, EXACT_B=False)),
     )
-    for family, fn, shape in families:
-        for cfg in SPEC_CANDIDATES:
+    for family, fn, candidates, shape in families:
+        for cfg in candidates:
             phases = {"fold": 1, "verify": 2} if cfg.split_fold else {"verify+fold": 0}
             regs = ", ".join(f"{name} {registers(fn, dict(common, **shape(cfg), PHASE=p), cfg.num_warps, state_dtype)}"
                              for name, p in phases.items())

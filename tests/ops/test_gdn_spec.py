@@ -6,7 +6,7 @@ import torch
 
 from conftest import requires_cuda
 from mamba2_harness import DEVICE, rel_err, same_bits, tolerance
-from trtllm_replayssm.benchmarking.spec import SPEC_CANDIDATES
+from trtllm_replayssm.benchmarking.spec import GDN_SPEC_CANDIDATES
 from trtllm_replayssm.ops.launch import LaunchConfig
 from trtllm_replayssm.cache import GDNGeometry
 from trtllm_replayssm.ops.gdn.naive import gdn_step_ref, l2norm
@@ -90,7 +90,7 @@ def test_flush_rows_fold_in_their_own_launch():
 
 
 @requires_cuda
-@pytest.mark.parametrize("config", SPEC_CANDIDATES, ids=str)
+@pytest.mark.parametrize("config", GDN_SPEC_CANDIDATES, ids=str)
 def test_cuda_real_shapes_every_candidate(config):
     """Qwen3.5's head shape (K = V = 128) with every tuning candidate: the matmul fold
     (tf32x3) on the GPU, flushes included."""

@@ -11,7 +11,7 @@ import torch
 
 from conftest import requires_cuda
 from mamba2_harness import DEVICE, rel_err, same_bits, tolerance
-from trtllm_replayssm.benchmarking.spec import SPEC_CANDIDATES
+from trtllm_replayssm.benchmarking.spec import MAMBA2_SPEC_CANDIDATES
 from trtllm_replayssm.ops.launch import LaunchConfig
 from trtllm_replayssm.cache import Mamba2Geometry
 from trtllm_replayssm.ops.mamba2.naive import mamba2_step_ref
@@ -103,6 +103,13 @@ def test_fuzz_sizes(T, Bh):
     assert min(flushes.values()) >= 1, flushes
 
 
+def test_small_tiles_without_tl_dot():
+    """Tiles below 16 (headdim 8, dstate 8): the products over tokens take the broadcast
+    path instead of tl.dot, with a token axis of next_pow2(T) instead of 16."""
+    flushes = run_spec_fuzz(T=3, Bh=5, steps=16, seed=9, geom=Mamba2Geometry(nheads=2, headdim=8, dstate=8, ngroups=1))
+    assert min(flushes.values()) >= 1, flushes
+
+
 def test_flush_rows_fold_in_their_own_launch():
     """``split_fold``: the flush rows fold first, then the verify launch (compiled without
     the fold) reads their new checkpoint with an empty history."""
@@ -111,10 +118,10 @@ def test_flush_rows_fold_in_their_own_launch():
 
 
 @requires_cuda
-@pytest.mark.parametrize("config", SPEC_CANDIDATES, ids=str)
+@pytest.mark.parametrize("config", MAMBA2_SPEC_CANDIDATES, ids=str)
 def test_cuda_real_shapes_every_candidate(config):
-    """Super's head shape (P 64, N 128) with every tuning candidate: the matmul fold
-    (tf32x3) on the GPU, flushes included."""
+    """Super's head shape (P 64, N 128) with every tuning candidate: the fold and the
+    products over tokens on tl.dot on the GPU, flushes included."""
     flushes = run_spec_fuzz(T=4, Bh=16, steps=12, geom=Mamba2Geometry(nheads=4, headdim=64, dstate=128, ngroups=2),
                             config=config)
     assert min(flushes.values()) >= 1, flushes

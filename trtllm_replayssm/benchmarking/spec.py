@@ -34,9 +34,19 @@ from .timing import capture, layers_for_cold_l2, time_graph_ms
 
 # Verify-kernel launch configs tried per case: rows of headdim / of V per program, warps,
 # and whether flush rows fold in a launch of their own (the verify launch then needs fewer
-# registers: ``benchmarks/kernel_registers.py --family spec``).
-SPEC_CANDIDATES = [LaunchConfig(b, w) for b, w in [(16, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8)]] + \
+# registers: ``benchmarks/kernel_registers.py --family spec``). Mamba2's verify runs its
+# products on tl.dot, whose operands each warp holds whole: 16 rows a warp was fastest
+# (H200, Super, T = 4: (16, 1) 418 us, (32, 2) 454, (32, 4) 739, against 654 for the best
+# config of the earlier per-token loop), so its candidates keep few warps.
+MAMBA2_SPEC_CANDIDATES = [LaunchConfig(b, w) for b, w in [(16, 1), (32, 2), (64, 4), (32, 1), (16, 2), (64, 2)]] + \
+    [LaunchConfig(b, w, split_fold=1) for b, w in [(16, 1), (32, 2)]]
+GDN_SPEC_CANDIDATES = [LaunchConfig(b, w) for b, w in [(16, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8)]] + \
     [LaunchConfig(b, w, split_fold=1) for b, w in [(16, 4), (32, 4), (32, 8), (64, 8)]]
+
+
+def spec_candidates(geom: Union[Mamba2Geometry, GDNGeometry]) -> list:
+    """The verify-kernel launch configs the tuner tries for this family."""
+    return GDN_SPEC_CANDIDATES if isinstance(geom, GDNGeometry) else MAMBA2_SPEC_CANDIDATES
 
 
 def state_shape(geom: Union[Mamba2Geometry, GDNGeometry]) -> tuple:
@@ -195,4 +205,4 @@ def tune_verify_config(case: SpecCase, steps: int, replays: int = 20, limit: Opt
         rig.config = cfg
         return rig.time_us(rig.replay_fn(steps), steps, replays)
 
-    return best_config(time_config, SPEC_CANDIDATES[:limit])
+    return best_config(time_config, spec_candidates(case.geom)[:limit])

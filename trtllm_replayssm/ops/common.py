@@ -31,8 +31,15 @@ def split_tf32_dot(a, b, ONE_PASS_PRECISION: tl.constexpr):
     what the tensor core reads) and the fp32 remainder, and each goes through one TF32
     pass. Two matmuls where tf32x3 needs three plus the split of ``b``: on a fold that
     streams the state, tf32x3 cost ~1.45x a standard step and this ~1.1x (H200)."""
-    a_hi = (a.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)
+    a_hi = tf32_head(a)
     return tl.dot(a_hi, b, input_precision=ONE_PASS_PRECISION) + tl.dot(a - a_hi, b, input_precision=ONE_PASS_PRECISION)
+
+
+@triton.jit
+def tf32_head(x):
+    """``x`` (fp32) cut to the bits a TF32 tensor-core pass reads (sign, exponent, top 10
+    mantissa bits); ``x - tf32_head(x)`` is exact in fp32."""
+    return (x.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -136,6 +143,31 @@ def small_matmul(a, b, USE_DOT: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISI
 
 
 @triton.jit
+def native_dot(a, b, USE_DOT: tl.constexpr, EXACT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+               ONE_PASS_PRECISION: tl.constexpr):
+    """``a @ b`` in fp32 for two tiles in their own dtype. Where both hold bf16/fp16 values
+    (``EXACT``) every product is exact in fp32: one tensor-core pass in that dtype, with
+    half the registers of fp32 operands; else :func:`small_matmul` on fp32 copies."""
+    if USE_DOT and EXACT:
+        return tl.dot(a, b, out_dtype=tl.float32)
+    else:
+        return small_matmul(a.to(tl.float32), b.to(tl.float32), USE_DOT, False, DOT_PRECISION, ONE_PASS_PRECISION)
+
+
+@triton.jit
+def exact_lhs_matmul(a, b, USE_DOT: tl.constexpr, EXACT_A: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                     ONE_PASS_PRECISION: tl.constexpr):
+    """:func:`small_matmul` with the roles swapped: ``a`` holds values TF32 holds exactly
+    (``EXACT_A``), so ``b`` takes the split into a TF32 head and remainder."""
+    if USE_DOT and EXACT_A:
+        b_hi = tf32_head(b)
+        return tl.dot(a, b_hi, input_precision=ONE_PASS_PRECISION) + tl.dot(a, b - b_hi,
+                                                                            input_precision=ONE_PASS_PRECISION)
+    else:
+        return small_matmul(a, b, USE_DOT, False, DOT_PRECISION, ONE_PASS_PRECISION)
+
+
+@triton.jit
 def ring_positions(origin, BUF: tl.constexpr, BLOCK_L: tl.constexpr):
     """Logical ring positions ``0..BLOCK_L-1`` and their physical indices on a circular
     ring of ``BUF`` entries. ``BLOCK_L >= BUF`` pads the history tiles to 16 on a small ring
@@ -149,7 +181,7 @@ def ring_positions(origin, BUF: tl.constexpr, BLOCK_L: tl.constexpr):
 @triton.jit
 def load_ring_history(scalar_base, rows_base, stride_rows_l, offs_r, mask_r, cols_base, stride_cols_l, offs_c,
                       mask_c, origin, n_hist, BUF: tl.constexpr, BLOCK_L: tl.constexpr):
-    """A slot's committed history on a circular ring, as whole tiles in fp32 (all loads
+    """A slot's committed history on a circular ring, as whole tiles in the ring's dtype (all loads
     independent, so they issue together): the per-entry scalars ``[BLOCK_L]``, a
     ``[R, BLOCK_L]`` tile of one per-head vector and a ``[BLOCK_L, C]`` tile of another;
     entries at logical positions ``>= n_hist`` read as 0 (see :func:`ring_positions`).
@@ -158,7 +190,7 @@ def load_ring_history(scalar_base, rows_base, stride_rows_l, offs_r, mask_r, col
     mask_l = offs_l < n_hist
     scalars = tl.load(scalar_base + phys_l, mask=mask_l, other=0.0)
     rows = tl.load(rows_base + phys_l[None, :] * stride_rows_l + offs_r[:, None],
-                   mask=mask_r[:, None] & mask_l[None, :], other=0.0).to(tl.float32)
+                   mask=mask_r[:, None] & mask_l[None, :], other=0.0)
     cols = tl.load(cols_base + phys_l[:, None] * stride_cols_l + offs_c[None, :],
-                   mask=mask_l[:, None] & mask_c[None, :], other=0.0).to(tl.float32)
+                   mask=mask_l[:, None] & mask_c[None, :], other=0.0)
     return mask_l, scalars, rows, cols

@@ -12,6 +12,10 @@ from .._runtime import INTERPRETED
 DOT_PRECISION = "ieee" if INTERPRETED else "tf32x3"
 # One TF32 pass, for products whose operands are exact in TF32 (see :func:`split_tf32_dot`).
 ONE_PASS_PRECISION = "ieee" if INTERPRETED else "tf32"
+# tl.dot on bf16/fp16 operands (:func:`native_dot`). The interpreter (Triton 3.6) returns
+# garbage for them (relative error ~1e9 on a 16x16 bf16 product), so there the operands go
+# to fp32 first.
+NATIVE_DOT = tl.constexpr(not INTERPRETED)
 
 
 def exact_in_tf32(dtype: torch.dtype) -> bool:
@@ -147,8 +151,9 @@ def native_dot(a, b, USE_DOT: tl.constexpr, EXACT: tl.constexpr, DOT_PRECISION: 
                ONE_PASS_PRECISION: tl.constexpr):
     """``a @ b`` in fp32 for two tiles in their own dtype. Where both hold bf16/fp16 values
     (``EXACT``) every product is exact in fp32: one tensor-core pass in that dtype, with
-    half the registers of fp32 operands; else :func:`small_matmul` on fp32 copies."""
-    if USE_DOT and EXACT:
+    half the registers of fp32 operands; else (and in the interpreter, see ``NATIVE_DOT``)
+    :func:`small_matmul` on fp32 copies."""
+    if USE_DOT and EXACT and NATIVE_DOT:
         return tl.dot(a, b, out_dtype=tl.float32)
     else:
         return small_matmul(a.to(tl.float32), b.to(tl.float32), USE_DOT, False, DOT_PRECISION, ONE_PASS_PRECISION)

@@ -118,14 +118,6 @@ def test_small_tiles_without_tl_dot():
     assert min(flushes.values()) >= 1, flushes
 
 
-@pytest.mark.parametrize("config", [LaunchConfig(16, 1, state_chunks=2), LaunchConfig(16, 1, state_chunks=4, stages=2)],
-                         ids=str)
-def test_dstate_streamed_in_chunks(config):
-    """``state_chunks``: the fold and the products over dstate a chunk at a time."""
-    flushes = run_spec_fuzz(T=4, Bh=8, steps=16, seed=13, config=config)
-    assert min(flushes.values()) >= 1, flushes
-
-
 def test_flush_rows_fold_in_their_own_launch():
     """``split_fold``: the flush rows fold first, then the verify launch (compiled without
     the fold) reads their new checkpoint with an empty history."""

@@ -39,10 +39,7 @@ from .timing import capture, layers_for_cold_l2, time_graph_ms
 # (H200, Super, T = 4: (16, 1) 418 us, (32, 2) 454, (32, 4) 739, against 654 for the best
 # config of the earlier per-token loop), so its candidates keep few warps.
 MAMBA2_SPEC_CANDIDATES = [LaunchConfig(b, w) for b, w in [(16, 1), (32, 2), (64, 4), (32, 1), (16, 2), (64, 2)]] + \
-    [LaunchConfig(b, w, split_fold=1) for b, w in [(16, 1), (32, 2)]] + \
-    [LaunchConfig(b, w, state_chunks=c, stages=st)  # dstate streamed through a pipelined loop
-     for b, w, c, st in [(16, 1, 4, 1), (16, 1, 4, 2), (16, 1, 4, 3), (16, 1, 8, 2), (16, 1, 8, 3), (16, 2, 4, 2),
-                         (16, 2, 8, 3), (32, 2, 4, 2), (32, 2, 8, 3), (64, 4, 4, 2)]]
+    [LaunchConfig(b, w, split_fold=1) for b, w in [(16, 1), (32, 2)]]
 GDN_SPEC_CANDIDATES = [LaunchConfig(b, w) for b, w in [(16, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8)]] + \
     [LaunchConfig(b, w, split_fold=1) for b, w in [(16, 4), (32, 4), (32, 8), (64, 8)]]
 

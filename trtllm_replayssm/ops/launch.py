@@ -40,15 +40,12 @@ class LaunchConfig:
     heads_per_prog: int = 1
     split_fold: int = 0  # speculative verify: flush rows fold in a launch of their own
     loop_blocks: int = 1  # headdim blocks one program runs one after another
-    state_chunks: int = 1  # Mamba2 speculative verify: dstate streamed in this many chunks
-    stages: int = 1  # ... with this many chunks' loads in flight (a pipelined loop)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-CONFIG_FIELDS = ("block_p", "num_warps", "fold_chunk", "fold_dot", "heads_per_prog", "split_fold", "loop_blocks",
-                 "state_chunks", "stages")
+CONFIG_FIELDS = ("block_p", "num_warps", "fold_chunk", "fold_dot", "heads_per_prog", "split_fold", "loop_blocks")
 
 
 def grid(batch: int, nheads: int, headdim: int, cfg: LaunchConfig) -> tuple:

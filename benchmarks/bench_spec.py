@@ -51,8 +51,8 @@ def main() -> None:
         for T in args.tokens:
             tuned = tune_verify_config(SpecCase(name, model(name).geom, args.tune_batch, T, args.history_len, T),
                                        args.steps, args.replays, args.max_candidates)
-            print(tabulate([{k: v for k, v in t.items() if k in ("block_p", "num_warps", "split_fold", "state_chunks",
-                                                                  "stages", "us", "error")} for t in tuned["tried"]],
+            print(tabulate([{k: v for k, v in t.items() if k in ("block_p", "num_warps", "split_fold", "heads_per_prog",
+                                                                  "us", "error")} for t in tuned["tried"]],
                            headers="keys"))
             print(name, "T =", T, "verify config:", tuned["config"], flush=True)
             for acc in args.acceptance:

@@ -121,7 +121,7 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
         ("mamba2", m2_spec._spec_verify_kernel, MAMBA2_SPEC_CANDIDATES,
          lambda cfg: dict(HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, DT_SOFTPLUS=True, NUM_TOKENS=T,
                           BLOCK_T=m2_spec.token_tile(T, use_dot=True), BLOCK_P=min(cfg.block_p, 64), BLOCK_N=128,
-                          EXACT_B=True)),  # B ring in bf16
+                          EXACT_B=True, HEADS_PER_PROG=cfg.heads_per_prog)),  # B ring in bf16
         ("gdn", gdn_spec._gdn_spec_verify_kernel, GDN_SPEC_CANDIDATES,  # k ring in fp32 (the default)
          lambda cfg: dict(USE_QK_L2NORM=True, BLOCK_T=max(2, triton.next_power_of_2(T)), BLOCK_V=cfg.block_p,
                           BLOCK_K=128, EXACT_B=False)),

@@ -39,7 +39,11 @@ from .timing import capture, layers_for_cold_l2, time_graph_ms
 # (H200, Super, T = 4: (16, 1) 418 us, (32, 2) 454, (32, 4) 739, against 654 for the best
 # config of the earlier per-token loop), so its candidates keep few warps.
 MAMBA2_SPEC_CANDIDATES = [LaunchConfig(b, w) for b, w in [(16, 1), (32, 2), (64, 4), (32, 1), (16, 2), (64, 2)]] + \
-    [LaunchConfig(b, w, split_fold=1) for b, w in [(16, 1), (32, 2)]]
+    [LaunchConfig(b, w, split_fold=1) for b, w in [(16, 1), (32, 2)]] + \
+    [LaunchConfig(b, w, heads_per_prog=h)  # heads of a group share its B.C products
+     for b, w, h in [(16, 1, 4), (32, 2, 4)]] + \
+    [LaunchConfig(b, w, heads_per_prog=h, split_fold=1)
+     for b, w, h in [(16, 1, 2), (16, 1, 4), (16, 1, 16), (32, 2, 4), (32, 2, 8)]]
 GDN_SPEC_CANDIDATES = [LaunchConfig(b, w) for b, w in [(16, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8)]] + \
     [LaunchConfig(b, w, split_fold=1) for b, w in [(16, 4), (32, 4), (32, 8), (64, 8)]]
 

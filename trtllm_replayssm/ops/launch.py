@@ -25,8 +25,9 @@ class LaunchConfig:
     """Compile-time choices of one launch: rows of headdim per program, warps, and for
     the replay kernel how many ring entries are loaded together (``fold_chunk``),
     whether a fold uses one matmul over the ring instead (``fold_dot``; GDN only: the
-    Mamba2 fold kernel always does), how many heads one program of the fold launch loops
-    over (``heads_per_prog``), whether a
+    Mamba2 fold kernel always does), how many heads one program of the fold launch (or
+    of the Mamba2 speculative verify, heads of one group) loops over
+    (``heads_per_prog``), whether a
     speculative verify folds its flush rows in a launch of their own (``split_fold``), so
     the verify launch is compiled without the fold, and how many blocks of ``block_p``
     rows one program runs one after another (``loop_blocks``; the GDN replay step and the

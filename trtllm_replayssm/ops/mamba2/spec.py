@@ -22,6 +22,7 @@ drafts up to ``t``, output ``t`` is
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -29,9 +30,8 @@ import triton
 import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_tensor
-from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, even_tile, exact_in_tf32, load_ring_history,
-                      exact_lhs_matmul, load_spec_row, native_dot, small_matmul, store_nan_tokens,
-                      tile_masks)
+from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, even_tile, exact_in_tf32, exact_lhs_matmul, load_spec_row,
+                      native_dot, ring_positions, small_matmul, store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel
 from .step_inputs import parse_mamba2_step
 
@@ -70,9 +70,10 @@ def _spec_verify_kernel(
     DT_SOFTPLUS: tl.constexpr, NUM_TOKENS: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_T: tl.constexpr, BUF: tl.constexpr, BLOCK_L: tl.constexpr, USE_DOT: tl.constexpr, EXACT_B: tl.constexpr,
     DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, PHASE: tl.constexpr, EVEN_TILE: tl.constexpr,
+    HEADS_PER_PROG: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
-    pid_h = tl.program_id(1)
+    h0 = tl.program_id(1) * HEADS_PER_PROG  # the program's heads, all of one group
     pid_b = tl.program_id(2)
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
@@ -87,8 +88,9 @@ def _spec_verify_kernel(
         return
     if is_bad:
         if PHASE != FOLD_ONLY:  # the verify launch reports
-            store_nan_tokens(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_t, stride_out_h,
-                             NUM_TOKENS, BLOCK_T)
+            for hh in range(0, HEADS_PER_PROG):
+                store_nan_tokens(out_ptr, offs_p, mask_p, pid_b, h0 + hh, stride_out_b, stride_out_t, stride_out_h,
+                                 NUM_TOKENS, BLOCK_T)
         return
     if PHASE == FOLD_ONLY:
         if not is_flush:
@@ -97,86 +99,102 @@ def _spec_verify_kernel(
     n_hist = wp
     if PHASE == AFTER_FOLD:
         n_hist = tl.where(is_flush, 0, wp)
-    g = pid_h // heads_per_group
-    A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
-    xr_base = x_ring_ptr + slot * stride_xr_slot + pid_h * stride_xr_h
-    dtr_base = dt_ring_ptr + slot * stride_dtr_slot + pid_h * stride_dtr_h
-    Br_base = B_ring_ptr + slot * stride_Br_slot + g * stride_Br_g
-
-    # Every load below is issued up front: the committed history as whole tiles (gathered
-    # through the circular index), the drafts as [P, T] / [T, N] tiles, the checkpoint.
-    mask_l, dt_hist, X_hist, B_hist = load_ring_history(dtr_base, xr_base, stride_xr_l, offs_p, mask_p, Br_base,
-                                                        stride_Br_l, offs_n, mask_n, origin, n_hist, BUF,
-                                                        BLOCK_L)  # [P|L|N]
-    mask_pt = mask_p[:, None] & mask_t[None, :]
-    # Activation tiles stay in their dtype until a product needs fp32 (see native_dot).
-    X_dr = tl.load(x_ptr + pid_b * stride_x_b + offs_t[None, :] * stride_x_t + pid_h * stride_x_h + offs_p[:, None],
-                   mask=mask_pt, other=0.0)  # [P, T]
-    B_dr = tl.load(B_ptr + pid_b * stride_B_b + offs_t[:, None] * stride_B_t + g * stride_B_g + offs_n[None, :],
-                   mask=mask_t[:, None] & mask_n[None, :], other=0.0)  # [T, N]
-    dt_dr = tl.load(dt_ptr + pid_b * stride_dt_b + offs_t * stride_dt_t + pid_h * stride_dt_h, mask=mask_t,
-                    other=0.0).to(tl.float32)
-    state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
-                  + offs_p[:, None] * stride_state_p + offs_n[None, :])
-    mask_pn = mask_p[:, None] & mask_n[None, :]
-    S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
-
-    if HAS_DT_BIAS:
-        dt_dr += tl.load(dt_bias_ptr + pid_h * stride_dtb_h).to(tl.float32)
-    if DT_SOFTPLUS:
-        dt_dr = tl.where(dt_dr <= 20.0, tl.log(1.0 + tl.exp(dt_dr)), dt_dr)
-    dt_dr = tl.where(mask_t, dt_dr, 0.0)
-    D_cum = tl.cumsum(dt_dr, axis=0)  # draft dt summed up to t
-    H = tl.sum(dt_hist, axis=0)  # dt summed over the committed history
-    # coef_j = dt_j exp(A (dt summed after j)): history entry j's weight on top of S_0.
-    coef = tl.where(mask_l, dt_hist * tl.exp(tl.minimum(A * (H - tl.cumsum(dt_hist, axis=0)), 0.0)), 0.0)
+    fold = False
     if PHASE != AFTER_FOLD:
-        if is_flush:
+        fold = is_flush
+    g = h0 // heads_per_group
+    Br_base = B_ring_ptr + slot * stride_Br_slot + g * stride_Br_g
+    offs_l, phys_l = ring_positions(origin, BUF, BLOCK_L)
+    mask_l = offs_l < n_hist
+    mask_ln = mask_l[:, None] & mask_n[None, :]
+    mask_tn = mask_t[:, None] & mask_n[None, :]
+    mask_pt = mask_p[:, None] & mask_t[None, :]
+    mask_pn = mask_p[:, None] & mask_n[None, :]
+    phys_t = (origin + wp + offs_t) & (BUF - 1)  # where the drafts go (logical wp + t)
+
+    # The group's products, shared by the program's heads: B_j . C_t over the committed
+    # history [L, T] and B_d . C_t over the drafts [T, T], in the activations' own dtype
+    # (see native_dot). The outputs are
+    #   y_t = exp(A (H + D_t)) (S_0 C_t) + sum_j W_hist[j, t] x_j + sum_d W_dr[d, t] x_d
+    # with W_hist[j, t] = coef_j exp(A D_t) (B_j . C_t) and, for d <= t,
+    # W_dr[d, t] = dt_d exp(A (D_t - D_d)) (B_d . C_t); BLOCK_T is 16 on the tl.dot path.
+    if PHASE != FOLD_ONLY:
+        C_dr = tl.load(C_ptr + pid_b * stride_C_b + offs_t[:, None] * stride_C_t + g * stride_C_g + offs_n[None, :],
+                       mask=mask_tn, other=0.0)  # [T, N]
+        B_dr = tl.load(B_ptr + pid_b * stride_B_b + offs_t[:, None] * stride_B_t + g * stride_B_g + offs_n[None, :],
+                       mask=mask_tn, other=0.0)  # [T, N]
+        CT = tl.trans(C_dr)
+        BC_dr = native_dot(B_dr, CT, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+        BC_hist = tl.zeros((BLOCK_L, BLOCK_T), tl.float32)
+        if not fold:  # a flush row's history is folded below: its outputs stand on the new checkpoint alone
+            B_hist = tl.load(Br_base + phys_l[:, None] * stride_Br_l + offs_n[None, :], mask=mask_ln, other=0.0)
+            BC_hist = native_dot(B_hist, CT, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+        if pid_p == 0:
+            if h0 % heads_per_group == 0:  # one program per group appends the shared B (reads stop at wp)
+                tl.store(Br_base + phys_t[:, None] * stride_Br_l + offs_n[None, :],
+                         B_dr.to(B_ring_ptr.dtype.element_ty), mask=mask_tn)
+        causal = offs_t[:, None] <= offs_t[None, :]
+
+    for hh in range(0, HEADS_PER_PROG):
+        pid_h = h0 + hh
+        A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
+        xr_base = x_ring_ptr + slot * stride_xr_slot + pid_h * stride_xr_h
+        dtr_base = dt_ring_ptr + slot * stride_dtr_slot + pid_h * stride_dtr_h
+        # The head's history (gathered through the circular index), drafts and checkpoint.
+        dt_hist = tl.load(dtr_base + phys_l, mask=mask_l, other=0.0)
+        X_hist = tl.load(xr_base + phys_l[None, :] * stride_xr_l + offs_p[:, None],
+                         mask=mask_p[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [P, L]
+        X_dr = tl.load(x_ptr + pid_b * stride_x_b + offs_t[None, :] * stride_x_t + pid_h * stride_x_h
+                       + offs_p[:, None], mask=mask_pt, other=0.0).to(tl.float32)  # [P, T]
+        dt_dr = tl.load(dt_ptr + pid_b * stride_dt_b + offs_t * stride_dt_t + pid_h * stride_dt_h, mask=mask_t,
+                        other=0.0).to(tl.float32)
+        state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+                      + offs_p[:, None] * stride_state_p + offs_n[None, :])
+        S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
+
+        if HAS_DT_BIAS:
+            dt_dr += tl.load(dt_bias_ptr + pid_h * stride_dtb_h).to(tl.float32)
+        if DT_SOFTPLUS:
+            dt_dr = tl.where(dt_dr <= 20.0, tl.log(1.0 + tl.exp(dt_dr)), dt_dr)
+        dt_dr = tl.where(mask_t, dt_dr, 0.0)
+        D_cum = tl.cumsum(dt_dr, axis=0)  # draft dt summed up to t
+        H = tl.sum(dt_hist, axis=0)  # dt summed over the committed history
+        # coef_j = dt_j exp(A (dt summed after j)): history entry j's weight on top of S_0.
+        coef = tl.where(mask_l, dt_hist * tl.exp(tl.minimum(A * (H - tl.cumsum(dt_hist, axis=0)), 0.0)), 0.0)
+        if fold:
             # Fold only the committed history (never the drafts) and store the new
-            # checkpoint; the outputs then stand on it alone.
-            S0 = S0 * tl.exp(tl.minimum(A * H, 0.0)) + small_matmul(X_hist.to(tl.float32) * coef[None, :],
-                                                                   B_hist.to(tl.float32), USE_DOT,
+            # checkpoint; the outputs then stand on it alone. (Flush rows only: the
+            # group's B history is read again here rather than held across the loop.)
+            B_fold = tl.load(Br_base + phys_l[:, None] * stride_Br_l + offs_n[None, :], mask=mask_ln,
+                             other=0.0).to(tl.float32)
+            S0 = S0 * tl.exp(tl.minimum(A * H, 0.0)) + small_matmul(X_hist * coef[None, :], B_fold, USE_DOT,
                                                                    EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
             tl.store(state_ptrs, S0.to(state_ptr.dtype.element_ty), mask=mask_pn)
             H = H * 0.0
             coef = coef * 0.0
-    if PHASE != FOLD_ONLY:
-        # All T outputs as matmuls over the token axis (BLOCK_T is 16 on the tl.dot path):
-        #   y_t = exp(A (H + D_t)) (S_0 C_t) + sum_j W_hist[j, t] x_j + sum_d W_dr[d, t] x_d
-        # with W_hist[j, t] = coef_j exp(A D_t) (B_j . C_t) and, for d <= t,
-        # W_dr[d, t] = dt_d exp(A (D_t - D_d)) (B_d . C_t).
-        C_dr = tl.load(C_ptr + pid_b * stride_C_b + offs_t[:, None] * stride_C_t + g * stride_C_g + offs_n[None, :],
-                       mask=mask_t[:, None] & mask_n[None, :], other=0.0)  # [T, N]
-        CT = tl.trans(C_dr)
-        Y = small_matmul(S0, CT.to(tl.float32), USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION) \
-            * tl.exp(tl.minimum(A * (H + D_cum), 0.0))[None, :]  # [P, T]
-        W_hist = coef[:, None] * native_dot(B_hist, CT, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION) \
-            * tl.exp(tl.minimum(A * D_cum, 0.0))[None, :]  # [L, T]
-        causal = offs_t[:, None] <= offs_t[None, :]
-        W_dr = tl.where(causal, dt_dr[:, None] * tl.exp(tl.minimum(A * (D_cum[None, :] - D_cum[:, None]), 0.0)), 0.0) \
-            * native_dot(B_dr, CT, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)  # [T(d), T(t)]
-        # The x tiles hold activation values (exact in TF32 where bf16/fp16): the weights take the split.
-        X_dr = X_dr.to(tl.float32)
-        Y += exact_lhs_matmul(X_hist.to(tl.float32), W_hist, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION) \
-            + exact_lhs_matmul(X_dr, W_dr, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
-        if HAS_D:
-            Y += X_dr * tl.load(D_ptr + pid_h * stride_D_h + offs_p * stride_D_p, mask=mask_p,
-                                other=0.0).to(tl.float32)[:, None]
-        if HAS_Z:
-            Z = tl.load(z_ptr + pid_b * stride_z_b + offs_t[None, :] * stride_z_t + pid_h * stride_z_h + offs_p[:, None],
-                        mask=mask_pt, other=0.0).to(tl.float32)
-            Y *= Z * tl.sigmoid(Z)
-        tl.store(out_ptr + pid_b * stride_out_b + offs_t[None, :] * stride_out_t + pid_h * stride_out_h
-                 + offs_p[:, None], Y.to(out_ptr.dtype.element_ty), mask=mask_pt)
-        # Append the drafts (logical wp + t) for later steps; the reads above stop at wp.
-        phys_t = (origin + wp + offs_t) & (BUF - 1)
-        tl.store(xr_base + phys_t[None, :] * stride_xr_l + offs_p[:, None], X_dr.to(x_ring_ptr.dtype.element_ty),
-                 mask=mask_pt)
-        if pid_p == 0:
-            tl.store(dtr_base + phys_t, dt_dr, mask=mask_t)
-            if pid_h % heads_per_group == 0:  # one head per group appends the shared B
-                tl.store(Br_base + phys_t[:, None] * stride_Br_l + offs_n[None, :], B_dr.to(B_ring_ptr.dtype.element_ty),
-                         mask=mask_t[:, None] & mask_n[None, :])
+        if PHASE != FOLD_ONLY:
+            Y = small_matmul(S0, CT.to(tl.float32), USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION) \
+                * tl.exp(tl.minimum(A * (H + D_cum), 0.0))[None, :]  # [P, T]
+            W_hist = coef[:, None] * BC_hist * tl.exp(tl.minimum(A * D_cum, 0.0))[None, :]  # [L, T]
+            W_dr = tl.where(causal, dt_dr[:, None] * tl.exp(tl.minimum(A * (D_cum[None, :] - D_cum[:, None]), 0.0)),
+                            0.0) * BC_dr  # [T(d), T(t)]
+            # The x tiles hold activation values (exact in TF32 where bf16/fp16): the weights take the split.
+            Y += exact_lhs_matmul(X_hist, W_hist, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION) \
+                + exact_lhs_matmul(X_dr, W_dr, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+            if HAS_D:
+                Y += X_dr * tl.load(D_ptr + pid_h * stride_D_h + offs_p * stride_D_p, mask=mask_p,
+                                    other=0.0).to(tl.float32)[:, None]
+            if HAS_Z:
+                Z = tl.load(z_ptr + pid_b * stride_z_b + offs_t[None, :] * stride_z_t + pid_h * stride_z_h
+                            + offs_p[:, None], mask=mask_pt, other=0.0).to(tl.float32)
+                Y *= Z * tl.sigmoid(Z)
+            tl.store(out_ptr + pid_b * stride_out_b + offs_t[None, :] * stride_out_t + pid_h * stride_out_h
+                     + offs_p[:, None], Y.to(out_ptr.dtype.element_ty), mask=mask_pt)
+            # Append the drafts' x and dt for later steps.
+            tl.store(xr_base + phys_t[None, :] * stride_xr_l + offs_p[:, None], X_dr.to(x_ring_ptr.dtype.element_ty),
+                     mask=mask_pt)
+            if pid_p == 0:
+                tl.store(dtr_base + phys_t, dt_dr, mask=mask_t)
 
 
 @triton.jit(do_not_specialize=["batch", "num_slots"])
@@ -278,8 +296,9 @@ def selective_state_update_replayssm_spec(
     cfg = config or SPEC_CONFIG
     block_p, block_n = min(cfg.block_p, triton.next_power_of_2(P)), triton.next_power_of_2(N)
     use_dot = min(block_p, block_n) >= 16
+    hpp = math.gcd(cfg.heads_per_prog, H // G)  # a program's heads share one group
     for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
-        launch_kernel(_spec_verify_kernel, (triton.cdiv(P, block_p), H, Bsz),
+        launch_kernel(_spec_verify_kernel, (triton.cdiv(P, block_p), H // hpp, Bsz),
             state, x_ring, dt_ring, B_ring, write_pos, origin, is_flush,
             x, dt4, step.A, B, C, Dt if Dt is not None else x, z if z is not None else x,
             step.dt_bias if step.dt_bias is not None else step.A, out,
@@ -298,7 +317,7 @@ def selective_state_update_replayssm_spec(
             BLOCK_P=block_p, BLOCK_N=block_n, BLOCK_T=token_tile(T, use_dot), BUF=buf,
             BLOCK_L=max(16, buf), USE_DOT=use_dot, EXACT_B=exact_in_tf32(B_ring.dtype),
             DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, PHASE=phase.value,
-            EVEN_TILE=even_tile(P, block_p, N, block_n), num_warps=cfg.num_warps,
+            EVEN_TILE=even_tile(P, block_p, N, block_n), HEADS_PER_PROG=hpp, num_warps=cfg.num_warps,
         )
     return out
 

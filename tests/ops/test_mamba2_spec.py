@@ -119,10 +119,11 @@ def test_small_tiles_without_tl_dot():
 
 
 @pytest.mark.parametrize("config,geom", [
+    (LaunchConfig(16, 1), GEOM),
     (LaunchConfig(16, 1, heads_per_prog=2), GEOM),
     (LaunchConfig(16, 1, heads_per_prog=4), Mamba2Geometry(nheads=4, headdim=16, dstate=16, ngroups=2)),  # -> 2
     (LaunchConfig(16, 1, heads_per_prog=2, split_fold=1), Mamba2Geometry(nheads=4, headdim=16, dstate=16, ngroups=2)),
-], ids=["hpp2", "hpp4_of_2_per_group", "hpp2_split_fold"])
+], ids=["hpp1_fold_in_verify", "hpp2", "hpp4_of_2_per_group", "hpp2_split_fold"])
 def test_heads_of_a_group_in_one_program(config, geom):
     """``heads_per_prog``: one program loops over heads of one group, sharing the group's
     B.C products (cut to the heads a group has)."""

@@ -33,17 +33,17 @@ from .timing import capture, layers_for_cold_l2, time_graph_ms
 
 
 # Verify-kernel launch configs tried per case: rows of headdim / of V per program, warps,
-# and whether flush rows fold in a launch of their own (the verify launch then needs fewer
-# registers: ``benchmarks/kernel_registers.py --family spec``). Mamba2's verify runs its
-# products on tl.dot, whose operands each warp holds whole: 16 rows a warp was fastest
-# (H200, Super, T = 4: (16, 1) 418 us, (32, 2) 454, (32, 4) 739, against 654 for the best
-# config of the earlier per-token loop), so its candidates keep few warps.
-MAMBA2_SPEC_CANDIDATES = [LaunchConfig(b, w) for b, w in [(16, 1), (32, 2), (64, 4), (32, 1), (16, 2), (64, 2)]] + \
+# whether flush rows fold in a launch of their own (the verify launch then needs fewer
+# registers: ``benchmarks/kernel_registers.py --family spec``) and, for Mamba2, how many
+# heads of a group one program loops over (the group's B.C products are then computed
+# once). Mamba2's verify runs its products on tl.dot, whose operands each warp holds
+# whole, so its candidates keep 16 rows a warp (H200, Super, T = 4, batch 128, us a step:
+# (16, 1) 418-474, (32, 4) 739; a group's 16 heads in one program with the fold apart
+# 370; the earlier per-token loop's best 654).
+MAMBA2_SPEC_CANDIDATES = [LaunchConfig(b, w) for b, w in [(16, 1), (32, 2), (64, 4)]] + \
     [LaunchConfig(b, w, split_fold=1) for b, w in [(16, 1), (32, 2)]] + \
-    [LaunchConfig(b, w, heads_per_prog=h)  # heads of a group share its B.C products
-     for b, w, h in [(16, 1, 4), (32, 2, 4)]] + \
     [LaunchConfig(b, w, heads_per_prog=h, split_fold=1)
-     for b, w, h in [(16, 1, 2), (16, 1, 4), (16, 1, 16), (32, 2, 4), (32, 2, 8)]]
+     for b, w, h in [(16, 1, 4), (16, 1, 8), (16, 1, 16), (32, 2, 8), (32, 2, 16)]]
 GDN_SPEC_CANDIDATES = [LaunchConfig(b, w) for b, w in [(16, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8)]] + \
     [LaunchConfig(b, w, split_fold=1) for b, w in [(16, 4), (32, 4), (32, 8), (64, 8)]]
 

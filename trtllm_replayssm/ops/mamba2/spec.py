@@ -260,7 +260,9 @@ def selective_state_update_replayssm_spec(
     ``B_ring (slots, G, buf, N)`` with ``buf = ring_capacity(T, history_len)``; cursors
     ``write_pos``/``origin`` int32 and ``is_flush`` int8, ``(slots,)``, shared by all
     layers. Padding rows change nothing; a bad slot or cursor gives NaN outputs.
-    ``config``: rows of headdim per program and warps (default :data:`SPEC_CONFIG`).
+    ``config``: rows of headdim per program, warps, heads of a group per program
+    (``heads_per_prog``, cut to a divisor of the heads a group has) and whether flush rows
+    fold in a launch of their own (``split_fold``); default :data:`SPEC_CONFIG`.
     """
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         raise ValueError("x must have shape (batch, T, nheads, headdim)")

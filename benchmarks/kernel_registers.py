@@ -119,17 +119,18 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
                   USE_DOT=True, EVEN_TILE=True)
     families = (
         ("mamba2", m2_spec._spec_verify_kernel, MAMBA2_SPEC_CANDIDATES,
-         lambda cfg: dict(HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, DT_SOFTPLUS=True, NUM_TOKENS=T,
-                          BLOCK_T=m2_spec.token_tile(T, use_dot=True), BLOCK_P=min(cfg.block_p, 64), BLOCK_N=128,
-                          EXACT_B=True, HEADS_PER_PROG=cfg.heads_per_prog)),  # B ring in bf16
+         lambda cfg, phase: dict(HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, DT_SOFTPLUS=True, NUM_TOKENS=T, PHASE=phase,
+                                 BLOCK_T=m2_spec.token_tile(T, use_dot=True), BLOCK_P=min(cfg.block_p, 64),
+                                 BLOCK_N=128, EXACT_B=True,  # B ring in bf16
+                                 HEADS_PER_PROG=1 if phase == 1 else cfg.heads_per_prog)),
         ("gdn", gdn_spec._gdn_spec_verify_kernel, GDN_SPEC_CANDIDATES,  # k ring in fp32 (the default)
-         lambda cfg: dict(USE_QK_L2NORM=True, BLOCK_T=max(2, triton.next_power_of_2(T)), BLOCK_V=cfg.block_p,
-                          BLOCK_K=128, EXACT_B=False)),
+         lambda cfg, phase: dict(USE_QK_L2NORM=True, PHASE=phase, BLOCK_T=max(2, triton.next_power_of_2(T)),
+                                 BLOCK_V=cfg.block_p, BLOCK_K=128, EXACT_B=False)),
     )
     for family, fn, candidates, shape in families:
         for cfg in candidates:
             phases = {"fold": 1, "verify": 2} if cfg.split_fold else {"verify+fold": 0}
-            regs = ", ".join(f"{name} {registers(fn, dict(common, **shape(cfg), PHASE=p), cfg.num_warps, state_dtype)}"
+            regs = ", ".join(f"{name} {registers(fn, dict(common, **shape(cfg, p)), cfg.num_warps, state_dtype)}"
                              for name, p in phases.items())
             yield [family, f"spec T={T}", str(cfg), regs]
 

@@ -67,7 +67,8 @@ def run_spec_fuzz(T: int, Bh: int, steps: int, seed: int = 0, corrupt_at=None, m
         sent = out.clone()
         selective_state_update_replayssm_spec(
             state, *(t.to(DEVICE, act_dtype) for t in (x, dt)), A.to(DEVICE),
-            *(t.to(DEVICE, act_dtype) for t in (Bm, Cm)), D=D.to(DEVICE), z=z.to(DEVICE, act_dtype), dt_bias=dt_bias.to(DEVICE), dt_softplus=True, state_batch_indices=slot_idx,
+            *(t.to(DEVICE, act_dtype) for t in (Bm, Cm)), D=D.to(DEVICE), z=z.to(DEVICE, act_dtype),
+            dt_bias=dt_bias.to(DEVICE), dt_softplus=True, state_batch_indices=slot_idx,
             pad_slot_id=PAD, out=out, x_ring=x_ring, dt_ring=dt_ring, B_ring=B_ring, write_pos=wp, origin=origin,
             is_flush=flush, history_len=Bh, config=config)
         accepted = torch.randint(1, T + 1, (len(rows),), generator=g, dtype=torch.int32)

@@ -300,8 +300,10 @@ def selective_state_update_replayssm_spec(
     cfg = config or SPEC_CONFIG
     block_p, block_n = min(cfg.block_p, triton.next_power_of_2(P)), triton.next_power_of_2(N)
     use_dot = min(block_p, block_n) >= 16
-    hpp = math.gcd(cfg.heads_per_prog, H // G)  # a program's heads share one group
     for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
+        # A program's heads share one group; a fold launch shares nothing across heads
+        # (each head folds with its own x), so it keeps one head a program.
+        hpp = 1 if phase is FOLD_ONLY else math.gcd(cfg.heads_per_prog, H // G)
         launch_kernel(_spec_verify_kernel, (triton.cdiv(P, block_p), H // hpp, Bsz),
             state, x_ring, dt_ring, B_ring, write_pos, origin, is_flush,
             x, dt4, step.A, B, C, Dt if Dt is not None else x, z if z is not None else x,

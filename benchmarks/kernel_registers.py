@@ -112,7 +112,7 @@ def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16):
 
 
 def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
-    """Speculative verify kernels, Super (P 64, N 128) and Qwen3.5 (K = V = 128) tiles; a
+    """Speculative verify kernels, Super (P 64, N 128, 16 heads a group) and Qwen3.5 (K = V = 128) tiles; a
     ``split_fold`` config is two launches (the fold of flush rows, then the verify)."""
     buf = m2_spec.ring_capacity(T, history_len)
     common = dict(HAS_SLOT_IDX=True, BUF=buf, BLOCK_L=max(16, buf), DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32",
@@ -122,7 +122,7 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
          lambda cfg, phase: dict(HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, DT_SOFTPLUS=True, NUM_TOKENS=T, PHASE=phase,
                                  BLOCK_T=m2_spec.token_tile(T, use_dot=True), BLOCK_P=min(cfg.block_p, 64),
                                  BLOCK_N=128, EXACT_B=True,  # B ring in bf16
-                                 HEADS_PER_PROG=1 if phase == 1 else cfg.heads_per_prog)),
+                                 HEADS_PER_PROG=m2_spec.heads_per_program(cfg, 16, fold_only=phase == 1))),
         ("gdn", gdn_spec._gdn_spec_verify_kernel, GDN_SPEC_CANDIDATES,  # k ring in fp32 (the default)
          lambda cfg, phase: dict(USE_QK_L2NORM=True, PHASE=phase, BLOCK_T=max(2, triton.next_power_of_2(T)),
                                  BLOCK_V=cfg.block_p, BLOCK_K=128, EXACT_B=False)),

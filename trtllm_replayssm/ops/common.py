@@ -186,7 +186,7 @@ def ring_positions(origin, BUF: tl.constexpr, BLOCK_L: tl.constexpr):
 @triton.jit
 def load_ring_history(scalar_base, rows_base, stride_rows_l, offs_r, mask_r, cols_base, stride_cols_l, offs_c,
                       mask_c, origin, n_hist, BUF: tl.constexpr, BLOCK_L: tl.constexpr):
-    """A slot's committed history on a circular ring, as whole tiles in the ring's dtype (all loads
+    """A slot's committed history on a circular ring, as whole tiles in fp32 (all loads
     independent, so they issue together): the per-entry scalars ``[BLOCK_L]``, a
     ``[R, BLOCK_L]`` tile of one per-head vector and a ``[BLOCK_L, C]`` tile of another;
     entries at logical positions ``>= n_hist`` read as 0 (see :func:`ring_positions`).
@@ -195,7 +195,7 @@ def load_ring_history(scalar_base, rows_base, stride_rows_l, offs_r, mask_r, col
     mask_l = offs_l < n_hist
     scalars = tl.load(scalar_base + phys_l, mask=mask_l, other=0.0)
     rows = tl.load(rows_base + phys_l[None, :] * stride_rows_l + offs_r[:, None],
-                   mask=mask_r[:, None] & mask_l[None, :], other=0.0)
+                   mask=mask_r[:, None] & mask_l[None, :], other=0.0).to(tl.float32)
     cols = tl.load(cols_base + phys_l[:, None] * stride_cols_l + offs_c[None, :],
-                   mask=mask_l[:, None] & mask_c[None, :], other=0.0)
+                   mask=mask_l[:, None] & mask_c[None, :], other=0.0).to(tl.float32)
     return mask_l, scalars, rows, cols

@@ -109,7 +109,6 @@ def _gdn_spec_verify_kernel(
     # independent, issued together), and the checkpoint.
     mask_l, g_hist, D_hist, K_hist = load_ring_history(gr_base, dr_base, stride_dr_l, offs_v, mask_v, kr_base,
                                                        stride_kr_l, offs_k, mask_k, origin, n_hist, BUF, BLOCK_L)  # [V|L|K]
-    D_hist, K_hist = D_hist.to(tl.float32), K_hist.to(tl.float32)
     state_ptrs = (state_ptr + slot * stride_state_slot + hv * stride_state_h
                   + offs_v[:, None] * stride_state_v + offs_k[None, :])
     mask_vk = mask_v[:, None] & mask_k[None, :]

@@ -47,6 +47,13 @@ BOTH, FOLD_ONLY, AFTER_FOLD = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 SPEC_CONFIG = LaunchConfig(block_p=16, num_warps=1, heads_per_prog=16, split_fold=1)
 
 
+def heads_per_program(cfg: LaunchConfig, heads_per_group: int, fold_only: bool) -> int:
+    """Heads one verify program loops over: ``cfg.heads_per_prog`` cut to a divisor of a
+    group's heads (a program's heads share the group's B.C products). A fold-only launch
+    shares nothing across heads (each folds with its own x), so it keeps one head a program."""
+    return 1 if fold_only else math.gcd(cfg.heads_per_prog, heads_per_group)
+
+
 def token_tile(num_tokens: int, use_dot: bool) -> int:
     """Width of the verify kernels' token axis: 16 where the products over tokens run on
     tl.dot (its smallest side), else the next power of two (>= 2)."""
@@ -301,9 +308,7 @@ def selective_state_update_replayssm_spec(
     block_p, block_n = min(cfg.block_p, triton.next_power_of_2(P)), triton.next_power_of_2(N)
     use_dot = min(block_p, block_n) >= 16
     for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
-        # A program's heads share one group; a fold launch shares nothing across heads
-        # (each head folds with its own x), so it keeps one head a program.
-        hpp = 1 if phase is FOLD_ONLY else math.gcd(cfg.heads_per_prog, H // G)
+        hpp = heads_per_program(cfg, H // G, fold_only=phase is FOLD_ONLY)
         launch_kernel(_spec_verify_kernel, (triton.cdiv(P, block_p), H // hpp, Bsz),
             state, x_ring, dt_ring, B_ring, write_pos, origin, is_flush,
             x, dt4, step.A, B, C, Dt if Dt is not None else x, z if z is not None else x,

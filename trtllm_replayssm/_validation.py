@@ -45,9 +45,31 @@ def check_last_dim_contiguous(name: str, t: torch.Tensor) -> None:
 
 
 def check_contiguous(name: str, t: torch.Tensor) -> None:
-    """Cache tensors are indexed with their own packed strides."""
+    """Cursor tensors are indexed with unit stride."""
     if not t.is_contiguous():
         raise ValueError(f"{name} must be contiguous (a cache tensor), got strides {t.stride()} for shape {tuple(t.shape)}")
+
+
+def is_slot_major(t: torch.Tensor) -> bool:
+    """A pool of per-slot blocks: every dimension after the first packed row-major, and
+    slots at least a block apart. The slot stride may exceed the block: an engine's pool
+    can interleave other per-slot buffers between two slots' states (TensorRT-LLM's KV
+    cache manager V2 does). Kernels index slots with ``stride(0)``."""
+    if t.dim() < 2:
+        return t.is_contiguous()
+    packed = 1
+    for size, stride in reversed(list(zip(t.shape[1:], t.stride()[1:]))):
+        if size != 1 and stride != packed:
+            return False
+        packed *= size
+    return t.shape[0] <= 1 or t.stride(0) >= packed
+
+
+def check_slot_major(name: str, t: torch.Tensor) -> None:
+    """State pools and rings: see :func:`is_slot_major`."""
+    if not is_slot_major(t):
+        raise ValueError(f"{name} must hold each slot's block packed (every dimension after the first contiguous, "
+                         f"slots at least a block apart), got strides {t.stride()} for shape {tuple(t.shape)}")
 
 
 def check_broadcast_dims(name: str, t: torch.Tensor, dims: Sequence[int], why: str) -> None:

@@ -13,21 +13,46 @@ section 2, see :class:`GDNReplayCache`):
 
 Everything is zero-initialised; a slot entering decode gets ``write_pos = 0`` and its
 checkpoint is the state prefill wrote.
+
+An engine may own the ring memory instead (``rings=``: per-layer views of its pool, each
+``(slots, *block)`` slot-major, e.g. TensorRT-LLM's KV cache manager V2 pages); then only
+the cursors are allocated here. :func:`mamba2_ring_layout` / :func:`gdn_ring_layout` give
+the per-slot block of each ring, what such an engine must reserve.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, NamedTuple
+from typing import Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
-from ._validation import check_buffer_len
+from ._validation import check_buffer_len, check_slot_major, check_tensor
 from .ops.cursors import FLUSH_EVERY_STEP, advance_write_pos, reset_write_pos
+
+
+RingLayout = Dict[str, Tuple[Tuple[int, ...], torch.dtype]]  # ring name -> (per-slot block shape, dtype)
 
 
 def _bytes(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
+
+
+def _ring_views(layout: RingLayout, num_layers: int, num_slots: int, device,
+                rings: Optional[Mapping[str, Sequence[torch.Tensor]]]) -> Dict[str, Sequence[torch.Tensor]]:
+    """Zeroed ``(layers, slots, *block)`` rings, or the engine's per-layer views, checked."""
+    if rings is None:
+        return {name: torch.zeros(num_layers, num_slots, *block, dtype=dtype, device=device)
+                for name, (block, dtype) in layout.items()}
+    if set(rings) != set(layout):
+        raise ValueError(f"rings must have the views {sorted(layout)}, got {sorted(rings)}")
+    for name, (block, dtype) in layout.items():
+        if len(rings[name]) != num_layers:
+            raise ValueError(f"rings[{name!r}] must have {num_layers} layer views, got {len(rings[name])}")
+        for i, view in enumerate(rings[name]):
+            check_tensor(f"rings[{name!r}][{i}]", view, (num_slots, *block), (dtype,), torch.device(device))
+            check_slot_major(f"rings[{name!r}][{i}]", view)
+    return {name: list(rings[name]) for name in layout}
 
 
 @dataclass(frozen=True)
@@ -67,23 +92,31 @@ def mamba2_bytes_per_slot(geom: Mamba2Geometry, buffer_len: int, num_layers: int
             "total": checkpoint + ring + cursors}
 
 
+def mamba2_ring_layout(geom: Mamba2Geometry, buffer_len: int, act_dtype: torch.dtype = torch.bfloat16) -> RingLayout:
+    """Per-slot block of each ring of one layer."""
+    H, P, N, G, L = geom.nheads, geom.headdim, geom.dstate, geom.ngroups, buffer_len
+    return {"x_cache": ((H, L, P), act_dtype), "dt_cache": ((H, L), torch.float32), "B_cache": ((G, L, N), act_dtype)}
+
+
 class Mamba2ReplayCache:
-    """Checkpoint pool, rings and cursors of ``num_layers`` Mamba2 layers and ``num_slots`` slots."""
+    """Checkpoint pool, rings and cursors of ``num_layers`` Mamba2 layers and ``num_slots`` slots.
+
+    ``with_state=False``: an engine owns the state pool; ``rings``: it owns the ring memory
+    too (per-layer views, see the module docstring); the cursors always live here."""
 
     def __init__(self, geom: Mamba2Geometry, num_layers: int, num_slots: int, buffer_len: int,
                  state_dtype: torch.dtype = torch.float32, act_dtype: torch.dtype = torch.bfloat16,
-                 device: torch.device | str = "cuda", with_state: bool = True):
+                 device: torch.device | str = "cuda", with_state: bool = True,
+                 rings: Optional[Mapping[str, Sequence[torch.Tensor]]] = None):
         check_buffer_len(buffer_len)
         self.geom, self.num_layers, self.num_slots, self.buffer_len = geom, num_layers, num_slots, buffer_len
         self.state_dtype, self.act_dtype = state_dtype, act_dtype
-        H, P, N, G, L = geom.nheads, geom.headdim, geom.dstate, geom.ngroups, buffer_len
-        kw = dict(device=device)
-        # with_state=False: an engine owns the state pool; only the rings and cursors live here.
-        self.ssm_state = torch.zeros(num_layers, num_slots, H, P, N, dtype=state_dtype, **kw) if with_state else None
-        self.x_cache = torch.zeros(num_layers, num_slots, H, L, P, dtype=act_dtype, **kw)
-        self.dt_cache = torch.zeros(num_layers, num_slots, H, L, dtype=torch.float32, **kw)
-        self.B_cache = torch.zeros(num_layers, num_slots, G, L, N, dtype=act_dtype, **kw)
-        self.write_pos = torch.zeros(num_slots, dtype=torch.int32, **kw)
+        H, P, N = geom.nheads, geom.headdim, geom.dstate
+        self.ssm_state = (torch.zeros(num_layers, num_slots, H, P, N, dtype=state_dtype, device=device)
+                          if with_state else None)
+        views = _ring_views(mamba2_ring_layout(geom, buffer_len, act_dtype), num_layers, num_slots, device, rings)
+        self.x_cache, self.dt_cache, self.B_cache = views["x_cache"], views["dt_cache"], views["B_cache"]
+        self.write_pos = torch.zeros(num_slots, dtype=torch.int32, device=device)
 
     def layer(self, i: int) -> Mamba2LayerCache:
         return Mamba2LayerCache(self.ssm_state[i], self.x_cache[i], self.dt_cache[i], self.B_cache[i], self.write_pos)
@@ -141,23 +174,30 @@ def gdn_bytes_per_slot(geom: GDNGeometry, buffer_len: int, num_layers: int = 1,
     return {"checkpoint": checkpoint, "ring": ring, "cursors": 4, "extra": ring + 4, "total": checkpoint + ring + 4}
 
 
+def gdn_ring_layout(geom: GDNGeometry, buffer_len: int, ring_dtype: torch.dtype = torch.float32) -> RingLayout:
+    """Per-slot block of each ring of one layer."""
+    H, HV, K, V, L = geom.num_k_heads, geom.num_v_heads, geom.head_k_dim, geom.head_v_dim, buffer_len
+    return {"d_cache": ((HV, L, V), ring_dtype), "k_cache": ((H, L, K), ring_dtype), "g_cache": ((HV, L), torch.float32)}
+
+
 class GDNReplayCache:
     """Checkpoint pool ``(layers, slots, HV, V, K)``, rings of corrected values ``d``,
     normalised keys ``k`` and log-decays ``g``, and the cursors, for ``num_layers`` GDN
-    layers. ``ring_dtype`` is the dtype of the ``d`` and ``k`` rings."""
+    layers. ``ring_dtype`` is the dtype of the ``d`` and ``k`` rings. ``with_state`` and
+    ``rings`` as in :class:`Mamba2ReplayCache`."""
 
     def __init__(self, geom: GDNGeometry, num_layers: int, num_slots: int, buffer_len: int,
                  state_dtype: torch.dtype = torch.float32, ring_dtype: torch.dtype = torch.float32,
-                 device: torch.device | str = "cuda", with_state: bool = True):
+                 device: torch.device | str = "cuda", with_state: bool = True,
+                 rings: Optional[Mapping[str, Sequence[torch.Tensor]]] = None):
         check_buffer_len(buffer_len)
         self.geom, self.num_layers, self.num_slots, self.buffer_len = geom, num_layers, num_slots, buffer_len
         self.state_dtype, self.ring_dtype = state_dtype, ring_dtype
-        H, HV, K, V, L = geom.num_k_heads, geom.num_v_heads, geom.head_k_dim, geom.head_v_dim, buffer_len
+        HV, K, V = geom.num_v_heads, geom.head_k_dim, geom.head_v_dim
         self.ssm_state = (torch.zeros(num_layers, num_slots, HV, V, K, dtype=state_dtype, device=device)
-                          if with_state else None)  # with_state=False: the engine owns the state pool
-        self.d_cache = torch.zeros(num_layers, num_slots, HV, L, V, dtype=ring_dtype, device=device)
-        self.k_cache = torch.zeros(num_layers, num_slots, H, L, K, dtype=ring_dtype, device=device)
-        self.g_cache = torch.zeros(num_layers, num_slots, HV, L, dtype=torch.float32, device=device)
+                          if with_state else None)
+        views = _ring_views(gdn_ring_layout(geom, buffer_len, ring_dtype), num_layers, num_slots, device, rings)
+        self.d_cache, self.k_cache, self.g_cache = views["d_cache"], views["k_cache"], views["g_cache"]
         self.write_pos = torch.zeros(num_slots, dtype=torch.int32, device=device)
 
     def layer(self, i: int) -> GDNLayerCache:

@@ -53,8 +53,10 @@ CASES = [
     ("indices size", lambda s, r: s.update(state_batch_indices=s["state_batch_indices"][:2]), ValueError,
      "state_batch_indices must have shape"),
     ("x_cache dtype", lambda s, r: r.update(x_cache=r["x_cache"].half()), TypeError, "x_cache must have dtype"),
-    ("x_cache not contiguous", lambda s, r: r.update(x_cache=_noncontig(r["x_cache"])), ValueError,
-     "x_cache must be contiguous"),
+    ("x_cache not slot-major", lambda s, r: r.update(x_cache=_noncontig(r["x_cache"])), ValueError,
+     "x_cache must hold each slot's block packed"),
+    ("x_cache slots overlap", lambda s, r: r.update(x_cache=r["x_cache"].as_strided(
+        r["x_cache"].shape, (1, *r["x_cache"].stride()[1:]))), ValueError, "slots at least a block apart"),
     ("L = 0", lambda s, r: r.update(x_cache=r["x_cache"][:, :, :0]), ValueError, "buffer length L"),
     ("L = 65", lambda s, r: r.update(x_cache=torch.zeros(SLOTS, 4, 65, 8, device=DEVICE)), ValueError,
      "buffer length L"),
@@ -85,7 +87,7 @@ def test_replay_rejects(desc, mutate, exc, words):
 def test_state_pool_checks():
     cache, step = valid_call()
     ring = cache.ring_kwargs(0)
-    with pytest.raises(ValueError, match="state must be contiguous"):
+    with pytest.raises(ValueError, match="state must hold each slot's block packed"):
         rs.selective_state_update(_noncontig(cache.ssm_state[0]), **step)
     with pytest.raises(ValueError, match="state must have shape"):
         rs.selective_state_update(cache.ssm_state[0, :, :, :4], **step)

@@ -20,7 +20,7 @@ event. A slot's life:
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple
+from typing import Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -41,12 +41,15 @@ class ReplaySlots:
     """Rings and cursors of ``num_layers`` SSM layers for ``num_slots`` engine slots.
 
     ``spec=None``: autoregressive rings of ``buffer_len`` entries; ``spec=(T, Bh)``:
-    circular rings of ``ring_capacity(T, Bh)`` entries for speculative verify."""
+    circular rings of ``ring_capacity(T, Bh)`` entries for speculative verify. ``rings``:
+    the engine's per-layer ring views (see :mod:`trtllm_replayssm.cache`) instead of
+    rings allocated here."""
 
     def __init__(self, geom, num_layers: int, num_slots: int, buffer_len: int = 16,
                  act_dtype: torch.dtype = torch.bfloat16, gdn_ring_dtype: torch.dtype = torch.float32,
                  device="cuda", pad_slot_id: int = -1, spec: Optional[Tuple[int, int]] = None,
-                 route: str = "output_only", gdn_pool_order: str = "HV,V,K"):
+                 route: str = "output_only", gdn_pool_order: str = "HV,V,K",
+                 rings: Optional[Mapping[str, Sequence[torch.Tensor]]] = None):
         if gdn_pool_order not in ("HV,V,K", "HV,K,V"):
             raise ValueError(f"gdn_pool_order must be 'HV,V,K' or 'HV,K,V', got {gdn_pool_order!r}")
         self.geom, self.pad_slot_id, self.spec, self.route = geom, pad_slot_id, spec, route
@@ -56,10 +59,10 @@ class ReplaySlots:
         ring_len = buffer_len if spec is None else ring_capacity(*spec)
         if isinstance(geom, GDNGeometry):
             self.rings = GDNReplayCache(geom, num_layers, num_slots, ring_len, ring_dtype=gdn_ring_dtype,
-                                        device=device, with_state=False)
+                                        device=device, with_state=False, rings=rings)
         elif isinstance(geom, Mamba2Geometry):
             self.rings = Mamba2ReplayCache(geom, num_layers, num_slots, ring_len, act_dtype=act_dtype, device=device,
-                                           with_state=False)
+                                           with_state=False, rings=rings)
         else:
             raise TypeError(f"geom must be a Mamba2Geometry or a GDNGeometry, got {type(geom).__name__}")
         self._step_route = "output_only" if route == "auto" else route  # the route of the step under way
@@ -71,7 +74,8 @@ class ReplaySlots:
         return self.rings.write_pos
 
     def extra_bytes(self) -> int:
-        """Bytes this object holds (what ReplaySSM adds to the engine's memory)."""
+        """Bytes this object allocated (what ReplaySSM adds to the engine's memory beside
+        rings the engine's own pool holds)."""
         tensors = [t for t in vars(self.rings).values() if isinstance(t, torch.Tensor)] + [self.origin, self.is_flush]
         return sum(t.numel() * t.element_size() for t in tensors)
 

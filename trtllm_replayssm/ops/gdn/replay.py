@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from ..._runtime import device_arch
-from ..._validation import check_buffer_len, check_contiguous, check_tensor
+from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
 from ..common import DOT_PRECISION, dim_mask, even_tile, load_slot, store_nan_heads
 from ..launch import LaunchConfig, clamp_loop_blocks, grid, launch_kernel, select_config, select_route
 from ._common import delta_rule_step, load_gates, load_qk, state_tile_ptrs
@@ -205,8 +205,9 @@ def check_gdn_ring(step: GDNStep, state: torch.Tensor, d_cache: torch.Tensor, k_
     check_tensor("k_cache", k_cache, (slots, H, L, K), RING_DTYPES, dev)
     check_tensor("g_cache", g_cache, (slots, HV, L), (torch.float32,), dev)
     check_tensor("write_pos", write_pos, (slots,), (torch.int32,), dev)
-    for name, t in (("d_cache", d_cache), ("k_cache", k_cache), ("g_cache", g_cache), ("write_pos", write_pos)):
-        check_contiguous(name, t)
+    for name, t in (("d_cache", d_cache), ("k_cache", k_cache), ("g_cache", g_cache)):
+        check_slot_major(name, t)
+    check_contiguous("write_pos", write_pos)
     return L
 
 

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_tensor
+from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_last_dim_contiguous, check_slot_major, check_tensor
 from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, even_tile, exact_in_tf32, load_ring_history,
                       load_spec_row, small_matmul, store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel
@@ -199,7 +199,7 @@ def gdn_replayssm_spec_decode(
                           softplus_threshold)
     H, HV, K, V = step.num_k_heads, step.num_v_heads, step.head_k_dim, step.head_v_dim
     check_tensor("state", state, (None, HV, V, K), FLOAT_DTYPES, q.device)
-    check_contiguous("state", state)
+    check_slot_major("state", state)
     slots, buf = state.shape[0], ring_capacity(T, history_len)
     if initial_state_indices is not None:
         check_tensor("initial_state_indices", initial_state_indices, (Bsz,), INDEX_DTYPES, q.device)
@@ -209,7 +209,7 @@ def gdn_replayssm_spec_decode(
     check_tensor("k_ring", k_ring, (slots, H, buf, K), RING_DTYPES, q.device)
     check_tensor("g_ring", g_ring, (slots, HV, buf), (torch.float32,), q.device)
     for name, t in (("d_ring", d_ring), ("k_ring", k_ring), ("g_ring", g_ring)):
-        check_contiguous(name, t)
+        check_slot_major(name, t)
     _check_cursors(write_pos, origin, is_flush, slots, q.device)
     if Bsz == 0:
         return out

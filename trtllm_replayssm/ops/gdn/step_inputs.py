@@ -13,7 +13,14 @@ from typing import Optional, Tuple
 
 import torch
 
-from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_last_dim_contiguous, check_same_dtype, check_tensor
+from ..._validation import (
+    FLOAT_DTYPES,
+    INDEX_DTYPES,
+    check_last_dim_contiguous,
+    check_same_dtype,
+    check_tensor,
+    is_slot_major,
+)
 
 MAX_HEAD_DIM = 256
 
@@ -129,15 +136,16 @@ def parse_gdn_step(q, k, v, a, b, A_log, dt_bias, scale=None, use_qk_l2norm=True
 
 
 def check_gdn_state_pool(name: str, state: torch.Tensor, step: GDNStep) -> "GDNStateLayout":
-    """``state (slots, HV, V, K)``: a contiguous pool (K innermost), or the transposed view
-    ``pool.transpose(-1, -2)`` of a contiguous ``[slots, HV, K, V]`` pool (V innermost:
-    TensorRT-LLM 1.2's GDN order). Returns the layout the kernels are launched with."""
+    """``state (slots, HV, V, K)``: a slot-major pool (K innermost), or the transposed view
+    ``pool.transpose(-1, -2)`` of a slot-major ``[slots, HV, K, V]`` pool (V innermost:
+    TensorRT-LLM 1.2's GDN order). Slot-major: :func:`is_slot_major`. Returns the layout
+    the kernels are launched with."""
     check_tensor(name, state, (None, step.num_v_heads, step.head_v_dim, step.head_k_dim), FLOAT_DTYPES,
                  step.q.device)
     layout = gdn_state_layout(state)
     if layout is None:
-        raise ValueError(f"{name} must be a contiguous (slots, HV, V, K) pool or the .transpose(-1, -2) view of a "
-                         f"contiguous (slots, HV, K, V) pool, got strides {state.stride()}")
+        raise ValueError(f"{name} must be a slot-major (slots, HV, V, K) pool or the .transpose(-1, -2) view of a "
+                         f"slot-major (slots, HV, K, V) pool (each slot's block packed), got strides {state.stride()}")
     if step.slot_idx is None and state.shape[0] < step.batch:
         raise ValueError(f"{name} has {state.shape[0]} slots but the batch has {step.batch} rows and no "
                          f"initial_state_indices")
@@ -155,9 +163,9 @@ class GDNStateLayout:
 
 def gdn_state_layout(state: torch.Tensor) -> Optional[GDNStateLayout]:
     """The layout of a ``(slots, HV, V, K)`` state tensor, or None where the kernels cannot
-    take it (neither a contiguous pool nor a transposed view of one)."""
-    if state.is_contiguous():
+    take it (neither a slot-major pool nor a transposed view of one)."""
+    if is_slot_major(state):
         return GDNStateLayout(False, state.stride(2))
-    if state.transpose(-1, -2).is_contiguous():
+    if is_slot_major(state.transpose(-1, -2)):
         return GDNStateLayout(True, state.stride(3))
     return None

@@ -40,7 +40,7 @@ import triton
 import triton.language as tl
 
 from ..._runtime import device_arch
-from ..._validation import check_buffer_len, check_contiguous, check_tensor
+from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
 from ..common import even_tile, load_slot, store_nan_output, tile_masks
 from ._common import finish_output, load_dt
 from ..launch import LaunchConfig, grid, launch_kernel, select_config, select_route
@@ -189,8 +189,9 @@ def check_ring(step: Mamba2Step, state: torch.Tensor, x_cache: torch.Tensor, dt_
     check_tensor("dt_cache", dt_cache, (slots, H, L), (torch.float32,), dev)
     check_tensor("B_cache", B_cache, (slots, G, L, N), (step.B.dtype,), dev)
     check_tensor("write_pos", write_pos, (slots,), (torch.int32,), dev)
-    for name, t in (("x_cache", x_cache), ("dt_cache", dt_cache), ("B_cache", B_cache), ("write_pos", write_pos)):
-        check_contiguous(name, t)
+    for name, t in (("x_cache", x_cache), ("dt_cache", dt_cache), ("B_cache", B_cache)):
+        check_slot_major(name, t)
+    check_contiguous("write_pos", write_pos)
     return L
 
 

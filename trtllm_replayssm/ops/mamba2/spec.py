@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_tensor
+from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_slot_major, check_tensor
 from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, even_tile, exact_in_tf32, exact_lhs_matmul, load_spec_row,
                       native_dot, ring_positions, small_matmul, store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel
@@ -289,7 +289,7 @@ def selective_state_update_replayssm_spec(
     if state_batch_indices is not None:
         check_tensor("state_batch_indices", state_batch_indices, (Bsz,), INDEX_DTYPES, x.device)
     check_tensor("state", state, (None, step.nheads, step.headdim, step.dstate), FLOAT_DTYPES, x.device)
-    check_contiguous("state", state)
+    check_slot_major("state", state)
     if state_batch_indices is None and state.shape[0] < Bsz:
         raise ValueError(f"state has {state.shape[0]} slots but the batch has {Bsz} rows and no state_batch_indices")
     slots, H, P, N, G = state.shape[0], step.nheads, step.headdim, step.dstate, step.ngroups
@@ -298,7 +298,7 @@ def selective_state_update_replayssm_spec(
     check_tensor("dt_ring", dt_ring, (slots, H, buf), (torch.float32,), x.device)
     check_tensor("B_ring", B_ring, (slots, G, buf, N), (B.dtype,), x.device)
     for name, t in (("x_ring", x_ring), ("dt_ring", dt_ring), ("B_ring", B_ring)):
-        check_contiguous(name, t)
+        check_slot_major(name, t)
     _check_cursors(write_pos, origin, is_flush, slots, x.device)
     if Bsz == 0:
         return out

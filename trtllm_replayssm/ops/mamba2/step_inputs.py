@@ -21,6 +21,7 @@ from ..._validation import (
     check_broadcast_dims,
     check_last_dim_contiguous,
     check_same_dtype,
+    check_slot_major,
     check_tensor,
 )
 
@@ -170,9 +171,9 @@ def parse_mamba2_step(
 
 
 def check_state_pool(name: str, state: torch.Tensor, step: Mamba2Step) -> None:
-    """``state (slots, H, P, N)``, contiguous; with no indices there is one slot per row."""
+    """``state (slots, H, P, N)``, slot-major (:func:`is_slot_major`); with no indices
+    there is one slot per row."""
     check_tensor(name, state, (None, step.nheads, step.headdim, step.dstate), FLOAT_DTYPES, step.x.device)
-    if not state.is_contiguous():
-        raise ValueError(f"{name} must be contiguous (a cache tensor), got strides {state.stride()}")
+    check_slot_major(name, state)
     if step.slot_idx is None and state.shape[0] < step.batch:
         raise ValueError(f"{name} has {state.shape[0]} slots but the batch has {step.batch} rows and no state_batch_indices")

@@ -38,24 +38,34 @@ class Era:
     max_version: Optional[Tuple[int, int]]  # exclusive; None: open-ended
     hooks: Tuple[Hook, ...]
     speculative: bool
+    adapter: str  # the module of this package that extends the era's cache manager
 
     def covers(self, version: Tuple[int, int]) -> bool:
         return version >= self.min_version and (self.max_version is None or version < self.max_version)
 
 
 _MIXER = "tensorrt_llm._torch.modules.mamba.mamba2_mixer"
-_CACHE = "tensorrt_llm._torch.pyexecutor.mamba_cache_manager"
+_KV_MAMBA = "tensorrt_llm._torch.pyexecutor.kv_cache.mamba_cache_manager"
+_KV_V2 = "tensorrt_llm.runtime.kv_cache_manager_v2"
 ERAS = (
     Era("trtllm-1.2", "1.2.x", (1, 2), (1, 3), (
         Hook(_MIXER, "selective_state_update", "mamba2"),
         Hook("tensorrt_llm._torch.models.modeling_qwen3_next", "fused_sigmoid_gating_delta_rule_update", "gdn"),
-        Hook(_CACHE, "MambaCacheManager", "cache"),
-    ), speculative=False),
+        Hook("tensorrt_llm._torch.pyexecutor.mamba_cache_manager", "MambaCacheManager", "cache"),
+    ), speculative=False, adapter="era_v1_2"),
+    # Main: the mixer binds one of two state-update functions at construction (FlashInfer's
+    # for headdim 64/128, the Triton one otherwise), so both are replaced; the cache side is
+    # the V2 hybrid manager with its Mamba cache features.
     Era("trtllm-main", ">= 1.3 (main)", (1, 3), None, (
         Hook(_MIXER, "selective_state_update_native", "mamba2"),
+        Hook(_MIXER, "selective_state_update_fi", "mamba2"),
         Hook("tensorrt_llm._torch.modules.mamba.gdn_mixer", "fused_sigmoid_gating_delta_rule_update", "gdn"),
-        Hook(_CACHE, "BaseMambaCacheManager", "cache"),
-    ), speculative=True),
+        Hook(_KV_MAMBA, "MambaHybridCacheManagerV2", "cache"),
+        Hook(_KV_MAMBA, "MambaAuxCacheExtension", "cache"),
+        Hook(_KV_MAMBA + ".common", "register_mamba_aux_cache_estimator", "cache"),
+        Hook(_KV_V2, "BufferConfig", "cache"),
+        Hook(_KV_V2, "DataRole", "cache"),
+    ), speculative=True, adapter="era_main"),
 )
 
 

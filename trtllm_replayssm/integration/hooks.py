@@ -25,9 +25,19 @@ class StateRegistry:
 
     def register_pool(self, pool: torch.Tensor, replay: ReplaySlots, layers: Optional[Sequence[int]] = None) -> None:
         """``pool (layers, slots, ...)``: layer ``i``'s view uses ring ``layers[i]``."""
-        layers = list(range(pool.shape[0])) if layers is None else list(layers)
-        for i, ring_layer in enumerate(layers):
-            self._by_ptr[pool[i].data_ptr()] = (replay, ring_layer, i == len(layers) - 1)
+        self.register_layers(list(pool), replay, layers)
+
+    def register_layers(self, views: Sequence[torch.Tensor], replay: ReplaySlots,
+                        layers: Optional[Sequence[int]] = None) -> None:
+        """One state view per layer (an engine whose layers' pools are apart); view ``i``
+        uses ring ``layers[i]``; the last view's call ends a step."""
+        layers = list(range(len(views))) if layers is None else list(layers)
+        for i, (view, ring_layer) in enumerate(zip(views, layers)):
+            self._by_ptr[view.data_ptr()] = (replay, ring_layer, i == len(layers) - 1)
+
+    def unregister(self, replay: ReplaySlots) -> None:
+        """Forget every view of ``replay`` (its engine pool is being released)."""
+        self._by_ptr = {ptr: hit for ptr, hit in self._by_ptr.items() if hit[0] is not replay}
 
     def lookup(self, state: torch.Tensor) -> Optional[Tuple[ReplaySlots, int, bool]]:
         return self._by_ptr.get(state.data_ptr())

@@ -43,13 +43,17 @@ class ReplaySlots:
     ``spec=None``: autoregressive rings of ``buffer_len`` entries; ``spec=(T, Bh)``:
     circular rings of ``ring_capacity(T, Bh)`` entries for speculative verify. ``rings``:
     the engine's per-layer ring views (see :mod:`trtllm_replayssm.cache`) instead of
-    rings allocated here."""
+    rings allocated here. ``cursor_mirror (slots,)`` int32, any stride: a copy of the
+    cursors kept where the engine moves a slot's data (its pool pages), written whenever
+    a cursor changes; :meth:`restore_cursors` reads it back for a request that arrives at
+    a new slot with its pages (autoregressive rings only)."""
 
     def __init__(self, geom, num_layers: int, num_slots: int, buffer_len: int = 16,
                  act_dtype: torch.dtype = torch.bfloat16, gdn_ring_dtype: torch.dtype = torch.float32,
                  device="cuda", pad_slot_id: int = -1, spec: Optional[Tuple[int, int]] = None,
                  route: str = "output_only", gdn_pool_order: str = "HV,V,K",
-                 rings: Optional[Mapping[str, Sequence[torch.Tensor]]] = None):
+                 rings: Optional[Mapping[str, Sequence[torch.Tensor]]] = None,
+                 cursor_mirror: Optional[torch.Tensor] = None):
         if gdn_pool_order not in ("HV,V,K", "HV,K,V"):
             raise ValueError(f"gdn_pool_order must be 'HV,V,K' or 'HV,K,V', got {gdn_pool_order!r}")
         self.geom, self.pad_slot_id, self.spec, self.route = geom, pad_slot_id, spec, route
@@ -66,8 +70,17 @@ class ReplaySlots:
         else:
             raise TypeError(f"geom must be a Mamba2Geometry or a GDNGeometry, got {type(geom).__name__}")
         self._step_route = "output_only" if route == "auto" else route  # the route of the step under way
+        self._A = {}  # Mamba2: each layer's A as its last decode step passed it, for make_exact
         self.origin = torch.zeros(num_slots, dtype=torch.int32, device=device)
         self.is_flush = torch.zeros(num_slots, dtype=torch.int8, device=device)
+        if cursor_mirror is not None:
+            if spec is not None:
+                raise ValueError("cursor_mirror keeps autoregressive cursors; speculative rings have three per slot")
+            if cursor_mirror.shape != (num_slots,) or cursor_mirror.dtype != torch.int32:
+                raise ValueError(f"cursor_mirror must be an int32 ({num_slots},) tensor, got "
+                                 f"{cursor_mirror.dtype} {tuple(cursor_mirror.shape)}")
+            cursor_mirror.zero_()
+        self.cursor_mirror = cursor_mirror
 
     @property
     def write_pos(self) -> torch.Tensor:
@@ -86,21 +99,39 @@ class ReplaySlots:
         if self.spec is not None:
             reset_replayssm_spec_cursors(self.write_pos, self.origin, self.is_flush, slots, *self.spec,
                                          pad_slot_id=self.pad_slot_id)
+        self._mirror(slots)
+
+    def restore_cursors(self, slots: torch.Tensor) -> None:
+        """Requests that moved to ``slots`` with their pages (checkpoint, ring and cursor
+        mirror): their cursors come back from the mirror."""
+        idx = slots.long()
+        self.write_pos[idx] = self.cursor_mirror[idx]
+
+    def _mirror(self, slots: torch.Tensor) -> None:
+        """On the device, no host sync (it runs inside captured steps); padding rows
+        (``pad_slot_id < 0``) copy slot 0 onto itself."""
+        if self.cursor_mirror is not None:
+            idx = slots.long().clamp_min(0)
+            self.cursor_mirror[idx] = self.write_pos[idx]
 
     def make_exact(self, states: Sequence[torch.Tensor], slots: torch.Tensor,
                    A: Optional[Sequence[torch.Tensor]] = None) -> None:
         """Fold the rings of ``slots`` into ``states[layer]`` (Mamba2 needs each layer's
-        ``A``) and empty them. Autoregressive rings only (a verify ring folds on its own)."""
+        ``A``; by default the one its last decode step passed) and empty them.
+        Autoregressive rings only (a verify ring folds on its own)."""
         if self.spec is not None:
             raise ValueError("make_exact folds autoregressive rings; speculative rings flush at verify")
         slots = slots[slots != self.pad_slot_id]
         r = self.rings
+        if A is None and isinstance(r, Mamba2ReplayCache):
+            A = [self._A.get(i) for i in range(len(states))]  # None: the layer never stepped, its ring is empty
         for i, state in enumerate(states):
             if isinstance(r, GDNReplayCache):
                 fold_gdn_rings(self.gdn_state(state), r.d_cache[i], r.k_cache[i], r.g_cache[i], r.write_pos, slots)
-            else:
+            elif A[i] is not None:
                 fold_mamba2_rings(state, r.x_cache[i], r.dt_cache[i], r.B_cache[i], A[i], r.write_pos, slots)
         r.reset(slots, self.pad_slot_id)
+        self._mirror(slots)
 
     # -- decode ---------------------------------------------------------------------------
     def mamba2_step(self, layer: int, state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
@@ -109,6 +140,7 @@ class ReplaySlots:
         state is not a replay step: :mod:`.hooks` sends those to the engine's kernel)."""
         if disable_state_update:
             raise ValueError("disable_state_update=True has no ReplaySSM step; call the engine's kernel")
+        self._A[layer] = A
         return selective_state_update_replayssm(
             state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,
             state_batch_indices=state_batch_indices, pad_slot_id=self._pad(pad_slot_id), out=out,
@@ -130,6 +162,10 @@ class ReplaySlots:
     def after_step(self, state_batch_indices: torch.Tensor, batch: Optional[int] = None) -> None:
         """Once per decode step, after every layer ran: cursors move on the device."""
         self.rings.advance(state_batch_indices, route=self._step_route, pad_slot_id=self.pad_slot_id, batch=batch)
+        if batch is None or batch == state_batch_indices.shape[0]:
+            self._mirror(state_batch_indices)
+        else:
+            self._mirror(state_batch_indices[:batch])
 
     def _route_for_step(self, measured) -> str:
         """The route of this step (every layer of a step has the same batch, so the same

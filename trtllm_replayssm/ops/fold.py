@@ -19,10 +19,10 @@ def fold_mamba2_rings(state: torch.Tensor, x_cache: torch.Tensor, dt_cache: torc
                       A: torch.Tensor, write_pos: torch.Tensor, slots: torch.Tensor) -> None:
     """One layer: ``state (slots, H, P, N)`` of ``slots`` becomes
     ``exp(A sum dt) S_0 + sum_j dt_j exp(A (dt after j)) x_j B_j^T`` over the cached steps.
-    ``A (H,)`` (or tied ``(H, P)``): the layer's negative decay rates."""
+    ``A (H,)`` (or tied ``(H, P)`` / ``(H, P, N)``): the layer's negative decay rates."""
     slots = slots.long()
     H, L = x_cache.shape[1], x_cache.shape[2]
-    A = (A if A.dim() == 1 else A[:, 0]).float()
+    A = (A if A.dim() == 1 else A.flatten(1)[:, 0]).float()
     m = _hist_mask(write_pos, slots, L)  # (S, L)
     dt = dt_cache[slots].float() * m[:, None, :]  # (S, H, L)
     after = dt.sum(-1, keepdim=True) - dt.cumsum(-1)  # dt summed after j

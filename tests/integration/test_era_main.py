@@ -1,0 +1,257 @@
+"""The main-era adapter (TensorRT-LLM >= 1.3) against a stand-in of its hybrid cache
+manager on KV cache manager V2: rings as pool buffers of each slot's page, decode through
+both of the Mamba2 mixer's state-update functions and GDN's packed entry, slot events
+(new requests, a live request moved to another slot with its pages, block-reuse frees,
+GDN mixed batches), the memory plan, and what is refused."""
+
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from fake_trtllm import write_fake_trtllm_main
+from mamba2_harness import DEVICE
+from trtllm_replayssm.cache import GDNGeometry, Mamba2Geometry
+from trtllm_replayssm.integration import apply as apply_mod
+from trtllm_replayssm.integration.era_main import CURSOR_BLOCK, ring_bytes_per_slot
+from trtllm_replayssm.integration.eras import UnsupportedTensorRTLLM, detect_era
+from trtllm_replayssm.ops.gdn import fused_sigmoid_gating_delta_rule_update as gdn_standard
+from trtllm_replayssm.ops.mamba2 import selective_state_update as mamba2_standard
+
+H, P, N, G, L = 4, 8, 16, 2, 4
+MASK = [True, False, True]  # two Mamba layers around an attention layer
+
+
+def _forget_trtllm():
+    for name in [m for m in sys.modules if m == "tensorrt_llm" or m.startswith("tensorrt_llm.")]:
+        del sys.modules[name]
+
+
+@pytest.fixture
+def main_trtllm(tmp_path, monkeypatch):
+    made = []
+
+    def make(**kw):
+        _forget_trtllm()
+        root = write_fake_trtllm_main(tmp_path / f"site{len(made)}", **kw)
+        monkeypatch.syspath_prepend(str(root))
+        made.append(root)
+        return root
+
+    yield make
+    _forget_trtllm()
+    apply_mod._APPLIED.clear()
+    apply_mod.REGISTRY.clear()
+
+
+def _manager(slots=6, **kw):
+    from tensorrt_llm._torch.pyexecutor.kv_cache.mamba_cache_manager import MambaHybridCacheManagerV2
+
+    return MambaHybridCacheManagerV2(N, 4, H, G, P, MASK, torch.float32, torch.float32, num_slots=slots,
+                                     device=DEVICE, **kw)
+
+
+def _req(i):
+    return SimpleNamespace(py_request_id=i)
+
+
+def _batch(ctx=(), gen=()):
+    return SimpleNamespace(context_requests=[_req(i) for i in ctx], generation_requests=[_req(i) for i in gen])
+
+
+class Mamba2Twin:
+    """Each request's exact state, stepped by the standard kernel on a packed pool."""
+
+    def __init__(self, g):
+        self.g, self.states = g, {}
+        self.A = -(torch.rand(H, generator=g) + 0.5).to(DEVICE)
+        self.D = torch.randn(H, generator=g).to(DEVICE)
+        self.dt_bias = torch.randn(H, generator=g).to(DEVICE)
+
+    def prefill(self, mgr, rid):
+        """The prefill's final state, written into the request's slot of every layer."""
+        slot = mgr.get_state_indices([rid])[0]
+        self.states[rid] = torch.randn(2, H, P, N, generator=self.g).to(DEVICE)
+        for i, layer in enumerate(mgr.mamba_pp_layers):
+            mgr.get_ssm_states(layer)[slot] = self.states[rid][i]
+
+    def step(self, mgr, mixer, rids):
+        """One decode step through the patched functions (layer 0: the Triton one, layer 1:
+        FlashInfer's), with main's expanded A / D / dt_bias / dt; checked against the twin."""
+        n = len(rids)
+        idx = torch.tensor(mgr.get_state_indices(rids), dtype=torch.int32, device=DEVICE)
+        for i, (layer, fn) in enumerate(zip(mgr.mamba_pp_layers, (mixer.selective_state_update_native,
+                                                                 mixer.selective_state_update_fi))):
+            x = torch.randn(n, H, P, generator=self.g).to(DEVICE)
+            dt = torch.randn(n, H, generator=self.g).to(DEVICE)[..., None].expand(n, H, P)
+            B, C = (torch.randn(n, G, N, generator=self.g).to(DEVICE) for _ in range(2))
+            tied = dict(A=self.A[:, None, None].expand(H, P, N), D=self.D[:, None].expand(H, P),
+                        dt_bias=self.dt_bias[:, None].expand(H, P), dt_softplus=True)
+            y = fn(mgr.get_ssm_states(layer), x, dt, tied["A"], B, C, tied["D"], z=None, dt_bias=tied["dt_bias"],
+                   dt_softplus=True, state_batch_indices=idx, out=torch.empty(n, H, P, device=DEVICE))
+            for row, rid in enumerate(rids):
+                twin = self.states[rid][i:i + 1]
+                y_ref = mamba2_standard(twin, x[row:row + 1], dt[row:row + 1], tied["A"], B[row:row + 1],
+                                        C[row:row + 1], D=tied["D"], dt_bias=tied["dt_bias"], dt_softplus=True)
+                err = ((y[row] - y_ref[0]).norm() / y_ref.norm()).item()
+                assert err < 1e-4, f"request {rid}, layer {i}: {err}"
+
+
+def test_main_era_detected_patched_and_legacy_managers_refused(main_trtllm):
+    main_trtllm()
+    assert detect_era(("mamba2",)).name == "trtllm-main"
+    info = apply_mod.apply_replayssm(buffer_len=L, route="output_only")
+    assert info["era"] == "trtllm-main"
+    names = "\n".join(info["patched"])
+    for expected in ("mamba2_mixer.selective_state_update_native", "mamba2_mixer.selective_state_update_fi",
+                     "MambaHybridCacheManagerV2", "PythonMambaCacheManager (refuses)"):
+        assert expected in names
+    from tensorrt_llm._torch.pyexecutor.kv_cache.mamba_cache_manager import CppMambaHybridCacheManager
+
+    with pytest.raises(UnsupportedTensorRTLLM, match="use_kv_cache_manager_v2"):
+        CppMambaHybridCacheManager()
+
+
+def test_main_without_the_extension_api_is_refused_untouched(main_trtllm):
+    main_trtllm(with_extension_api=False)
+    import tensorrt_llm._torch.modules.mamba.mamba2_mixer as mixer
+
+    original = mixer.selective_state_update_native
+    with pytest.raises(UnsupportedTensorRTLLM, match="MambaAuxCacheExtension"):
+        apply_mod.apply_replayssm(buffer_len=L)
+    assert mixer.selective_state_update_native is original and not apply_mod.applied()
+
+
+def test_main_mamba2_decode_through_slot_moves_and_frees(main_trtllm):
+    """Decode matches the standard kernel step for step while: requests start at staggered
+    times; a live request is offloaded, its slot reused by a new request, and it comes back
+    at another slot with its pages (its cursor restored from the pool); a request is freed
+    with block reuse on (its page, as committed, holds the exact state). The conv states
+    in the same pages stay untouched."""
+    main_trtllm()
+    apply_mod.apply_replayssm(buffer_len=L, route="output_only")
+    from tensorrt_llm._torch.modules.mamba import mamba2_mixer as mixer
+
+    mgr = _manager(enable_block_reuse=True)
+    ext = mgr.get_aux_cache_extension("trtllm_replayssm")
+    assert ext.replay.rings.x_cache[0].stride(0) > H * L * P  # the ring lives in the page, between slots
+    for conv in mgr.all_conv_states:
+        conv.copy_(torch.randn(conv.shape, generator=torch.Generator().manual_seed(5)))
+    conv_before = [c.clone() for c in mgr.all_conv_states]
+    twin = Mamba2Twin(torch.Generator().manual_seed(0))
+
+    def step(ctx=(), gen=()):
+        mgr.prepare_resources(_batch(ctx, gen))
+        for rid in ctx:
+            twin.prefill(mgr, rid)
+        if gen:
+            twin.step(mgr, mixer, list(gen))
+
+    step(ctx=[7])
+    for _ in range(2):
+        step(gen=[7])
+    step(ctx=[9], gen=[7])  # 9 starts two steps behind
+    for _ in range(3):
+        step(gen=[7, 9])
+    assert ext.replay.write_pos[mgr.get_state_indices([9])[0]].item() != 0  # 9's ring holds entries
+    old_slot = mgr.get_state_indices([9])[0]
+    mgr.suspend(9)
+    step(ctx=[11], gen=[7])
+    assert mgr.get_state_indices([11])[0] == old_slot  # 11 took 9's slot and wrote its ring and cursor
+    step(gen=[7, 11])
+    new_slot = mgr.resume(9)
+    assert new_slot != old_slot
+    for before in conv_before:  # the conv state moved with 9's pages
+        before[new_slot] = before[old_slot]
+    for _ in range(2 * L + 1):
+        step(gen=[7, 9, 11])
+    slot7 = mgr.get_state_indices([7])[0]
+    assert ext.replay.write_pos[slot7].item() != 0
+    mgr.free_resources(_req(7))
+    for i, layer in enumerate(mgr.mamba_pp_layers):
+        exact = twin.states[7][i]
+        torch.testing.assert_close(mgr.get_ssm_states(layer)[slot7], exact, rtol=1e-4, atol=1e-5)
+    for conv, before in zip(mgr.all_conv_states, conv_before):
+        assert torch.equal(conv, before)
+
+
+def test_main_memory_plan_counts_the_rings(main_trtllm):
+    main_trtllm()
+    apply_mod.apply_replayssm(buffer_len=L, route="output_only")
+    mgr = _manager()
+    base = 2 * (H * P * N * 4 + (H * P + 2 * G * N) * 3 * 4)
+    ring = ring_bytes_per_slot(Mamba2Geometry(H, P, N, G), L, torch.float32)
+    assert ring == H * L * P * 4 + H * L * 4 + G * L * N * 4
+    assert mgr._mamba_state_bytes_per_slot() == base + 2 * ring + CURSOR_BLOCK * 4
+    from tensorrt_llm._torch.pyexecutor.kv_cache.mamba_cache_manager.common import (
+        estimate_mamba_aux_cache_bytes_per_rank,
+    )
+
+    cfg = SimpleNamespace(mamba_num_heads=64, mamba_head_dim=64, ssm_state_size=128, n_groups=8,
+                          hybrid_override_pattern="M-M*M-", torch_dtype=torch.bfloat16)
+    mapping = SimpleNamespace(tp_size=2, pp_size=1, enable_attention_dp=False)
+    got = estimate_mamba_aux_cache_bytes_per_rank(SimpleNamespace(pretrained_config=cfg), None, mapping,
+                                                  spec_config=None, use_separate_draft_kv_cache=False)
+    local = Mamba2Geometry(32, 64, 128, 4)
+    assert got == 3 * ring_bytes_per_slot(local, L, torch.bfloat16) + CURSOR_BLOCK * 4
+    qwen = SimpleNamespace(linear_num_value_heads=32, linear_num_key_heads=16, linear_key_head_dim=128,
+                           linear_value_head_dim=128, num_hidden_layers=8, full_attention_interval=4)
+    assert estimate_mamba_aux_cache_bytes_per_rank(SimpleNamespace(pretrained_config=qwen), None, mapping) == 0
+
+
+@pytest.mark.parametrize("kw,words", [
+    (dict(spec_config=object()), "speculative decoding is configured"),
+    (dict(mamba_ssm_stochastic_rounding=True), "stochastically"),
+    (dict(conv_state_layout="q_k_v"), "switched on for mamba2 layers"),
+])
+def test_main_manager_refuses(main_trtllm, kw, words):
+    main_trtllm()
+    apply_mod.apply_replayssm(buffer_len=L)
+    with pytest.raises(UnsupportedTensorRTLLM, match=words):
+        _manager(**kw)
+
+
+def test_main_gdn_packed_decode_and_mixed_batch_fold(main_trtllm):
+    """GDN on main: decode through the packed varlen entry matches the engine's kernel; a
+    step that mixes prefill and decode folds the decode rows first (main's GDN sends them
+    through the chunked kernel), leaving exact states."""
+    main_trtllm()
+    info = apply_mod.apply_replayssm(models=["gdn"], buffer_len=L, route="output_only")
+    assert any(p.endswith("gdn_mixer.fused_sigmoid_gating_delta_rule_update") for p in info["patched"])
+    from tensorrt_llm._torch.modules.mamba import gdn_mixer
+    from tensorrt_llm._torch.pyexecutor.kv_cache.mamba_cache_manager import MambaHybridCacheManagerV2
+
+    Hk, HV, K, V = 2, 4, 16, 24
+    # main passes GDN geometry as mamba_num_heads=HV, head_dim=V, d_state=K, n_groups=H
+    mgr = MambaHybridCacheManagerV2(K, 4, HV, Hk, V, MASK, torch.float32, torch.float32, num_slots=5, device=DEVICE,
+                                    conv_state_layout="q_k_v")
+    ext = mgr.get_aux_cache_extension("trtllm_replayssm")
+    assert ext.replay.geom == GDNGeometry(Hk, HV, K, V) and ext.replay.gdn_pool_order == "HV,V,K"
+    g = torch.Generator().manual_seed(3)
+    mgr.prepare_resources(_batch(ctx=[7, 9]))
+    slots = mgr.get_state_indices([7, 9])
+    states = [mgr.get_ssm_states(layer) for layer in mgr.mamba_pp_layers]
+    for s in states:
+        s[slots] = (torch.randn(2, HV, V, K, generator=g) * 0.3).to(DEVICE)
+    twins = [s.clone() for s in states]
+    idx = torch.tensor(slots, dtype=torch.int32, device=DEVICE)
+    cu = torch.arange(3, dtype=torch.int32, device=DEVICE)
+    A_log, dt_bias = torch.zeros(HV, device=DEVICE), torch.zeros(HV, device=DEVICE)
+    for step in range(L + 2):
+        mgr.prepare_resources(_batch(gen=[7, 9]))
+        for i in range(2):
+            kw = dict(A_log=A_log, dt_bias=dt_bias, softplus_beta=1.0, softplus_threshold=20.0,
+                      q=torch.randn(1, 2, Hk, K, generator=g).to(DEVICE), k=torch.randn(1, 2, Hk, K, generator=g).to(DEVICE),
+                      v=torch.randn(1, 2, HV, V, generator=g).to(DEVICE), a=torch.randn(2, HV, generator=g).to(DEVICE),
+                      b=torch.randn(2, HV, generator=g).to(DEVICE), initial_state_indices=idx, cu_seqlens=cu,
+                      use_qk_l2norm_in_kernel=True)
+            o = gdn_mixer.fused_sigmoid_gating_delta_rule_update(initial_state_source=states[i], **kw)
+            o_std = gdn_standard(twins[i], kw["q"][0], kw["k"][0], kw["v"][0], kw["a"], kw["b"], A_log, dt_bias, None,
+                                 True, idx)
+            assert ((o[0] - o_std).norm() / o_std.norm()).item() < 1e-4, f"step {step} layer {i}"
+    assert ext.replay.write_pos[slots].tolist() != [0, 0]
+    mgr.prepare_resources(_batch(ctx=[11], gen=[7, 9]))
+    assert ext.replay.write_pos[slots].tolist() == [0, 0]
+    for s, t in zip(states, twins):
+        torch.testing.assert_close(s[slots], t[slots], rtol=1e-4, atol=1e-5)

@@ -1,0 +1,288 @@
+"""The TensorRT-LLM main-era adapter (>= 1.3): the hybrid cache manager on KV cache
+manager V2, extended through its Mamba cache features (``MambaAuxCacheExtension``).
+Written against NVIDIA/TensorRT-LLM main of 2026
+(``_torch/pyexecutor/kv_cache/mamba_cache_manager/``); :mod:`.eras` checks every name
+used here before anything is patched.
+
+Where the ReplaySSM state lives:
+- **Rings**: V2 pool buffers of each Mamba layer, declared by the extension's
+  ``buffer_configs``. They sit in each slot's page beside its state, so the pool's memory
+  plan counts them, and whatever the pool does with a slot's page (move a live request to
+  another slot, offload and onboard it, commit it for prefix reuse) carries the ring
+  with its checkpoint.
+- **Cursors**: the kernels take one packed int32 vector, allocated here. A mirror of each
+  slot's cursor is a pool buffer too (first Mamba layer), written whenever a cursor
+  changes (inside the captured step as well); a live request that arrives at a new slot
+  gets its cursor back from there.
+
+Slot events: a slot given to a new request is reset (the extension's ``reset_slots``; a
+disaggregated arrival: ``on_state_transfer_complete``). A request whose slot moved has
+its cursor restored, and on GDN a step that mixes prefill and decode first folds the
+decode rows' rings (main's GDN sends those rows through the chunked kernel, which reads
+and rewrites the state): both after ``prepare_resources``. With block reuse on, a freed
+request's ring is folded before the manager may commit its page for reuse. Padding rows
+use the manager's reserved dummy slots: their rings and cursors are scratch.
+
+Refused, with the reason: the deprecated V1 managers (no cache features), speculative
+decoding (TensorRT-LLM's own replay covers verify; ReplaySSM's verify is not wired into
+TensorRT-LLM yet), stochastic rounding of fp16 states, a model family other than the one
+switched on.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import math
+from typing import Dict, List, Optional
+
+import torch
+
+from ..cache import GDNGeometry, Mamba2Geometry, RingLayout, gdn_ring_layout, mamba2_ring_layout
+from .eras import UnsupportedTensorRTLLM
+from .hf_config import from_hf_config
+from .hooks import StateRegistry
+from .lifecycle import ReplaySlots
+from .switch import ReplayOptions
+
+EXTENSION_KEY = "trtllm_replayssm"
+KV_MAMBA = "tensorrt_llm._torch.pyexecutor.kv_cache.mamba_cache_manager"
+KV_V2 = "tensorrt_llm.runtime.kv_cache_manager_v2"
+LEGACY_MANAGERS = ("PythonMambaCacheManager", "CppMambaHybridCacheManager", "MixedMambaHybridCacheManager")
+RING_NAMES = {"mamba2": ("x_cache", "dt_cache", "B_cache"), "gdn": ("d_cache", "k_cache", "g_cache")}
+CONV_LAYOUT = {"mamba2": "x_b_c", "gdn": "q_k_v"}  # the manager's conv_state_layout of each family
+CURSOR_BLOCK = 4  # int32 entries a slot's cursor mirror takes (16 bytes; only the first is used)
+
+
+def ring_geometry(context, family: str, gdn_order: Optional[str]):
+    """This rank's layer geometry from the manager's build context."""
+    a, b, c = context.ssm_state_shape
+    if family == "mamba2":
+        return Mamba2Geometry(nheads=a, headdim=b, dstate=c, ngroups=context.n_groups_per_rank)
+    V, K = (b, c) if gdn_order == "HV,V,K" else (c, b)
+    return GDNGeometry(num_k_heads=context.n_groups_per_rank, num_v_heads=a, head_k_dim=K, head_v_dim=V)
+
+
+def ring_layout(geom, buffer_len: int, act_dtype: torch.dtype) -> RingLayout:
+    """Mamba2 rings hold activations in their dtype; GDN rings are fp32 (the drift study's choice)."""
+    if isinstance(geom, Mamba2Geometry):
+        return mamba2_ring_layout(geom, buffer_len, act_dtype)
+    return gdn_ring_layout(geom, buffer_len)
+
+
+def _block_bytes(block, dtype: torch.dtype) -> int:
+    return math.prod(block) * torch.empty((), dtype=dtype).element_size()
+
+
+def ring_bytes_per_slot(geom, buffer_len: int, act_dtype: torch.dtype) -> int:
+    """One layer's ring bytes per slot."""
+    return sum(_block_bytes(block, dtype) for block, dtype in ring_layout(geom, buffer_len, act_dtype).values())
+
+
+def make_extension_class(base, buffer_config, data_role):
+    """``MambaAuxCacheExtension`` subclass (its base and V2 types come from the installed
+    TensorRT-LLM) holding one manager's rings and cursors."""
+
+    class ReplaySSMRings(base):
+        def __init__(self, opts: ReplayOptions, family: str, gdn_order: Optional[str], registry: StateRegistry):
+            self.opts, self.family, self.gdn_order, self.registry = opts, family, gdn_order, registry
+            self.replay: Optional[ReplaySlots] = None
+            self.states: List[torch.Tensor] = []
+            self._slot_of: Dict[int, int] = {}  # request id -> slot at its last scheduled step
+            self._roles = {name: data_role(f"replayssm_{name}") for name in (*RING_NAMES[family], "cursor")}
+
+        @property
+        def key(self) -> str:
+            return EXTENSION_KEY
+
+        @property
+        def data_roles(self):
+            return tuple(self._roles.values())
+
+        def validate(self, context) -> None:
+            if context.spec_config is not None:
+                raise UnsupportedTensorRTLLM(
+                    "ReplaySSM: speculative decoding is configured. TensorRT-LLM's own replay covers its verify "
+                    "steps; ReplaySSM's speculative verify is not wired into TensorRT-LLM yet. Unset "
+                    "TRTLLM_REPLAYSSM or turn speculative decoding off.")
+            if context.stochastic_rounding:
+                raise UnsupportedTensorRTLLM("ReplaySSM does not round fp16 states stochastically; turn "
+                                             "mamba_ssm_stochastic_rounding off or unset TRTLLM_REPLAYSSM")
+            if context.conv_state_layout != CONV_LAYOUT[self.family]:
+                raise UnsupportedTensorRTLLM(
+                    f"ReplaySSM was switched on for {self.family} layers (TRTLLM_REPLAYSSM_MODELS) but this model's "
+                    f"recurrent layers use the {context.conv_state_layout!r} layout of the other family")
+
+        def _layout(self, context) -> RingLayout:
+            return ring_layout(ring_geometry(context, self.family, self.gdn_order), self.opts.buffer_len,
+                               context.conv_state_dtype)
+
+        def buffer_configs(self, context, layer_id: int):
+            if layer_id not in context.mamba_pp_layers:
+                return ()
+            configs = [buffer_config(role=self._roles[name], size=_block_bytes(block, dtype))
+                       for name, (block, dtype) in self._layout(context).items()]
+            if layer_id == context.mamba_pp_layers[0]:
+                configs.append(buffer_config(role=self._roles["cursor"], size=CURSOR_BLOCK * 4))
+            return tuple(configs)
+
+        def bind(self, context, manager) -> None:
+            layers = list(context.mamba_pp_layers)
+            if not layers:
+                return
+            local = manager.layer_offsets
+            rings = {name: [manager._get_state_buffer(local[layer], self._roles[name], dtype, list(block))
+                            for layer in layers]
+                     for name, (block, dtype) in self._layout(context).items()}
+            mirror = manager._get_state_buffer(local[layers[0]], self._roles["cursor"], torch.int32,
+                                               [CURSOR_BLOCK])[:, 0]
+            self.states = [manager.get_ssm_states(layer) for layer in layers]
+            route = "output_only" if self.opts.route == "auto" else self.opts.route
+            self.replay = ReplaySlots(ring_geometry(context, self.family, self.gdn_order), len(layers),
+                                      context.slot_capacity, self.opts.buffer_len, act_dtype=context.conv_state_dtype,
+                                      device=self.states[0].device, route=route,
+                                      gdn_pool_order=self.gdn_order or "HV,V,K", rings=rings, cursor_mirror=mirror)
+            self.registry.register_layers(self.states, self.replay)
+
+        def reset_slots(self, slots: torch.Tensor, host_slots) -> None:
+            if self.replay is not None:
+                self.replay.on_slots_assigned(slots.to(torch.int32))
+
+        def on_state_transfer_complete(self, request_ids, manager) -> None:
+            if self.replay is not None and request_ids:
+                self.reset_slots(torch.as_tensor(manager.get_state_indices(list(request_ids)),
+                                                 device=self.replay.write_pos.device), None)
+
+        def after_prepare(self, manager, scheduled_batch) -> None:
+            """After the manager set this step's slots: cursors of moved requests back from
+            their mirrors; GDN mixed batches fold their decode rows."""
+            ctx = list(scheduled_batch.context_requests)
+            gen = list(scheduled_batch.generation_requests)
+            if self.replay is None or not (ctx or gen):
+                return
+            requests = ctx + gen
+            # The whole batch in its order, so the manager's dummy-row mask comes out as it set it.
+            slots = manager.get_state_indices([r.py_request_id for r in requests])
+            device = self.replay.write_pos.device
+            gen_ids, gen_slots = [r.py_request_id for r in gen], slots[len(ctx):]
+            moved = [s for rid, s in zip(gen_ids, gen_slots) if self._slot_of.get(rid, s) != s]
+            if moved:
+                self.replay.restore_cursors(torch.tensor(moved, dtype=torch.int32, device=device))
+            if self.family == "gdn" and ctx and gen:
+                self.replay.make_exact(self.states, torch.tensor(gen_slots, dtype=torch.int32, device=device))
+            self._slot_of.update(zip([r.py_request_id for r in requests], slots))
+
+        def before_free(self, manager, request) -> None:
+            """A page the manager may commit for prefix reuse must hold the exact state."""
+            slot = self._slot_of.pop(request.py_request_id, None)
+            if self.replay is not None and slot is not None and getattr(manager, "enable_block_reuse", False):
+                self.replay.make_exact(self.states, torch.tensor([slot], dtype=torch.int32,
+                                                                 device=self.replay.write_pos.device))
+
+        def iter_buffers(self):
+            return ()
+
+        def shutdown(self) -> None:
+            if self.replay is not None:
+                self.registry.unregister(self.replay)
+            self.replay, self.states = None, []
+
+    ReplaySSMRings.__qualname__ = ReplaySSMRings.__name__ = "ReplaySSMRings"
+    return ReplaySSMRings
+
+
+def make_estimator(opts: ReplayOptions, family: str):
+    """``register_mamba_aux_cache_estimator``'s callable: this rank's ReplaySSM bytes per
+    recurrent slot, from the model's Hugging Face config (what the executor sizes the
+    cache with before any manager exists)."""
+
+    def estimate(model_config, params=None, mapping=None, **_) -> int:
+        cfg = getattr(model_config, "pretrained_config", None)
+        if cfg is None:
+            return 0
+        try:
+            m = from_hf_config(cfg.to_dict() if hasattr(cfg, "to_dict") else dict(vars(cfg)))
+        except (KeyError, ValueError):
+            return 0
+        if m.family != family:
+            return 0
+        tp = 1 if mapping is None or getattr(mapping, "enable_attention_dp", False) else mapping.tp_size
+        pp = 1 if mapping is None else mapping.pp_size
+        g = m.geom
+        if family == "mamba2":
+            local = Mamba2Geometry(g.nheads // tp, g.headdim, g.dstate, max(1, g.ngroups // tp))
+        else:
+            local = GDNGeometry(g.num_k_heads // tp, g.num_v_heads // tp, g.head_k_dim, g.head_v_dim)
+        act = getattr(cfg, "torch_dtype", None)
+        act = act if isinstance(act, torch.dtype) else torch.bfloat16
+        layers = -(-m.num_ssm_layers // pp)
+        return layers * ring_bytes_per_slot(local, opts.buffer_len, act) + CURSOR_BLOCK * 4
+
+    return estimate
+
+
+MANAGER_METHODS = ("prepare_resources", "free_resources", "get_state_indices", "get_ssm_states",
+                   "get_aux_cache_extension", "_get_state_buffer")
+
+
+def missing_features(manager_cls) -> List[str]:
+    """What :func:`extend` needs of the V2 manager, absent from this one."""
+    missing = [m for m in MANAGER_METHODS if not hasattr(manager_cls, m)]
+    if "aux_cache_extensions" not in inspect.signature(manager_cls.__init__).parameters:
+        missing.append("__init__(aux_cache_extensions=...)")
+    return missing
+
+
+def extend(manager_cls, opts: ReplayOptions, registry: StateRegistry, gdn_order: Optional[str]) -> List[str]:
+    """Install the extension on the V2 manager, register its memory estimator and refuse
+    the V1 managers; returns what was patched."""
+    kv = importlib.import_module(KV_MAMBA)
+    family = opts.families[0]
+    v2 = importlib.import_module(KV_V2)
+    extension_cls = make_extension_class(kv.MambaAuxCacheExtension, v2.BufferConfig, v2.DataRole)
+    init, prepare, free = manager_cls.__init__, manager_cls.prepare_resources, manager_cls.free_resources
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        extensions = tuple(kwargs.pop("aux_cache_extensions", ()))
+        kwargs["aux_cache_extensions"] = (*extensions, extension_cls(opts, family, gdn_order, registry))
+        init(self, *args, **kwargs)
+
+    @functools.wraps(prepare)
+    def prepare_resources(self, scheduled_batch, *args, **kwargs):
+        out = prepare(self, scheduled_batch, *args, **kwargs)
+        ext = self.get_aux_cache_extension(EXTENSION_KEY)
+        if ext is not None:
+            ext.after_prepare(self, scheduled_batch)
+        return out
+
+    @functools.wraps(free)
+    def free_resources(self, request, *args, **kwargs):
+        ext = self.get_aux_cache_extension(EXTENSION_KEY)
+        if ext is not None:
+            ext.before_free(self, request)
+        return free(self, request, *args, **kwargs)
+
+    manager_cls.__init__, manager_cls.prepare_resources, manager_cls.free_resources = (
+        __init__, prepare_resources, free_resources)
+    patched = [f"{KV_MAMBA}.MambaHybridCacheManagerV2"]
+    for name in LEGACY_MANAGERS:
+        legacy = getattr(kv, name, None)
+        if legacy is not None:
+            legacy.__init__ = _refusing_init(legacy.__init__, name)
+            patched.append(f"{KV_MAMBA}.{name} (refuses)")
+    importlib.import_module(f"{KV_MAMBA}.common").register_mamba_aux_cache_estimator(
+        EXTENSION_KEY, make_estimator(opts, family))
+    return patched
+
+
+def _refusing_init(init, name: str):
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        raise UnsupportedTensorRTLLM(
+            f"ReplaySSM needs the Mamba cache manager on KV cache manager V2 (its rings are V2 pool buffers); "
+            f"{name} is the deprecated V1 path. Set kv_cache_config.use_kv_cache_manager_v2: true (and leave "
+            "TRTLLM_USE_PY_MAMBA unset), or unset TRTLLM_REPLAYSSM.")
+
+    return __init__

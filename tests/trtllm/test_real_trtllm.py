@@ -1,7 +1,7 @@
 """Against a real TensorRT-LLM install on a GPU (skipped where either is missing, as on
 every machine of this project so far). Checkpoints come from the environment:
-``REPLAYSSM_NEMOTRON_H_CKPT`` (a small Nemotron-H) and ``REPLAYSSM_QWEN3_NEXT_CKPT`` (a
-small Qwen3-Next, TensorRT-LLM 1.2.x)."""
+``REPLAYSSM_NEMOTRON_H_CKPT`` (a small Nemotron-H), ``REPLAYSSM_QWEN3_NEXT_CKPT`` (a
+small Qwen3-Next) and, on TensorRT-LLM >= 1.3, ``REPLAYSSM_QWEN3_5_CKPT`` (a small Qwen3.5)."""
 
 import json
 import os
@@ -16,8 +16,12 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 GENERATE = """
 import json, sys
+import tensorrt_llm
 from tensorrt_llm import LLM, SamplingParams
-llm = LLM(model=sys.argv[1], max_batch_size=8, kv_cache_config={"enable_block_reuse": False})
+kv = {"enable_block_reuse": False}
+if tuple(int(v) for v in tensorrt_llm.__version__.split(".")[:2]) >= (1, 3):
+    kv["use_kv_cache_manager_v2"] = True  # main: ReplaySSM's rings are V2 pool buffers
+llm = LLM(model=sys.argv[1], max_batch_size=8, kv_cache_config=kv)
 outs = llm.generate(["The capital of France is", "def fibonacci(n):"],
                     SamplingParams(max_tokens=48, temperature=0.0, logprobs=1))
 print(json.dumps([[o.outputs[0].token_ids, [list(d.values())[0].logprob for d in o.outputs[0].logprobs]]
@@ -61,3 +65,11 @@ def test_greedy_outputs_and_logprobs_agree_nemotron_h():
 
 def test_greedy_outputs_and_logprobs_agree_qwen3_next():
     _standard_and_replay_agree(_ckpt("REPLAYSSM_QWEN3_NEXT_CKPT"), "gdn")
+
+
+def test_greedy_outputs_and_logprobs_agree_qwen3_5():
+    import tensorrt_llm
+
+    if tuple(int(v) for v in tensorrt_llm.__version__.split(".")[:2]) < (1, 3):
+        pytest.skip("Qwen3.5 needs TensorRT-LLM >= 1.3")
+    _standard_and_replay_agree(_ckpt("REPLAYSSM_QWEN3_5_CKPT"), "gdn")

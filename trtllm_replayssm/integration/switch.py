@@ -22,7 +22,7 @@ ROUTES = ("auto", "output_only", "state_and_output", "standard_step", "always_fl
 class ReplayOptions:
     buffer_len: int = 16
     route: str = "auto"
-    families: Tuple[str, ...] = ("mamba2",)  # GDN inside TensorRT-LLM is not wired yet
+    families: Tuple[str, ...] = ("mamba2",)  # one family a process: the engine's SSM pool holds one
     speculative: bool = False
 
     def __post_init__(self):

@@ -50,6 +50,17 @@ def test_bench_spec_dry_run(tmp_path):
     assert all(SCHEMA | {"T", "B", "acceptance"} <= set(r) for r in records)
 
 
+def test_bench_gapped_pools_dry_run(tmp_path):
+    out = tmp_path / "gapped.json"
+    subprocess.run([sys.executable, str(REPO / "benchmarks/bench_gapped_pools.py"), "--dry-run", "--models", "tiny",
+                    "tiny-gdn", "--batches", "2", "--buffer-len", "2", "--replays", "1", "--out", str(out)],
+                   check=True, capture_output=True, text=True, timeout=900)
+    records = json.loads(out.read_text())["records"]
+    assert {(r["layout"], r["kernel"]) for r in records} == {
+        (lay, k) for lay in ("packed", "gap_16", "gap_odd") for k in ("replay_nonflush", "replay_flush", "standard")}
+    assert all(r["vs_packed"] == 1.0 for r in records if r["layout"] == "packed")
+
+
 @pytest.mark.parametrize("script,extra,routes", [
     ("e2e_decode_speedup.py", ["--num-steps", "5", "--warmup-steps", "2", "--buffer-len", "4", "--route", "auto"],
      {"standard", "auto"}),

@@ -3,38 +3,24 @@ manager V2 interleaves other per-slot buffers between two slots' states; its rin
 live there too): every kernel gives bit-for-bit the results it gives on packed pools, and
 the bytes between slots stay untouched."""
 
-import math
-
 import pytest
 import torch
 
+import gapped_pools
 from mamba2_harness import DEVICE
 from trtllm_replayssm.cache import GDNGeometry, Mamba2Geometry, gdn_ring_layout, mamba2_ring_layout
 from trtllm_replayssm.integration.lifecycle import ReplaySlots
 
-GAP_FILL = 1234.5
 SLOTS, ROWS = 5, [3, -1, 0, 4]  # slot 1 and 2 unused, row 1 padding
 REAL = [i for i, slot in enumerate(ROWS) if slot >= 0]  # a padding row's output is left unwritten
 
 
-class GappedPool:
-    """``(slots, *block)`` zeros at a slot stride of ``block + gap`` elements, gaps filled
-    with :data:`GAP_FILL`."""
-
-    def __init__(self, shape, dtype, gap: int = 24):
-        block = math.prod(shape[1:])
-        self.backing = torch.full((shape[0], block + gap), GAP_FILL, dtype=dtype, device=DEVICE)
-        self.view = self.backing[:, :block].view(shape[0], *shape[1:])
-        self.view.zero_()
-        self.block = block
-
-    def gaps_untouched(self) -> bool:
-        return bool((self.backing[:, self.block:] == GAP_FILL).all())
+def _pool(shape, dtype):
+    return gapped_pools.GappedPool(shape, dtype, DEVICE)
 
 
 def _gapped_rings(layout, num_layers):
-    pools = {name: [GappedPool((SLOTS, *block), dtype) for _ in range(num_layers)] for name, (block, dtype) in layout.items()}
-    return pools, {name: [p.view for p in ps] for name, ps in pools.items()}
+    return gapped_pools.gapped_rings(layout, num_layers, SLOTS, DEVICE)
 
 
 def _assert_same(a, b, what):
@@ -58,7 +44,7 @@ def test_mamba2_replay_on_gapped_pools(route):
     g = torch.Generator().manual_seed(0)
     start = torch.randn(layers, SLOTS, H, P, N, generator=g).to(DEVICE)
     packed_state = start.clone()
-    gapped_state = [GappedPool((SLOTS, H, P, N), torch.float32) for _ in range(layers)]
+    gapped_state = [_pool((SLOTS, H, P, N), torch.float32) for _ in range(layers)]
     for i, pool in enumerate(gapped_state):
         pool.view.copy_(start[i])
     ring_pools, ring_views = _gapped_rings(mamba2_ring_layout(geom, L, torch.float32), layers)
@@ -99,7 +85,7 @@ def test_gdn_replay_on_gapped_pools(order):
     g = torch.Generator().manual_seed(1)
     block = (HV, V, K) if order == "HV,V,K" else (HV, K, V)
     start = (torch.randn(SLOTS, *block, generator=g) * 0.3).to(DEVICE)
-    packed_state, gapped_state = start.clone(), GappedPool((SLOTS, *block), torch.float32)
+    packed_state, gapped_state = start.clone(), _pool((SLOTS, *block), torch.float32)
     gapped_state.view.copy_(start)
     ring_pools, ring_views = _gapped_rings(gdn_ring_layout(geom, L), 1)
     packed = ReplaySlots(geom, 1, SLOTS, L, device=DEVICE, gdn_pool_order=order)
@@ -130,7 +116,7 @@ def test_mamba2_speculative_verify_on_gapped_pools():
     H, P, N, G = geom.nheads, geom.headdim, geom.dstate, geom.ngroups
     g = torch.Generator().manual_seed(2)
     start = torch.randn(SLOTS, H, P, N, generator=g).to(DEVICE)
-    packed_state, gapped_state = start.clone(), GappedPool((SLOTS, H, P, N), torch.float32)
+    packed_state, gapped_state = start.clone(), _pool((SLOTS, H, P, N), torch.float32)
     gapped_state.view.copy_(start)
     packed = ReplaySlots(geom, 1, SLOTS, act_dtype=torch.float32, device=DEVICE, spec=(T, Bh))
     ring_pools, ring_views = _gapped_rings(mamba2_ring_layout(geom, packed.rings.buffer_len, torch.float32), 1)

@@ -46,11 +46,12 @@ def _ring_views(layout: RingLayout, num_layers: int, num_slots: int, device,
                 for name, (block, dtype) in layout.items()}
     if set(rings) != set(layout):
         raise ValueError(f"rings must have the views {sorted(layout)}, got {sorted(rings)}")
+    device = torch.empty(0, device=device).device  # "cuda" -> "cuda:0", as tensors report it
     for name, (block, dtype) in layout.items():
         if len(rings[name]) != num_layers:
             raise ValueError(f"rings[{name!r}] must have {num_layers} layer views, got {len(rings[name])}")
         for i, view in enumerate(rings[name]):
-            check_tensor(f"rings[{name!r}][{i}]", view, (num_slots, *block), (dtype,), torch.device(device))
+            check_tensor(f"rings[{name!r}][{i}]", view, (num_slots, *block), (dtype,), device)
             check_slot_major(f"rings[{name!r}][{i}]", view)
     return {name: list(rings[name]) for name in layout}
 

@@ -21,9 +21,10 @@ class GappedPool:
         self.view = self.backing[:, :block].view(shape[0], *shape[1:])
         self.view.zero_()
         self.block = block
+        self.fill = torch.full((), GAP_FILL, dtype=dtype).item()  # as the dtype holds it (int: 1234)
 
     def gaps_untouched(self) -> bool:
-        return bool((self.backing[:, self.block:] == GAP_FILL).all())
+        return bool((self.backing[:, self.block:] == self.fill).all())
 
 
 def gapped_rings(layout, num_layers: int, num_slots: int, device, gap: int = 24):

@@ -1,7 +1,8 @@
 """Pools whose slots lie further apart than a slot's block (TensorRT-LLM's KV cache
 manager V2 interleaves other per-slot buffers between two slots' states; its rings can
-live there too): every kernel gives bit-for-bit the results it gives on packed pools, and
-the bytes between slots stay untouched."""
+live there too): every kernel gives the results it gives on packed pools (bit for bit on
+the interpreter; on a GPU within fp32 rounding, as Triton compiles a stride that is not a
+multiple of 16 into other code), and the bytes between slots stay untouched."""
 
 import pytest
 import torch
@@ -24,7 +25,10 @@ def _gapped_rings(layout, num_layers):
 
 
 def _assert_same(a, b, what):
-    assert torch.equal(a, b), f"{what}: strided pool differs from packed pool"
+    if a.is_cuda and a.is_floating_point():
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=f"{what}: strided pool differs from packed pool")
+    else:
+        assert torch.equal(a, b), f"{what}: strided pool differs from packed pool"
 
 
 def _assert_same_outputs(a, b, what):

@@ -11,7 +11,7 @@ Where the ReplaySSM state lives:
   another slot, offload and onboard it, commit it for prefix reuse) carries the ring
   with its checkpoint.
 - **Cursors**: the kernels take one packed int32 vector, allocated here. A mirror of each
-  slot's cursor is a pool buffer too (first Mamba layer), written whenever a cursor
+  slot's cursor is a pool buffer too (the first Mamba layer's), written whenever a cursor
   changes (inside the captured step as well); a live request that arrives at a new slot
   gets its cursor back from there.
 
@@ -121,10 +121,12 @@ def make_extension_class(base, buffer_config, data_role):
         def buffer_configs(self, context, layer_id: int):
             if layer_id not in context.mamba_pp_layers:
                 return ()
+            # Every layer gets the same buffers (the first one's cursor mirror is used):
+            # uniform layers keep V2 coalescing them as it does the states. Sizes are the
+            # blocks' exact bytes: V2 lays a role's pages at that size (times its scale).
             configs = [buffer_config(role=self._roles[name], size=_block_bytes(block, dtype))
                        for name, (block, dtype) in self._layout(context).items()]
-            if layer_id == context.mamba_pp_layers[0]:
-                configs.append(buffer_config(role=self._roles["cursor"], size=CURSOR_BLOCK * 4))
+            configs.append(buffer_config(role=self._roles["cursor"], size=CURSOR_BLOCK * 4))
             return tuple(configs)
 
         def bind(self, context, manager) -> None:
@@ -217,7 +219,7 @@ def make_estimator(opts: ReplayOptions, family: str):
         act = getattr(cfg, "torch_dtype", None)
         act = act if isinstance(act, torch.dtype) else torch.bfloat16
         layers = -(-m.num_ssm_layers // pp)
-        return layers * ring_bytes_per_slot(local, opts.buffer_len, act) + CURSOR_BLOCK * 4
+        return layers * (ring_bytes_per_slot(local, opts.buffer_len, act) + CURSOR_BLOCK * 4)
 
     return estimate
 

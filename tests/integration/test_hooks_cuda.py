@@ -55,7 +55,7 @@ def test_mamba2_decode_step_in_cuda_graph_on_gapped_pools(model, route):
     ring_pools, ring_views = gapped_rings(mamba2_ring_layout(geom, L, torch.bfloat16), LAYERS, SLOTS, "cuda", gap=40)
     mirror = GappedPool((SLOTS, 4), torch.int32, "cuda", gap=4)
     replay = ReplaySlots(geom, LAYERS, SLOTS, L, device="cuda", route=route, rings=ring_views,
-                         cursor_mirror=mirror.view[:, 0])
+                         cursor_mirror=mirror.view)
     registry = StateRegistry()
     registry.register_layers([p.view for p in pools], replay)
     hook = make_mamba2_update(mamba2_standard, registry)
@@ -100,7 +100,7 @@ def test_mamba2_decode_step_in_cuda_graph_on_gapped_pools(model, route):
         twin_step(idx, n)
     torch.cuda.synchronize()
     real = torch.tensor(REAL_SLOTS, device="cuda")
-    assert torch.equal(replay.cursor_mirror[real], replay.write_pos[real])
+    assert torch.equal(replay.cursor_mirror[real, 0], replay.write_pos[real])
     assert len(set(replay.write_pos[real].tolist())) == 2  # still staggered
     assert all(p.gaps_untouched() for p in pools) and mirror.gaps_untouched()
     assert all(p.gaps_untouched() for ps in ring_pools.values() for p in ps)
@@ -117,7 +117,7 @@ def test_gdn_packed_decode_step_in_cuda_graph_on_gapped_pools():
     ring_pools, ring_views = gapped_rings(gdn_ring_layout(geom, L), LAYERS, SLOTS, "cuda", gap=40)
     mirror = GappedPool((SLOTS, 4), torch.int32, "cuda", gap=4)
     replay = ReplaySlots(geom, LAYERS, SLOTS, L, device="cuda", route="output_only", rings=ring_views,
-                         cursor_mirror=mirror.view[:, 0])
+                         cursor_mirror=mirror.view)
     registry = StateRegistry()
     registry.register_layers([p.view for p in pools], replay)
     hook = make_gdn_update(lambda **kw: pytest.fail("a decode call reached the engine's kernel"), registry)
@@ -165,6 +165,6 @@ def test_gdn_packed_decode_step_in_cuda_graph_on_gapped_pools():
         twin_step(idx, n)
     torch.cuda.synchronize()
     real = torch.tensor(REAL_SLOTS, device="cuda")
-    assert torch.equal(replay.cursor_mirror[real], replay.write_pos[real])
+    assert torch.equal(replay.cursor_mirror[real, 0], replay.write_pos[real])
     assert all(p.gaps_untouched() for p in pools) and mirror.gaps_untouched()
     assert all(p.gaps_untouched() for ps in ring_pools.values() for p in ps)

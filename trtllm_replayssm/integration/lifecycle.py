@@ -43,10 +43,11 @@ class ReplaySlots:
     ``spec=None``: autoregressive rings of ``buffer_len`` entries; ``spec=(T, Bh)``:
     circular rings of ``ring_capacity(T, Bh)`` entries for speculative verify. ``rings``:
     the engine's per-layer ring views (see :mod:`trtllm_replayssm.cache`) instead of
-    rings allocated here. ``cursor_mirror (slots,)`` int32, any stride: a copy of the
-    cursors kept where the engine moves a slot's data (its pool pages), written whenever
-    a cursor changes; :meth:`restore_cursors` reads it back for a request that arrives at
-    a new slot with its pages (autoregressive rings only)."""
+    rings allocated here. ``cursor_mirror (slots, C)`` int32, any strides: a copy of each
+    slot's cursors (``write_pos``; with ``spec``, ``origin`` and ``is_flush`` too, so
+    ``C >= 3``) kept where the engine moves a slot's data (its pool pages), written
+    whenever a cursor changes; :meth:`restore_cursors` reads it back for a request that
+    arrives at a new slot with its pages."""
 
     def __init__(self, geom, num_layers: int, num_slots: int, buffer_len: int = 16,
                  act_dtype: torch.dtype = torch.bfloat16, gdn_ring_dtype: torch.dtype = torch.float32,
@@ -73,11 +74,11 @@ class ReplaySlots:
         self._A = {}  # Mamba2: each layer's A as its last decode step passed it, for make_exact
         self.origin = torch.zeros(num_slots, dtype=torch.int32, device=device)
         self.is_flush = torch.zeros(num_slots, dtype=torch.int8, device=device)
+        self._cursors = [self.write_pos] if spec is None else [self.write_pos, self.origin, self.is_flush]
         if cursor_mirror is not None:
-            if spec is not None:
-                raise ValueError("cursor_mirror keeps autoregressive cursors; speculative rings have three per slot")
-            if cursor_mirror.shape != (num_slots,) or cursor_mirror.dtype != torch.int32:
-                raise ValueError(f"cursor_mirror must be an int32 ({num_slots},) tensor, got "
+            if (cursor_mirror.dim() != 2 or cursor_mirror.shape[0] != num_slots
+                    or cursor_mirror.shape[1] < len(self._cursors) or cursor_mirror.dtype != torch.int32):
+                raise ValueError(f"cursor_mirror must be an int32 ({num_slots}, >= {len(self._cursors)}) tensor, got "
                                  f"{cursor_mirror.dtype} {tuple(cursor_mirror.shape)}")
             cursor_mirror.zero_()
         self.cursor_mirror = cursor_mirror
@@ -105,14 +106,16 @@ class ReplaySlots:
         """Requests that moved to ``slots`` with their pages (checkpoint, ring and cursor
         mirror): their cursors come back from the mirror."""
         idx = slots.long()
-        self.write_pos[idx] = self.cursor_mirror[idx]
+        for column, cursor in enumerate(self._cursors):
+            cursor[idx] = self.cursor_mirror[idx, column].to(cursor.dtype)
 
     def _mirror(self, slots: torch.Tensor) -> None:
         """On the device, no host sync (it runs inside captured steps); padding rows
         (``pad_slot_id < 0``) copy slot 0 onto itself."""
         if self.cursor_mirror is not None:
             idx = slots.long().clamp_min(0)
-            self.cursor_mirror[idx] = self.write_pos[idx]
+            for column, cursor in enumerate(self._cursors):
+                self.cursor_mirror[idx, column] = cursor[idx].to(torch.int32)
 
     def make_exact(self, states: Sequence[torch.Tensor], slots: torch.Tensor,
                    A: Optional[Sequence[torch.Tensor]] = None) -> None:
@@ -201,6 +204,7 @@ class ReplaySlots:
         tokens per row, bonus included; rows with 0 (padding) do not move."""
         commit_replayssm_spec(self.write_pos, self.origin, self.is_flush, accepted, *self.spec,
                               state_batch_indices, self.pad_slot_id)
+        self._mirror(state_batch_indices)
 
     def _pad(self, pad_slot_id: Optional[int]) -> int:
         return self.pad_slot_id if pad_slot_id is None else pad_slot_id

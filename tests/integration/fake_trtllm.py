@@ -147,9 +147,89 @@ class MambaCacheBuildContext:
     ssm_state_dtype: torch.dtype
     n_groups_per_rank: int
     slot_capacity: Optional[int] = None
+    state_index_capacity: int = 0
     spec_config: object = None
     stochastic_rounding: bool = False
     conv_state_layout: str = "x_b_c"
+
+
+@dataclass(frozen=True, kw_only=True)
+class MambaLayerCache:
+    conv: torch.Tensor
+    temporal: torch.Tensor
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpeculativeMambaLayerCache(MambaLayerCache):
+    intermediate_conv_window: Optional[torch.Tensor] = None
+    intermediate_ssm: Optional[torch.Tensor] = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MambaStateUpdateBatch:
+    attention_metadata: object
+    num_contexts: int
+    num_generations: int
+    num_accepted_tokens: torch.Tensor
+    accepted_positions: torch.Tensor
+    source_state_indices: torch.Tensor
+    destination_state_indices: torch.Tensor
+    is_dummy_request: Optional[torch.Tensor]
+
+
+class MambaStateUpdateStrategy(ABC):
+    @property
+    @abstractmethod
+    def key(self): ...
+
+    @property
+    def uses_replay(self):
+        return False
+
+    def validate(self, context):
+        pass
+
+    def buffer_configs(self, context, layer_id):
+        return ()
+
+    def bytes_per_slot(self, context, layer_id):
+        return sum(config.size for config in self.buffer_configs(context, layer_id))
+
+    def bind(self, context, manager):
+        pass
+
+    def layer_cache_fields(self, layer_offset):
+        return {}
+
+    def make_layer_cache(self, layer_offset, conv, temporal):
+        return SpeculativeMambaLayerCache(conv=conv, temporal=temporal, **self.layer_cache_fields(layer_offset))
+
+    def reset_slots(self, slots, host_slots):
+        pass
+
+    def relocate_slots(self, old_slots, new_slots):
+        pass
+
+    def refresh_dummy_request_mask(self, is_dummy):
+        pass
+
+    def dummy_request_mask(self, start, end):
+        return None
+
+    def source_state_indices(self, count):
+        raise RuntimeError("not bound")
+
+    def update(self, batch, manager):
+        return False
+
+    def get_replay_metadata(self):
+        return None
+
+    def iter_buffers(self):
+        return ()
+
+    def shutdown(self, manager=None):
+        pass
 
 
 class MambaAuxCacheExtension(ABC):
@@ -202,7 +282,13 @@ class MambaHybridCacheManagerV2:
     def __init__(self, mamba_d_state, mamba_d_conv, mamba_num_heads, mamba_n_groups, mamba_head_dim,
                  mamba_layer_mask, mamba_cache_dtype, mamba_ssm_cache_dtype, *, num_slots, device="cpu",
                  spec_config=None, mamba_ssm_stochastic_rounding=False, conv_state_layout="x_b_c",
-                 enable_block_reuse=False, aux_cache_extensions=()):
+                 enable_block_reuse=False, use_replay_state_update=False, state_update_strategy=None,
+                 aux_cache_extensions=()):
+        if spec_config is not None and state_update_strategy is None:
+            raise NotImplementedError("the stand-in has no TensorRT-LLM replay strategy of its own")
+        if use_replay_state_update and not state_update_strategy.uses_replay:
+            raise ValueError("use_replay_state_update=True conflicts with the supplied strategy")
+        self.spec_config, self.strategy = spec_config, state_update_strategy
         self.enable_block_reuse = enable_block_reuse
         self.layer_offsets = {i: i for i in range(len(mamba_layer_mask))}
         self.mamba_pp_layers = [i for i, m in enumerate(mamba_layer_mask) if m]
@@ -216,9 +302,11 @@ class MambaHybridCacheManagerV2:
             conv_state_shape=tuple(self.conv_state_shape), ssm_state_shape=tuple(self.ssm_state_shape),
             conv_state_dtype=mamba_cache_dtype, ssm_state_dtype=mamba_ssm_cache_dtype, n_groups_per_rank=mamba_n_groups,
             spec_config=spec_config, stochastic_rounding=mamba_ssm_stochastic_rounding,
-            conv_state_layout=conv_state_layout)
+            conv_state_layout=conv_state_layout, state_index_capacity=num_slots)
         for e in aux_cache_extensions:
             e.validate(ctx)
+        if self.strategy is not None:
+            self.strategy.validate(ctx)
         self._buffers, self._pages = {}, {}
         for layer in self.mamba_pp_layers:
             configs = [BufferConfig(SSM, math.prod(self.ssm_state_shape) * mamba_ssm_cache_dtype.itemsize),
@@ -240,6 +328,8 @@ class MambaHybridCacheManagerV2:
             s.zero_()
         for e in aux_cache_extensions:
             e.bind(self.ctx, self)
+        if self.strategy is not None:
+            self.strategy.bind(self.ctx, self)
         self.free_slots = list(range(num_slots - 1, 0, -1))  # slot 0: the padding rows' dummy slot
         self.slot_of, self.host_pages, self.committed = {}, {}, {}
 
@@ -263,16 +353,41 @@ class MambaHybridCacheManagerV2:
                                             + math.prod(self.conv_state_shape) * self.conv_dtype.itemsize)
         return base + sum(e.bytes_per_slot(self.ctx, l) for e in self._aux.values() for l in self.mamba_pp_layers)
 
+    def is_speculative(self):
+        return self.spec_config is not None
+
+    def mamba_layer_cache(self, layer_idx):
+        conv, ssm = self.get_conv_states(layer_idx), self.get_ssm_states(layer_idx)
+        return self.strategy.make_layer_cache(self.mamba_pp_layers.index(layer_idx), conv, ssm)
+
     def prepare_resources(self, scheduled_batch):
         ctx = scheduled_batch.context_requests
         for r in ctx:
             if r.py_request_id not in self.slot_of:
                 self.slot_of[r.py_request_id] = self.free_slots.pop()
+        for r in scheduled_batch.generation_requests:
+            if getattr(r, "is_dummy", False):
+                self.slot_of[r.py_request_id] = 0  # every CUDA-graph padding row shares the dummy slot
         slots = [self.slot_of[r.py_request_id] for r in ctx]
+        if self.strategy is not None:
+            self.strategy.refresh_dummy_request_mask(
+                [getattr(r, "is_dummy", False) for r in list(ctx) + list(scheduled_batch.generation_requests)])
         if slots:
-            for e in self._aux.values():
-                e.reset_slots(torch.tensor(slots, dtype=torch.long, device=self._pages[self.mamba_pp_layers[0]].device),
-                              slots)
+            device = self._pages[self.mamba_pp_layers[0]].device
+            for e in [*self._aux.values(), *([self.strategy] if self.strategy else [])]:
+                e.reset_slots(torch.tensor(slots, dtype=torch.long, device=device), slots)
+
+    def update_mamba_states(self, attn_metadata, num_accepted_tokens, state_indices=None):
+        n_ctx, n = attn_metadata.num_contexts, attn_metadata.num_seqs
+        accepted = num_accepted_tokens[n_ctx:n]
+        from .common import MambaStateUpdateBatch
+
+        self.strategy.update(MambaStateUpdateBatch(
+            attention_metadata=attn_metadata, num_contexts=n_ctx, num_generations=n - n_ctx,
+            num_accepted_tokens=accepted, accepted_positions=(accepted - 1).to(torch.int32),
+            source_state_indices=self.strategy.source_state_indices(n - n_ctx),
+            destination_state_indices=state_indices[n_ctx:n].to(torch.int32),
+            is_dummy_request=self.strategy.dummy_request_mask(n_ctx, n)), self)
 
     def free_resources(self, request):
         slot = self.slot_of.pop(request.py_request_id)
@@ -301,6 +416,8 @@ class MambaHybridCacheManagerV2:
     def shutdown(self):
         for e in self._aux.values():
             e.shutdown()
+        if self.strategy is not None:
+            self.strategy.shutdown(self)
 '''
 MAIN_LEGACY = '''
 class PythonMambaCacheManager:
@@ -313,7 +430,8 @@ class CppMambaHybridCacheManager:
         pass
 '''
 MAIN_KV_INIT = '''
-from .common import MambaAuxCacheExtension, MambaCacheBuildContext, register_mamba_aux_cache_estimator
+from .common import (MambaAuxCacheExtension, MambaCacheBuildContext, MambaStateUpdateBatch, MambaStateUpdateStrategy,
+                     register_mamba_aux_cache_estimator)
 from .legacy import CppMambaHybridCacheManager, PythonMambaCacheManager
 from .mamba_cache_manager_v2 import MambaHybridCacheManagerV2
 '''

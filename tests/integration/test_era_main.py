@@ -201,7 +201,7 @@ def test_main_memory_plan_counts_the_rings(main_trtllm):
 
 
 @pytest.mark.parametrize("kw,words", [
-    (dict(spec_config=object()), "speculative decoding is configured"),
+    (dict(spec_config=SimpleNamespace(max_draft_len=2)), "TRTLLM_REPLAYSSM_SPEC=1"),
     (dict(mamba_ssm_stochastic_rounding=True), "stochastically"),
     (dict(conv_state_layout="q_k_v"), "switched on for mamba2 layers"),
 ])
@@ -255,3 +255,83 @@ def test_main_gdn_packed_decode_and_mixed_batch_fold(main_trtllm):
     assert ext.replay.write_pos[slots].tolist() == [0, 0]
     for s, t in zip(states, twins):
         torch.testing.assert_close(s[slots], t[slots], rtol=1e-4, atol=1e-5)
+
+
+def test_main_mamba2_speculative_verify_commit_and_conv_promotion(main_trtllm):
+    """MTP on main with ReplaySSM's verify: the mixer's verify call (cache_steps = T, no
+    intermediate states kept) matches the standard spec path, ``update_mamba_states``
+    commits the cursors by the accepted counts and promotes the accepted conv window; a
+    padding row on the dummy slot moves nothing; a request moved to another slot with its
+    pages keeps all three of its cursors."""
+    from trtllm_replayssm.ops.mamba2.spec_standard import promote_spec_state, selective_state_update_spec_standard
+
+    main_trtllm()
+    info = apply_mod.apply_replayssm(buffer_len=4, route="output_only", speculative=True)
+    assert info["era"] == "trtllm-main"
+    from tensorrt_llm._torch.modules.mamba import mamba2_mixer as mixer
+
+    T = 3
+    mgr = _manager(spec_config=SimpleNamespace(max_draft_len=T - 1, max_total_draft_tokens=T - 1),
+                   use_replay_state_update=True)  # TensorRT-LLM turns its replay on with MTP; ReplaySSM's replaces it
+    ext = mgr.get_aux_cache_extension("trtllm_replayssm")
+    assert ext.replay.spec == (T, 4) and mgr.mamba_layer_cache(0).intermediate_ssm is None
+    g = torch.Generator().manual_seed(4)
+    twin = Mamba2Twin(g)
+    mgr.prepare_resources(_batch(ctx=[7, 9]))
+    for rid in (7, 9):
+        twin.prefill(mgr, rid)
+    inter = {rid: torch.zeros(2, 1, T, H, P, N, device=DEVICE) for rid in (7, 9)}
+    pad = SimpleNamespace(py_request_id=-99, is_dummy=True)
+    flushes, rids = 0, [7, 9]
+    for step in range(8):
+        if step == 4:  # 9 goes to the host and comes back at another slot
+            old = mgr.get_state_indices([9])[0]
+            mgr.suspend(9)
+            assert mgr.resume(9, avoid=(old,)) != old
+        mgr.prepare_resources(SimpleNamespace(context_requests=[], generation_requests=[_req(7), _req(9), pad]))
+        idx = torch.tensor(mgr.get_state_indices(rids + [-99]), dtype=torch.int32, device=DEVICE)
+        flushes += int(ext.replay.is_flush[idx[0]])
+        n = len(idx)
+        for i, layer in enumerate(mgr.mamba_pp_layers):
+            cache = mgr.mamba_layer_cache(layer)
+            cache.intermediate_conv_window[:n].copy_(torch.randn(cache.intermediate_conv_window[:n].shape, generator=g))
+            x = torch.randn(n, T, H, P, generator=g).to(DEVICE)
+            dt = torch.randn(n, T, H, generator=g).to(DEVICE)[..., None].expand(n, T, H, P)
+            B, C = (torch.randn(n, T, G, N, generator=g).to(DEVICE) for _ in range(2))
+            A = twin.A[:, None, None].expand(H, P, N)
+            D, dt_bias = twin.D[:, None].expand(H, P), twin.dt_bias[:, None].expand(H, P)
+            out = torch.empty(n, T, H, P, device=DEVICE)
+            mixer.selective_state_update_native(
+                cache.temporal, x, dt, A, B, C, D, z=None, dt_bias=dt_bias, dt_softplus=True,
+                state_batch_indices=idx, out=out, disable_state_update=True,
+                intermediate_states_buffer=cache.intermediate_ssm, cache_steps=T,
+                intermediate_state_indices=torch.arange(n, dtype=torch.int32, device=DEVICE))
+            for row, rid in enumerate(rids):
+                ref = selective_state_update_spec_standard(
+                    twin.states[rid][i:i + 1], x[row:row + 1], dt[row:row + 1, :, :, 0], twin.A, B[row:row + 1],
+                    C[row:row + 1], D=twin.D, dt_bias=twin.dt_bias, dt_softplus=True, intermediate_states=inter[rid][i])
+                assert ((out[row] - ref[0]).norm() / ref.norm()).item() < 1e-4, f"step {step} request {rid} layer {i}"
+        accepted = [1 + step % T, 1 + (step + 1) % T]
+        conv_before = [c.clone() for c in mgr.all_conv_states]
+        mgr.update_mamba_states(SimpleNamespace(num_seqs=n, num_contexts=0),
+                                torch.tensor(accepted + [1], dtype=torch.int32, device=DEVICE), state_indices=idx)
+        for row, (rid, acc) in enumerate(zip(rids, accepted)):
+            for i in range(2):
+                promote_spec_state(twin.states[rid][i:i + 1], inter[rid][i],
+                                   torch.tensor([acc], dtype=torch.int32, device=DEVICE))
+                window = mgr.mamba_layer_cache(mgr.mamba_pp_layers[i]).intermediate_conv_window[row, acc - 1]
+                assert torch.equal(mgr.all_conv_states[i][idx[row]], window)
+        for i in range(2):  # the dummy slot's conv state stays
+            assert torch.equal(mgr.all_conv_states[i][0], conv_before[i][0])
+    assert flushes >= 1
+
+
+def test_main_speculative_refusals(main_trtllm):
+    main_trtllm()
+    with pytest.raises(UnsupportedTensorRTLLM, match="GDN verify"):
+        apply_mod.apply_replayssm(models=["gdn"], speculative=True)
+    apply_mod.apply_replayssm(buffer_len=4, speculative=True)
+    with pytest.raises(UnsupportedTensorRTLLM, match="one draft length"):
+        _manager(spec_config=SimpleNamespace(max_draft_len=2, max_total_draft_tokens=6))
+    with pytest.raises(UnsupportedTensorRTLLM, match="BUFFER_LEN >= drafts"):
+        _manager(spec_config=SimpleNamespace(max_draft_len=5, max_total_draft_tokens=5))

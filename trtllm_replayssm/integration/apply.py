@@ -42,9 +42,9 @@ def apply_replayssm(models: Optional[Sequence[str]] = None, buffer_len: int = 16
     if opts.speculative and not era.speculative:
         raise UnsupportedTensorRTLLM(f"{era.name} has no speculative decode for these models; "
                                      "speculative ReplaySSM needs TensorRT-LLM >= 1.3")
-    if opts.speculative:
-        raise UnsupportedTensorRTLLM("speculative ReplaySSM inside TensorRT-LLM is not wired yet "
-                                     "(the kernels and cursor ops are: trtllm_replayssm.ops.*.spec)")
+    if opts.speculative and "gdn" in opts.families:
+        raise UnsupportedTensorRTLLM("speculative ReplaySSM covers Mamba2 models in TensorRT-LLM: main's GDN verify "
+                                     "reads a gathered copy of the states (the kernels exist: ops/gdn/spec.py)")
     gdn_order = None
     if "gdn" in opts.families:
         if "mamba2" in opts.families:

@@ -23,10 +23,18 @@ and rewrites the state): both after ``prepare_resources``. With block reuse on, 
 request's ring is folded before the manager may commit its page for reuse. Padding rows
 use the manager's reserved dummy slots: their rings and cursors are scratch.
 
+Speculative decoding (MTP, ``speculative=True`` / ``TRTLLM_REPLAYSSM_SPEC=1``, Mamba2):
+the manager gets :func:`make_strategy_class`'s state-update strategy instead of
+TensorRT-LLM's. The rings are circular (``ring_capacity(T, Bh)`` entries, ``Bh`` the
+buffer length); the mixer's verify call (``cache_steps=T``) runs ReplaySSM's verify on the
+registered pool and keeps no intermediate states; ``update_mamba_states`` (inside the
+captured step) commits the cursors by the accepted counts and promotes the accepted conv
+window, which the strategy keeps per batch row as TensorRT-LLM's does.
+
 Refused, with the reason: the deprecated V1 managers (no cache features), speculative
-decoding (TensorRT-LLM's own replay covers verify; ReplaySSM's verify is not wired into
-TensorRT-LLM yet), stochastic rounding of fp16 states, a model family other than the one
-switched on.
+decoding unless switched on, GDN speculative decoding (main's GDN verify reads a gathered
+copy of the states, so a hook cannot find the slots), dynamic draft lengths and trees,
+stochastic rounding of fp16 states, a model family other than the one switched on.
 """
 
 from __future__ import annotations
@@ -35,7 +43,8 @@ import functools
 import importlib
 import inspect
 import math
-from typing import Dict, List, Optional
+import os
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
@@ -43,16 +52,50 @@ from ..cache import GDNGeometry, Mamba2Geometry, RingLayout, gdn_ring_layout, ma
 from .eras import UnsupportedTensorRTLLM
 from .hf_config import from_hf_config
 from .hooks import StateRegistry
+from ..ops.mamba2.spec import MAX_T, ring_capacity
 from .lifecycle import ReplaySlots
 from .switch import ReplayOptions
 
 EXTENSION_KEY = "trtllm_replayssm"
+STRATEGY_KEY = "trtllm_replayssm_verify"
 KV_MAMBA = "tensorrt_llm._torch.pyexecutor.kv_cache.mamba_cache_manager"
 KV_V2 = "tensorrt_llm.runtime.kv_cache_manager_v2"
 LEGACY_MANAGERS = ("PythonMambaCacheManager", "CppMambaHybridCacheManager", "MixedMambaHybridCacheManager")
 RING_NAMES = {"mamba2": ("x_cache", "dt_cache", "B_cache"), "gdn": ("d_cache", "k_cache", "g_cache")}
 CONV_LAYOUT = {"mamba2": "x_b_c", "gdn": "q_k_v"}  # the manager's conv_state_layout of each family
-CURSOR_BLOCK = 4  # int32 entries a slot's cursor mirror takes (16 bytes; only the first is used)
+CURSOR_BLOCK = 4  # int32 entries a slot's cursor mirror takes (16 bytes: write_pos, origin, is_flush)
+
+
+def spec_sizes(spec_config, opts: ReplayOptions, family: str) -> Optional[Tuple[int, int]]:
+    """``(T, Bh)`` of the verify rings, None without speculative decoding; refuses what
+    ReplaySSM's verify does not take (the message says why)."""
+    if spec_config is None:
+        return None
+    if not opts.speculative:
+        raise UnsupportedTensorRTLLM(
+            "ReplaySSM: speculative decoding is configured but ReplaySSM's speculative path is off. Set "
+            "TRTLLM_REPLAYSSM_SPEC=1 (apply_replayssm(speculative=True)) for ReplaySSM's verify, or unset "
+            "TRTLLM_REPLAYSSM to keep TensorRT-LLM's own.")
+    if family != "mamba2":
+        raise UnsupportedTensorRTLLM(
+            "ReplaySSM speculative decoding covers Mamba2 models in TensorRT-LLM main: its GDN verify reads a "
+            "gathered copy of the states, so the slots are not visible to a hook. Unset TRTLLM_REPLAYSSM_SPEC.")
+    draft = getattr(spec_config, "max_draft_len", None) or 0
+    total = getattr(spec_config, "max_total_draft_tokens", None) or draft
+    if getattr(spec_config, "draft_len_schedule", None) or total != draft or (
+            (getattr(spec_config, "acceptance_rate_window_size", 0) or 0) > 0
+            and (getattr(spec_config, "acceptance_rate_threshold", 0) or 0) > 0):
+        raise UnsupportedTensorRTLLM("ReplaySSM's verify rings are sized for one draft length: dynamic draft "
+                                     "lengths, draft trees and the acceptance-rate fallback are refused")
+    T = draft + 1
+    if not 2 <= T <= MAX_T or not T <= opts.buffer_len:
+        raise UnsupportedTensorRTLLM(f"ReplaySSM verify takes 1..{MAX_T - 1} drafts with a history budget "
+                                     f"TRTLLM_REPLAYSSM_BUFFER_LEN >= drafts + 1; got {draft} drafts, budget "
+                                     f"{opts.buffer_len}")
+    if os.environ.get("TRTLLM_MAMBA2_MTP_USE_CUSTOM_OP", "0") == "1":
+        raise UnsupportedTensorRTLLM("TRTLLM_MAMBA2_MTP_USE_CUSTOM_OP=1 sends the verify past the state-update "
+                                     "function ReplaySSM replaces; unset it")
+    return T, opts.buffer_len
 
 
 def ring_geometry(context, family: str, gdn_order: Optional[str]):
@@ -88,6 +131,7 @@ def make_extension_class(base, buffer_config, data_role):
         def __init__(self, opts: ReplayOptions, family: str, gdn_order: Optional[str], registry: StateRegistry):
             self.opts, self.family, self.gdn_order, self.registry = opts, family, gdn_order, registry
             self.replay: Optional[ReplaySlots] = None
+            self.spec: Optional[Tuple[int, int]] = None  # (T, Bh) with speculative decoding, set by validate
             self.states: List[torch.Tensor] = []
             self._slot_of: Dict[int, int] = {}  # request id -> slot at its last scheduled step
             self._roles = {name: data_role(f"replayssm_{name}") for name in (*RING_NAMES[family], "cursor")}
@@ -101,11 +145,7 @@ def make_extension_class(base, buffer_config, data_role):
             return tuple(self._roles.values())
 
         def validate(self, context) -> None:
-            if context.spec_config is not None:
-                raise UnsupportedTensorRTLLM(
-                    "ReplaySSM: speculative decoding is configured. TensorRT-LLM's own replay covers its verify "
-                    "steps; ReplaySSM's speculative verify is not wired into TensorRT-LLM yet. Unset "
-                    "TRTLLM_REPLAYSSM or turn speculative decoding off.")
+            self.spec = spec_sizes(context.spec_config, self.opts, self.family)
             if context.stochastic_rounding:
                 raise UnsupportedTensorRTLLM("ReplaySSM does not round fp16 states stochastically; turn "
                                              "mamba_ssm_stochastic_rounding off or unset TRTLLM_REPLAYSSM")
@@ -115,8 +155,8 @@ def make_extension_class(base, buffer_config, data_role):
                     f"recurrent layers use the {context.conv_state_layout!r} layout of the other family")
 
         def _layout(self, context) -> RingLayout:
-            return ring_layout(ring_geometry(context, self.family, self.gdn_order), self.opts.buffer_len,
-                               context.conv_state_dtype)
+            ring_len = self.opts.buffer_len if self.spec is None else ring_capacity(*self.spec)
+            return ring_layout(ring_geometry(context, self.family, self.gdn_order), ring_len, context.conv_state_dtype)
 
         def buffer_configs(self, context, layer_id: int):
             if layer_id not in context.mamba_pp_layers:
@@ -142,7 +182,7 @@ def make_extension_class(base, buffer_config, data_role):
             route = "output_only" if self.opts.route == "auto" else self.opts.route
             self.replay = ReplaySlots(ring_geometry(context, self.family, self.gdn_order), len(layers),
                                       context.slot_capacity, self.opts.buffer_len, act_dtype=context.conv_state_dtype,
-                                      device=self.states[0].device, route=route,
+                                      device=self.states[0].device, route=route, spec=self.spec,
                                       gdn_pool_order=self.gdn_order or "HV,V,K", rings=rings, cursor_mirror=mirror)
             self.registry.register_layers(self.states, self.replay)
 
@@ -193,12 +233,86 @@ def make_extension_class(base, buffer_config, data_role):
     return ReplaySSMRings
 
 
+def make_strategy_class(base):
+    """``MambaStateUpdateStrategy`` subclass (its base from the installed TensorRT-LLM) for
+    speculative decoding with ReplaySSM rings: no intermediate SSM states (the verify
+    keeps the drafts in the ring), the per-row conv windows TensorRT-LLM's verify writes,
+    and the commit after acceptance."""
+
+    class ReplaySSMVerify(base):
+        def __init__(self, num_tokens: int):
+            self.T = num_tokens
+            self.conv_windows: Optional[torch.Tensor] = None  # (layers, rows, T, conv_dim, d_conv - 1)
+            self.conv: List[torch.Tensor] = []
+            self.manager = None
+
+        @property
+        def key(self) -> str:
+            return STRATEGY_KEY
+
+        def bind(self, context, manager) -> None:
+            layers, rows = list(context.mamba_pp_layers), context.state_index_capacity
+            self.manager, self.conv = manager, [manager.get_conv_states(layer) for layer in layers]
+            device = self.conv[0].device if self.conv else torch.device("cuda")
+            self.conv_windows = torch.zeros(len(layers), rows, self.T, *context.conv_state_shape,
+                                            dtype=context.conv_state_dtype, device=device)
+            self._rows = torch.arange(rows, dtype=torch.int32, device=device)
+            self._dummy = torch.zeros(rows, dtype=torch.bool, device=device)
+            self._dummy_host = torch.zeros(rows, dtype=torch.bool, pin_memory=device.type == "cuda")
+
+        def layer_cache_fields(self, layer_offset: int) -> Dict[str, Optional[torch.Tensor]]:
+            return {"intermediate_conv_window": self.conv_windows[layer_offset], "intermediate_ssm": None}
+
+        def _replay(self) -> ReplaySlots:
+            return self.manager.get_aux_cache_extension(EXTENSION_KEY).replay
+
+        def reset_slots(self, slots: torch.Tensor, host_slots) -> None:
+            self._replay().on_slots_assigned(slots.to(torch.int32))
+
+        def refresh_dummy_request_mask(self, is_dummy) -> None:
+            self._dummy_host.zero_()
+            self._dummy_host[:len(is_dummy)] = torch.tensor(list(is_dummy), dtype=torch.bool)
+            self._dummy.copy_(self._dummy_host, non_blocking=True)
+
+        def dummy_request_mask(self, start: int, end: int) -> torch.Tensor:
+            return self._dummy[start:end]
+
+        def source_state_indices(self, count: int) -> torch.Tensor:
+            return self._rows[:count]
+
+        def update(self, batch, manager) -> bool:
+            """Inside the captured step: the accepted token's conv window into each layer's
+            conv state, and the cursors moved by the accepted counts (dummy rows: 0)."""
+            if batch.num_generations == 0:
+                return True
+            dummy = batch.is_dummy_request
+            src, dst = batch.source_state_indices.long(), batch.destination_state_indices.long()
+            pos = batch.accepted_positions.long().clamp(0, self.T - 1)
+            for windows, conv in zip(self.conv_windows, self.conv):
+                accepted = windows[src, pos]
+                conv[dst] = accepted if dummy is None else torch.where(dummy[:, None, None], conv[dst], accepted)
+            counts = batch.num_accepted_tokens.to(torch.int32)
+            if dummy is not None:
+                counts = torch.where(dummy, torch.zeros_like(counts), counts)
+            self._replay().commit(counts, batch.destination_state_indices.to(torch.int32))
+            return True
+
+        def iter_buffers(self):
+            return () if self.conv_windows is None else (self.conv_windows,)
+
+        def shutdown(self, manager=None) -> None:
+            self.conv_windows, self.conv, self.manager = None, [], None
+
+    ReplaySSMVerify.__qualname__ = ReplaySSMVerify.__name__ = "ReplaySSMVerify"
+    return ReplaySSMVerify
+
+
 def make_estimator(opts: ReplayOptions, family: str):
     """``register_mamba_aux_cache_estimator``'s callable: this rank's ReplaySSM bytes per
     recurrent slot, from the model's Hugging Face config (what the executor sizes the
     cache with before any manager exists)."""
 
-    def estimate(model_config, params=None, mapping=None, **_) -> int:
+    def estimate(model_config, params=None, mapping=None, *, spec_config=None, **_) -> int:
         cfg = getattr(model_config, "pretrained_config", None)
         if cfg is None:
             return 0
@@ -218,20 +332,23 @@ def make_estimator(opts: ReplayOptions, family: str):
         act = getattr(cfg, "torch_dtype", None)
         act = act if isinstance(act, torch.dtype) else torch.bfloat16
         layers = -(-m.num_ssm_layers // pp)
-        return layers * (ring_bytes_per_slot(local, opts.buffer_len, act) + CURSOR_BLOCK * 4)
+        spec = spec_sizes(spec_config, opts, family)
+        ring_len = opts.buffer_len if spec is None else ring_capacity(*spec)
+        return layers * (ring_bytes_per_slot(local, ring_len, act) + CURSOR_BLOCK * 4)
 
     return estimate
 
 
 MANAGER_METHODS = ("prepare_resources", "free_resources", "get_state_indices", "get_ssm_states",
-                   "get_aux_cache_extension", "_get_state_buffer")
+                   "get_conv_states", "get_aux_cache_extension", "_get_state_buffer", "update_mamba_states")
 
 
 def missing_features(manager_cls) -> List[str]:
     """What :func:`extend` needs of the V2 manager, absent from this one."""
     missing = [m for m in MANAGER_METHODS if not hasattr(manager_cls, m)]
-    if "aux_cache_extensions" not in inspect.signature(manager_cls.__init__).parameters:
-        missing.append("__init__(aux_cache_extensions=...)")
+    params = inspect.signature(manager_cls.__init__).parameters
+    missing += [f"__init__({name}=...)" for name in ("aux_cache_extensions", "state_update_strategy")
+                if name not in params]
     return missing
 
 
@@ -242,12 +359,20 @@ def extend(manager_cls, opts: ReplayOptions, registry: StateRegistry, gdn_order:
     family = opts.families[0]
     v2 = importlib.import_module(KV_V2)
     extension_cls = make_extension_class(kv.MambaAuxCacheExtension, v2.BufferConfig, v2.DataRole)
+    strategy_cls = make_strategy_class(kv.MambaStateUpdateStrategy) if opts.speculative else None
     init, prepare, free = manager_cls.__init__, manager_cls.prepare_resources, manager_cls.free_resources
 
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
         extensions = tuple(kwargs.pop("aux_cache_extensions", ()))
         kwargs["aux_cache_extensions"] = (*extensions, extension_cls(opts, family, gdn_order, registry))
+        spec = spec_sizes(kwargs.get("spec_config"), opts, family)
+        if spec is not None:
+            if kwargs.get("state_update_strategy") is not None:
+                raise UnsupportedTensorRTLLM("ReplaySSM's speculative path replaces the manager's state-update "
+                                             "strategy, and another one was given")
+            kwargs["state_update_strategy"] = strategy_cls(spec[0])
+            kwargs["use_replay_state_update"] = False  # ReplaySSM's rings replace TensorRT-LLM's replay history
         init(self, *args, **kwargs)
 
     @functools.wraps(prepare)

@@ -62,6 +62,7 @@ ERAS = (
         Hook("tensorrt_llm._torch.modules.mamba.gdn_mixer", "fused_sigmoid_gating_delta_rule_update", "gdn"),
         Hook(_KV_MAMBA, "MambaHybridCacheManagerV2", "cache"),
         Hook(_KV_MAMBA, "MambaAuxCacheExtension", "cache"),
+        Hook(_KV_MAMBA, "MambaStateUpdateStrategy", "cache"),
         Hook(_KV_MAMBA + ".common", "register_mamba_aux_cache_estimator", "cache"),
         Hook(_KV_V2, "BufferConfig", "cache"),
         Hook(_KV_V2, "DataRole", "cache"),

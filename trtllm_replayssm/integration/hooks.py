@@ -49,12 +49,26 @@ class StateRegistry:
 def make_mamba2_update(original: Callable, registry: StateRegistry) -> Callable:
     """TensorRT-LLM's ``selective_state_update(state, x, dt, A, B, C, D, z, dt_bias,
     dt_softplus, state_batch_indices, pad_slot_id, out, disable_state_update,
-    intermediate_states_buffer, cache_steps, ...)``."""
+    intermediate_states_buffer, cache_steps, ...)``. On a pool registered with verify
+    rings (``ReplaySlots(spec=...)``), the speculative verify call (``x (B, T, H, P)``,
+    ``cache_steps=T``, ``disable_state_update=True``) runs ReplaySSM's verify, which keeps
+    the drafts in the ring instead of T intermediate states (the commit comes with
+    acceptance); anything else on such a pool is an error, not a silent fallback."""
 
     def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
                                state_batch_indices=None, pad_slot_id=-1, out=None, disable_state_update=False,
                                intermediate_states_buffer=None, cache_steps=None, **extra):
         hit = registry.lookup(state)
+        if hit is not None and hit[0].spec is not None:  # a pool with verify rings: every decode call verifies
+            replay, layer, _ = hit
+            extra.pop("intermediate_state_indices", None)  # rows of the intermediate states it does not keep
+            if x.dim() != 4 or cache_steps != x.shape[1] or not disable_state_update or extra:
+                raise RuntimeError(f"ReplaySSM verify rings (T={replay.spec[0]}) got a call it cannot serve: x "
+                                   f"{tuple(x.shape)}, cache_steps={cache_steps}, disable_state_update="
+                                   f"{disable_state_update}, other arguments {sorted(extra)}")
+            return replay.mamba2_verify(layer, state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias,
+                                        dt_softplus=dt_softplus, state_batch_indices=state_batch_indices,
+                                        pad_slot_id=pad_slot_id, out=out)
         if (hit is None or x.dim() != 3 or disable_state_update or intermediate_states_buffer is not None
                 or cache_steps is not None or extra):
             return original(state, x, dt, A, B, C, D=D, z=z, dt_bias=dt_bias, dt_softplus=dt_softplus,

@@ -21,7 +21,8 @@ def test_triton_config_pbtxt_parses():
 def test_yaml_options():
     yaml = pytest.importorskip("yaml", reason="PyYAML is not installed")
     for p in (MODEL / "1/model.yaml", REPO / "examples/trtllm_serve/nemotron_nano_4b.yaml",
-              REPO / "examples/trtllm_serve/qwen3_next.yaml", REPO / "examples/trtllm_serve/qwen3_5_main.yaml"):
+              REPO / "examples/trtllm_serve/qwen3_next.yaml", REPO / "examples/trtllm_serve/qwen3_5_main.yaml",
+              REPO / "examples/trtllm_serve/nemotron_mtp_main.yaml"):
         opts = yaml.safe_load(p.read_text())
         assert opts["kv_cache_config"]["enable_block_reuse"] is False, p
         if p.name.endswith("_main.yaml"):  # main: ReplaySSM's rings live in the V2 manager's pages

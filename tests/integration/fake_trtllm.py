@@ -102,7 +102,51 @@ def fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta, sof
                  initial_state_indices, softplus_beta=softplus_beta, softplus_threshold=softplus_threshold)
     return o[None]
 '''
-MAIN_GDN_MIXER = "from ..fla.fused_sigmoid_gating_recurrent import fused_sigmoid_gating_delta_rule_update\n"
+# main's GDN layer, its verify branches only: the states are gathered into a copy before the
+# kernel call (what the adapter has to see past), gates computed before it too.
+MAIN_GDN_MIXER = '''
+import torch
+import torch.nn.functional as F
+
+from ..fla.fused_sigmoid_gating_recurrent import fused_sigmoid_gating_delta_rule_update
+
+
+def fused_recurrent_gated_delta_rule_update(q, k, v, g, beta, initial_state_source, initial_state_indices,
+                                            use_qk_l2norm_in_kernel=False, disable_state_update=False,
+                                            intermediate_states_buffer=None, cache_steps=None):
+    raise NotImplementedError("the stand-in keeps no intermediate states: verify must go through ReplaySSM")
+
+
+class Qwen3NextGatedDeltaNet:
+    def __init__(self, A_log, dt_bias, num_k_heads, num_v_heads, head_k_dim, head_v_dim):
+        self.A_log, self.dt_bias = A_log, dt_bias
+        self.H, self.HV, self.K, self.V = num_k_heads, num_v_heads, head_k_dim, head_v_dim
+
+    def _verify(self, mixed_qkv, a, b, ssm_states, slots, n, T, intermediate_ssm_states):
+        q, k, v = torch.split(mixed_qkv, [self.H * self.K, self.H * self.K, self.HV * self.V], dim=-1)
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
+        return fused_recurrent_gated_delta_rule_update(
+            q=q.reshape(n, T, self.H, self.K), k=k.reshape(n, T, self.H, self.K), v=v.reshape(n, T, self.HV, self.V),
+            g=g.reshape(n, T, -1), beta=b.sigmoid().reshape(n, T, -1), initial_state_source=ssm_states[slots],
+            initial_state_indices=torch.arange(n, dtype=torch.int32, device=slots.device), use_qk_l2norm_in_kernel=True,
+            disable_state_update=True, intermediate_states_buffer=intermediate_ssm_states, cache_steps=T)
+
+    def forward_decode(self, conv_states, ssm_states, query_start_loc_long, spec_metadata=None,
+                       intermediate_conv_states=None, intermediate_ssm_states=None, is_target_verify=False, **kwargs):
+        assert is_target_verify, "the stand-in has the verify branch only"
+        n, T = kwargs["num_decodes"], spec_metadata.max_draft_len + 1
+        return self._verify(kwargs["mixed_qkv"], kwargs["a"], kwargs["b"], ssm_states, kwargs["cache_indices"][:n], n, T,
+                            intermediate_ssm_states)
+
+    def forward_extend(self, conv_states, ssm_states, spec_metadata=None, intermediate_conv_states=None,
+                       intermediate_ssm_states=None, is_target_verify=False, **kwargs):
+        assert is_target_verify, "the stand-in has the verify branch only"
+        p, n, T = kwargs["num_prefill_tokens"], kwargs["num_decodes"], spec_metadata.max_draft_len + 1
+        out_d = self._verify(kwargs["mixed_qkv"][p:], kwargs["a"][p:], kwargs["b"][p:], ssm_states,
+                             kwargs["state_indices_d"], n, T, intermediate_ssm_states)
+        out_p = torch.zeros(1, p, self.HV, self.V, dtype=out_d.dtype, device=out_d.device)  # prefill: not modelled
+        return torch.cat((out_p, out_d.reshape(1, n * T, self.HV, self.V)), dim=1)
+'''
 MAIN_KV_V2_RUNTIME = '''
 from dataclasses import dataclass
 

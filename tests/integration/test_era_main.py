@@ -326,10 +326,74 @@ def test_main_mamba2_speculative_verify_commit_and_conv_promotion(main_trtllm):
     assert flushes >= 1
 
 
+def test_main_gdn_speculative_verify_through_the_layer(main_trtllm):
+    """GDN MTP on main: the layer gathers the states into a copy before its verify kernel
+    call; the wrapped layer names the pool, slots and raw gates, so the kernel entry runs
+    ReplaySSM's verify on the pool. Both of the layer's verify branches (pure decode and
+    mixed with prefill) match the standard spec path over several commits, a flush
+    included; without the scope the entry goes to the engine's kernel."""
+    from trtllm_replayssm.ops.gdn.spec_standard import gdn_spec_standard
+
+    main_trtllm()
+    info = apply_mod.apply_replayssm(models=["gdn"], buffer_len=4, route="output_only", speculative=True)
+    assert any("forward_decode / forward_extend" in p for p in info["patched"])
+    from tensorrt_llm._torch.modules.mamba import gdn_mixer
+    from tensorrt_llm._torch.pyexecutor.kv_cache.mamba_cache_manager import MambaHybridCacheManagerV2
+
+    Hk, HV, K, V, T = 1, 2, 16, 16, 3
+    mgr = MambaHybridCacheManagerV2(K, 4, HV, Hk, V, MASK, torch.float32, torch.float32, num_slots=5, device=DEVICE,
+                                    conv_state_layout="q_k_v", spec_config=SimpleNamespace(max_draft_len=T - 1),
+                                    use_replay_state_update=True)
+    ext = mgr.get_aux_cache_extension("trtllm_replayssm")
+    assert ext.replay.spec == (T, 4)
+    g = torch.Generator().manual_seed(6)
+    mgr.prepare_resources(_batch(ctx=[7, 9]))
+    slots = mgr.get_state_indices([7, 9])
+    states = [mgr.get_ssm_states(layer) for layer in mgr.mamba_pp_layers]
+    for st in states:
+        st[slots] = (torch.randn(2, HV, V, K, generator=g) * 0.3).to(DEVICE)
+    twins = [st.clone() for st in states]
+    inter = torch.zeros(5, T, HV, V, K, device=DEVICE)
+    idx = torch.tensor(slots, dtype=torch.int32, device=DEVICE)
+    layers = [gdn_mixer.Qwen3NextGatedDeltaNet((torch.randn(HV, generator=g) * 0.5).to(DEVICE),
+                                               torch.randn(HV, generator=g).to(DEVICE), Hk, HV, K, V) for _ in range(2)]
+    spec_md = SimpleNamespace(max_draft_len=T - 1)
+    flushes = 0
+    for step in range(6):
+        mgr.prepare_resources(_batch(gen=[7, 9]))
+        flushes += int(ext.replay.is_flush[slots[0]])
+        prefill = 5 if step % 2 else 0  # odd steps: a prefill ahead of the verify rows (its part is not modelled)
+        for i, layer in enumerate(mgr.mamba_pp_layers):
+            qkv = torch.randn(prefill + 2 * T, 2 * Hk * K + HV * V, generator=g).to(DEVICE)
+            a, b = (torch.randn(prefill + 2 * T, HV, generator=g).to(DEVICE) for _ in range(2))
+            cache = mgr.mamba_layer_cache(layer)
+            kw = dict(spec_metadata=spec_md, intermediate_conv_states=cache.intermediate_conv_window,
+                      intermediate_ssm_states=cache.intermediate_ssm, is_target_verify=True, mixed_qkv=qkv, a=a, b=b,
+                      num_decodes=2)
+            if prefill:
+                out = layers[i].forward_extend(cache.conv, cache.temporal, num_prefill_tokens=prefill,
+                                               state_indices_d=idx, num_decode_tokens=2 * T, **kw)[0, prefill:]
+            else:
+                out = layers[i].forward_decode(cache.conv, cache.temporal, query_start_loc_long=None, cache_indices=idx,
+                                               **kw)
+            q, k, v = torch.split(qkv[prefill:], [Hk * K, Hk * K, HV * V], dim=-1)
+            ref = gdn_spec_standard(twins[i], q.reshape(2, T, Hk, K), k.reshape(2, T, Hk, K), v.reshape(2, T, HV, V),
+                                    a[prefill:].reshape(2, T, HV), b[prefill:].reshape(2, T, HV), layers[i].A_log,
+                                    layers[i].dt_bias, initial_state_indices=idx, intermediate_states=inter)
+            got = out.reshape(2, T, HV, V)
+            assert ((got - ref).norm() / ref.norm()).item() < 1e-4, f"step {step} layer {i}"
+            accepted = torch.tensor([1 + step % T, T], dtype=torch.int32, device=DEVICE)
+            for row in range(2):  # the twin keeps the state after the accepted tokens
+                twins[i][slots[row]] = inter[slots[row], accepted[row] - 1]
+        mgr.update_mamba_states(SimpleNamespace(num_seqs=2, num_contexts=0), accepted, state_indices=idx)
+    assert flushes >= 1
+    with pytest.raises(NotImplementedError):  # outside a layer's verify: the engine's own kernel
+        gdn_mixer.fused_recurrent_gated_delta_rule_update(q=None, k=None, v=None, g=None, beta=None,
+                                                          initial_state_source=None, initial_state_indices=None)
+
+
 def test_main_speculative_refusals(main_trtllm):
     main_trtllm()
-    with pytest.raises(UnsupportedTensorRTLLM, match="GDN verify"):
-        apply_mod.apply_replayssm(models=["gdn"], speculative=True)
     apply_mod.apply_replayssm(buffer_len=4, speculative=True)
     with pytest.raises(UnsupportedTensorRTLLM, match="one draft length"):
         _manager(spec_config=SimpleNamespace(max_draft_len=2, max_total_draft_tokens=6))

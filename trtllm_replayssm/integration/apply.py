@@ -42,9 +42,6 @@ def apply_replayssm(models: Optional[Sequence[str]] = None, buffer_len: int = 16
     if opts.speculative and not era.speculative:
         raise UnsupportedTensorRTLLM(f"{era.name} has no speculative decode for these models; "
                                      "speculative ReplaySSM needs TensorRT-LLM >= 1.3")
-    if opts.speculative and "gdn" in opts.families:
-        raise UnsupportedTensorRTLLM("speculative ReplaySSM covers Mamba2 models in TensorRT-LLM: main's GDN verify "
-                                     "reads a gathered copy of the states (the kernels exist: ops/gdn/spec.py)")
     gdn_order = None
     if "gdn" in opts.families:
         if "mamba2" in opts.families:
@@ -58,7 +55,7 @@ def apply_replayssm(models: Optional[Sequence[str]] = None, buffer_len: int = 16
                                          "patched")
     adapter = ADAPTERS[era.adapter]
     manager_cls = next(h for h in era.hooks if h.family == "cache").resolve()
-    missing = adapter.missing_features(manager_cls)
+    missing = adapter.missing_features(manager_cls, opts)
     if missing:
         raise UnsupportedTensorRTLLM(f"{manager_cls.__name__} lacks {missing}; nothing was patched. {supported()}")
     patched = []

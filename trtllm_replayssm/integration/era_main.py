@@ -23,17 +23,18 @@ and rewrites the state): both after ``prepare_resources``. With block reuse on, 
 request's ring is folded before the manager may commit its page for reuse. Padding rows
 use the manager's reserved dummy slots: their rings and cursors are scratch.
 
-Speculative decoding (MTP, ``speculative=True`` / ``TRTLLM_REPLAYSSM_SPEC=1``, Mamba2):
+Speculative decoding (MTP, ``speculative=True`` / ``TRTLLM_REPLAYSSM_SPEC=1``):
 the manager gets :func:`make_strategy_class`'s state-update strategy instead of
 TensorRT-LLM's. The rings are circular (``ring_capacity(T, Bh)`` entries, ``Bh`` the
 buffer length); the mixer's verify call (``cache_steps=T``) runs ReplaySSM's verify on the
 registered pool and keeps no intermediate states; ``update_mamba_states`` (inside the
 captured step) commits the cursors by the accepted counts and promotes the accepted conv
-window, which the strategy keeps per batch row as TensorRT-LLM's does.
+window, which the strategy keeps per batch row as TensorRT-LLM's does. GDN's verify
+gathers the states into a copy before its kernel call, so its layer's verify is wrapped to
+name the pool and slots for the kernel entry (:func:`patch_gdn_verify`).
 
 Refused, with the reason: the deprecated V1 managers (no cache features), speculative
-decoding unless switched on, GDN speculative decoding (main's GDN verify reads a gathered
-copy of the states, so a hook cannot find the slots), dynamic draft lengths and trees,
+decoding unless switched on, dynamic draft lengths and trees,
 stochastic rounding of fp16 states, a model family other than the one switched on.
 """
 
@@ -51,7 +52,7 @@ import torch
 from ..cache import GDNGeometry, Mamba2Geometry, RingLayout, gdn_ring_layout, mamba2_ring_layout
 from .eras import UnsupportedTensorRTLLM
 from .hf_config import from_hf_config
-from .hooks import StateRegistry
+from .hooks import GDNVerifyCall, GDNVerifyScope, StateRegistry, make_gdn_verify_update
 from ..ops.mamba2.spec import MAX_T, ring_capacity
 from .lifecycle import ReplaySlots
 from .switch import ReplayOptions
@@ -66,7 +67,7 @@ CONV_LAYOUT = {"mamba2": "x_b_c", "gdn": "q_k_v"}  # the manager's conv_state_la
 CURSOR_BLOCK = 4  # int32 entries a slot's cursor mirror takes (16 bytes: write_pos, origin, is_flush)
 
 
-def spec_sizes(spec_config, opts: ReplayOptions, family: str) -> Optional[Tuple[int, int]]:
+def spec_sizes(spec_config, opts: ReplayOptions) -> Optional[Tuple[int, int]]:
     """``(T, Bh)`` of the verify rings, None without speculative decoding; refuses what
     ReplaySSM's verify does not take (the message says why)."""
     if spec_config is None:
@@ -76,10 +77,6 @@ def spec_sizes(spec_config, opts: ReplayOptions, family: str) -> Optional[Tuple[
             "ReplaySSM: speculative decoding is configured but ReplaySSM's speculative path is off. Set "
             "TRTLLM_REPLAYSSM_SPEC=1 (apply_replayssm(speculative=True)) for ReplaySSM's verify, or unset "
             "TRTLLM_REPLAYSSM to keep TensorRT-LLM's own.")
-    if family != "mamba2":
-        raise UnsupportedTensorRTLLM(
-            "ReplaySSM speculative decoding covers Mamba2 models in TensorRT-LLM main: its GDN verify reads a "
-            "gathered copy of the states, so the slots are not visible to a hook. Unset TRTLLM_REPLAYSSM_SPEC.")
     draft = getattr(spec_config, "max_draft_len", None) or 0
     total = getattr(spec_config, "max_total_draft_tokens", None) or draft
     if getattr(spec_config, "draft_len_schedule", None) or total != draft or (
@@ -145,7 +142,7 @@ def make_extension_class(base, buffer_config, data_role):
             return tuple(self._roles.values())
 
         def validate(self, context) -> None:
-            self.spec = spec_sizes(context.spec_config, self.opts, self.family)
+            self.spec = spec_sizes(context.spec_config, self.opts)
             if context.stochastic_rounding:
                 raise UnsupportedTensorRTLLM("ReplaySSM does not round fp16 states stochastically; turn "
                                              "mamba_ssm_stochastic_rounding off or unset TRTLLM_REPLAYSSM")
@@ -210,7 +207,7 @@ def make_extension_class(base, buffer_config, data_role):
             moved = [s for rid, s in zip(gen_ids, gen_slots) if self._slot_of.get(rid, s) != s]
             if moved:
                 self.replay.restore_cursors(torch.tensor(moved, dtype=torch.int32, device=device))
-            if self.family == "gdn" and ctx and gen:
+            if self.family == "gdn" and ctx and gen and self.spec is None:  # (verify rows do not go through chunks)
                 self.replay.make_exact(self.states, torch.tensor(gen_slots, dtype=torch.int32, device=device))
             self._slot_of.update(zip([r.py_request_id for r in requests], slots))
 
@@ -332,7 +329,7 @@ def make_estimator(opts: ReplayOptions, family: str):
         act = getattr(cfg, "torch_dtype", None)
         act = act if isinstance(act, torch.dtype) else torch.bfloat16
         layers = -(-m.num_ssm_layers // pp)
-        spec = spec_sizes(spec_config, opts, family)
+        spec = spec_sizes(spec_config, opts)
         ring_len = opts.buffer_len if spec is None else ring_capacity(*spec)
         return layers * (ring_bytes_per_slot(local, ring_len, act) + CURSOR_BLOCK * 4)
 
@@ -343,9 +340,20 @@ MANAGER_METHODS = ("prepare_resources", "free_resources", "get_state_indices", "
                    "get_conv_states", "get_aux_cache_extension", "_get_state_buffer", "update_mamba_states")
 
 
-def missing_features(manager_cls) -> List[str]:
-    """What :func:`extend` needs of the V2 manager, absent from this one."""
+GDN_MIXER = "tensorrt_llm._torch.modules.mamba.gdn_mixer"
+GDN_VERIFY = ("fused_recurrent_gated_delta_rule_update", "Qwen3NextGatedDeltaNet")  # speculative GDN patches these
+
+
+def missing_features(manager_cls, opts: ReplayOptions) -> List[str]:
+    """What :func:`extend` needs of the V2 manager (and, for GDN speculative decoding, of
+    the GDN layer module), absent from this install."""
     missing = [m for m in MANAGER_METHODS if not hasattr(manager_cls, m)]
+    if opts.speculative and opts.families[0] == "gdn":
+        gdn = importlib.import_module(GDN_MIXER)
+        missing += [f"{GDN_MIXER}.{name}" for name in GDN_VERIFY if not hasattr(gdn, name)]
+        layer = getattr(gdn, GDN_VERIFY[1], None)
+        missing += [f"{GDN_VERIFY[1]}.{m}" for m in ("forward_decode", "forward_extend")
+                    if layer is not None and not hasattr(layer, m)]
     params = inspect.signature(manager_cls.__init__).parameters
     missing += [f"__init__({name}=...)" for name in ("aux_cache_extensions", "state_update_strategy")
                 if name not in params]
@@ -366,7 +374,7 @@ def extend(manager_cls, opts: ReplayOptions, registry: StateRegistry, gdn_order:
     def __init__(self, *args, **kwargs):
         extensions = tuple(kwargs.pop("aux_cache_extensions", ()))
         kwargs["aux_cache_extensions"] = (*extensions, extension_cls(opts, family, gdn_order, registry))
-        spec = spec_sizes(kwargs.get("spec_config"), opts, family)
+        spec = spec_sizes(kwargs.get("spec_config"), opts)
         if spec is not None:
             if kwargs.get("state_update_strategy") is not None:
                 raise UnsupportedTensorRTLLM("ReplaySSM's speculative path replaces the manager's state-update "
@@ -400,7 +408,45 @@ def extend(manager_cls, opts: ReplayOptions, registry: StateRegistry, gdn_order:
             patched.append(f"{KV_MAMBA}.{name} (refuses)")
     importlib.import_module(f"{KV_MAMBA}.common").register_mamba_aux_cache_estimator(
         EXTENSION_KEY, make_estimator(opts, family))
+    if opts.speculative and family == "gdn":
+        patched += patch_gdn_verify(registry)
     return patched
+
+
+def patch_gdn_verify(registry: StateRegistry) -> List[str]:
+    """Main's GDN verify gathers the states into a copy before its kernel call, so the
+    layer's verify (``forward_decode`` / ``forward_extend`` with ``is_target_verify``)
+    opens a :class:`GDNVerifyScope` naming the pool, the slots and the raw gates, and the
+    kernel entry is replaced by one that runs ReplaySSM's verify in that scope."""
+    gdn = importlib.import_module(GDN_MIXER)
+    scope = GDNVerifyScope()
+    gdn.fused_recurrent_gated_delta_rule_update = make_gdn_verify_update(gdn.fused_recurrent_gated_delta_rule_update,
+                                                                         registry, scope)
+    layer_cls = getattr(gdn, GDN_VERIFY[1])
+    decode, extend_ = layer_cls.forward_decode, layer_cls.forward_extend
+
+    @functools.wraps(decode)
+    def forward_decode(self, conv_states, ssm_states, *args, is_target_verify=False, **kwargs):
+        if not is_target_verify:
+            return decode(self, conv_states, ssm_states, *args, is_target_verify=is_target_verify, **kwargs)
+        n = kwargs["num_decodes"]
+        call = GDNVerifyCall(ssm_states, kwargs["cache_indices"][:n], kwargs["a"], kwargs["b"], self.A_log,
+                             self.dt_bias)
+        with scope.active(call):
+            return decode(self, conv_states, ssm_states, *args, is_target_verify=is_target_verify, **kwargs)
+
+    @functools.wraps(extend_)
+    def forward_extend(self, conv_states, ssm_states, *args, is_target_verify=False, **kwargs):
+        if not is_target_verify or kwargs.get("num_decode_tokens", 0) == 0:
+            return extend_(self, conv_states, ssm_states, *args, is_target_verify=is_target_verify, **kwargs)
+        p = kwargs["num_prefill_tokens"]
+        call = GDNVerifyCall(ssm_states, kwargs["state_indices_d"], kwargs["a"][p:], kwargs["b"][p:], self.A_log,
+                             self.dt_bias)
+        with scope.active(call):
+            return extend_(self, conv_states, ssm_states, *args, is_target_verify=is_target_verify, **kwargs)
+
+    layer_cls.forward_decode, layer_cls.forward_extend = forward_decode, forward_extend
+    return [f"{GDN_MIXER}.{GDN_VERIFY[0]}", f"{GDN_MIXER}.{GDN_VERIFY[1]}.forward_decode / forward_extend"]
 
 
 def _refusing_init(init, name: str):

@@ -20,7 +20,7 @@ from .switch import ReplayOptions
 MANAGER_METHODS = ("prepare_resources", "free_resources", "get_state_indices")
 
 
-def missing_features(cls) -> List[str]:
+def missing_features(cls, opts: ReplayOptions) -> List[str]:
     return [m for m in MANAGER_METHODS if not hasattr(cls, m)]
 
 

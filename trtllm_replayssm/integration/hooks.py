@@ -10,9 +10,11 @@ arguments the replay path does not take) goes to the engine's own function uncha
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -99,6 +101,9 @@ def make_gdn_update(original: Callable, registry: StateRegistry) -> Callable:
                                                use_qk_l2norm_in_kernel=False, cu_seqlens=None, output=None,
                                                **extra):
         hit = registry.lookup(initial_state_source)
+        if hit is not None and hit[0].spec is not None:
+            raise RuntimeError("ReplaySSM verify rings got an autoregressive GDN decode call; with speculative "
+                               "decoding every decode step is a verify step")
         batched = q.dim() == 4 and q.shape[1] == 1 and cu_seqlens is None
         packed = (q.dim() == 4 and q.shape[0] == 1 and cu_seqlens is not None
                   and cu_seqlens.shape[0] == q.shape[1] + 1 == initial_state_indices.shape[0] + 1)
@@ -123,6 +128,74 @@ def make_gdn_update(original: Callable, registry: StateRegistry) -> Callable:
 
     fused_sigmoid_gating_delta_rule_update.__wrapped__ = original
     return fused_sigmoid_gating_delta_rule_update
+
+
+@dataclass
+class GDNVerifyCall:
+    """What a GDN layer knows at a verify step and its kernel call does not: the pool the
+    states were gathered from and their slots, the raw gates ``a, b (B * T, HV)`` and the
+    layer's ``A_log``, ``dt_bias`` (the call gets ``g``, ``beta`` already computed)."""
+
+    pool: torch.Tensor
+    slots: torch.Tensor
+    a: torch.Tensor
+    b: torch.Tensor
+    A_log: torch.Tensor
+    dt_bias: torch.Tensor
+
+
+class GDNVerifyScope:
+    """The verify call under way (set by the engine's layer around its verify; a stack, so
+    a nested call cannot see a stale one)."""
+
+    def __init__(self):
+        self._calls: List[GDNVerifyCall] = []
+
+    @contextlib.contextmanager
+    def active(self, call: GDNVerifyCall):
+        self._calls.append(call)
+        try:
+            yield
+        finally:
+            self._calls.pop()
+
+    def current(self) -> Optional[GDNVerifyCall]:
+        return self._calls[-1] if self._calls else None
+
+
+def make_gdn_verify_update(original: Callable, registry: StateRegistry, scope: GDNVerifyScope) -> Callable:
+    """``fused_recurrent_gated_delta_rule_update(q, k, v, g, beta, initial_state_source,
+    initial_state_indices, use_qk_l2norm_in_kernel, disable_state_update,
+    intermediate_states_buffer, cache_steps, ...)``, TensorRT-LLM main's GDN verify entry
+    (``q, k (B, T, H, K)``, ``v (B, T, HV, V)``), which gets a gathered copy of the states:
+    inside a :class:`GDNVerifyScope` whose pool has verify rings, ReplaySSM's verify runs on
+    that pool at the scope's slots (no intermediate states); anything else goes to the
+    original."""
+
+    def fused_recurrent_gated_delta_rule_update(q, k, v, g=None, beta=None, initial_state_source=None,
+                                                initial_state_indices=None, use_qk_l2norm_in_kernel=False,
+                                                disable_state_update=False, intermediate_states_buffer=None,
+                                                cache_steps=None, **extra):
+        call = scope.current()
+        hit = None if call is None else registry.lookup(call.pool)
+        if hit is None or hit[0].spec is None:
+            return original(q=q, k=k, v=v, g=g, beta=beta, initial_state_source=initial_state_source,
+                            initial_state_indices=initial_state_indices,
+                            use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, disable_state_update=disable_state_update,
+                            intermediate_states_buffer=intermediate_states_buffer, cache_steps=cache_steps, **extra)
+        replay, layer, _ = hit
+        Bsz, T = q.shape[0], q.shape[1]
+        scale = extra.pop("scale", None)
+        if cache_steps != T or not disable_state_update or extra or call.slots.shape[0] != Bsz:
+            raise RuntimeError(f"ReplaySSM GDN verify got a call it cannot serve: q {tuple(q.shape)}, cache_steps="
+                               f"{cache_steps}, disable_state_update={disable_state_update}, {call.slots.shape[0]} "
+                               f"slots, other arguments {sorted(extra)}")
+        return replay.gdn_verify(layer, call.pool, q, k, v, call.a.reshape(Bsz, T, -1), call.b.reshape(Bsz, T, -1),
+                                 call.A_log, call.dt_bias, scale=scale, use_qk_l2norm=use_qk_l2norm_in_kernel,
+                                 initial_state_indices=call.slots.to(torch.int32))
+
+    fused_recurrent_gated_delta_rule_update.__wrapped__ = original
+    return fused_recurrent_gated_delta_rule_update
 
 
 # The state-pool order of TensorRT-LLM's GDN decode kernel changed between releases

@@ -10,37 +10,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from fake_trtllm import write_fake_trtllm
 from mamba2_harness import DEVICE
 from trtllm_replayssm.cache import GDNGeometry
 from trtllm_replayssm.integration import apply as apply_mod
 from trtllm_replayssm.integration.eras import UnsupportedTensorRTLLM, detect_era
 from trtllm_replayssm.integration.switch import ReplayOptions, options_from_env
 from trtllm_replayssm.ops.mamba2 import selective_state_update as standard
-
-
-def _forget_trtllm():
-    for name in [m for m in sys.modules if m == "tensorrt_llm" or m.startswith("tensorrt_llm.")]:
-        del sys.modules[name]
-
-
-@pytest.fixture
-def fake_trtllm(tmp_path, monkeypatch):
-    """Yields a writer of a fresh fake package (each call in its own folder, first on the
-    path); it is forgotten afterwards."""
-    made = []
-
-    def make(**kw):
-        _forget_trtllm()
-        root = write_fake_trtllm(tmp_path / f"site{len(made)}", **kw)
-        monkeypatch.syspath_prepend(str(root))
-        made.append(root)
-        return root
-
-    yield make
-    _forget_trtllm()
-    apply_mod._APPLIED.clear()
-    apply_mod.REGISTRY.clear()
 
 
 def test_env_switch():

@@ -4,13 +4,11 @@ both of the Mamba2 mixer's state-update functions and GDN's packed entry, slot e
 (new requests, a live request moved to another slot with its pages, block-reuse frees,
 GDN mixed batches), the memory plan, and what is refused."""
 
-import sys
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from fake_trtllm import write_fake_trtllm_main
 from mamba2_harness import DEVICE
 from trtllm_replayssm.cache import GDNGeometry, Mamba2Geometry
 from trtllm_replayssm.integration import apply as apply_mod
@@ -21,28 +19,6 @@ from trtllm_replayssm.ops.mamba2 import selective_state_update as mamba2_standar
 
 H, P, N, G, L = 4, 8, 16, 2, 4
 MASK = [True, False, True]  # two Mamba layers around an attention layer
-
-
-def _forget_trtllm():
-    for name in [m for m in sys.modules if m == "tensorrt_llm" or m.startswith("tensorrt_llm.")]:
-        del sys.modules[name]
-
-
-@pytest.fixture
-def main_trtllm(tmp_path, monkeypatch):
-    made = []
-
-    def make(**kw):
-        _forget_trtllm()
-        root = write_fake_trtllm_main(tmp_path / f"site{len(made)}", **kw)
-        monkeypatch.syspath_prepend(str(root))
-        made.append(root)
-        return root
-
-    yield make
-    _forget_trtllm()
-    apply_mod._APPLIED.clear()
-    apply_mod.REGISTRY.clear()
 
 
 def _manager(slots=6, **kw):
@@ -399,3 +375,19 @@ def test_main_speculative_refusals(main_trtllm):
         _manager(spec_config=SimpleNamespace(max_draft_len=2, max_total_draft_tokens=6))
     with pytest.raises(UnsupportedTensorRTLLM, match="BUFFER_LEN >= drafts"):
         _manager(spec_config=SimpleNamespace(max_draft_len=5, max_total_draft_tokens=5))
+
+
+def test_spec_path_refuses_an_autoregressive_call_on_verify_rings(main_trtllm):
+    main_trtllm()
+    apply_mod.apply_replayssm(buffer_len=4, speculative=True)
+    from tensorrt_llm._torch.modules.mamba import mamba2_mixer as mixer
+    from tensorrt_llm._torch.pyexecutor.kv_cache.mamba_cache_manager import MambaHybridCacheManagerV2
+
+    mgr = MambaHybridCacheManagerV2(16, 4, 4, 1, 16, [True], torch.float32, torch.float32, num_slots=4, device=DEVICE,
+                                    spec_config=SimpleNamespace(max_draft_len=2))
+    x = torch.randn(2, 4, 16, device=DEVICE)
+    with pytest.raises(RuntimeError, match="cannot serve"):
+        mixer.selective_state_update_native(mgr.get_ssm_states(0), x, torch.randn(2, 4, device=DEVICE),
+                                            -torch.ones(4, device=DEVICE), torch.randn(2, 1, 16, device=DEVICE),
+                                            torch.randn(2, 1, 16, device=DEVICE),
+                                            state_batch_indices=torch.tensor([1, 2], dtype=torch.int32, device=DEVICE))

@@ -45,3 +45,42 @@ def kernel_library(aot_build, tmp_path_factory) -> Path:
     subprocess.run(["cmake", "--build", str(build), "-j", "2", "--target", "replayssm_kernels"], check=True,
                    timeout=600, capture_output=True, text=True)
     return build / "libreplayssm_kernels.so"
+
+
+# -- stand-in TensorRT-LLM packages (tests/integration): each written to a folder of its own,
+# first on the path, and forgotten afterwards with whatever was patched --
+def _forget_trtllm():
+    for name in [m for m in sys.modules if m == "tensorrt_llm" or m.startswith("tensorrt_llm.")]:
+        del sys.modules[name]
+
+
+def _stand_ins(writer_name, tmp_path, monkeypatch):
+    from fake_trtllm import write_fake_trtllm, write_fake_trtllm_main  # tests/integration, on the path there
+    from trtllm_replayssm.integration import apply as apply_mod
+
+    writer = {"1.2": write_fake_trtllm, "main": write_fake_trtllm_main}[writer_name]
+    made = []
+
+    def make(**kw):
+        _forget_trtllm()
+        root = writer(tmp_path / f"site{len(made)}", **kw)
+        monkeypatch.syspath_prepend(str(root))
+        made.append(root)
+        return root
+
+    yield make
+    _forget_trtllm()
+    apply_mod._APPLIED.clear()
+    apply_mod.REGISTRY.clear()
+
+
+@pytest.fixture
+def fake_trtllm(tmp_path, monkeypatch):
+    """A writer of TensorRT-LLM 1.2 stand-ins."""
+    yield from _stand_ins("1.2", tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def main_trtllm(tmp_path, monkeypatch):
+    """A writer of TensorRT-LLM main (>= 1.3) stand-ins."""
+    yield from _stand_ins("main", tmp_path, monkeypatch)

@@ -29,6 +29,7 @@ def _requests(mgr):
     mgr.prepare_resources(SimpleNamespace(context_requests=reqs, generation_requests=[]))
     pads = [SimpleNamespace(py_request_id=-1 - i, is_dummy=True) for i in range(2)]
     batch = SimpleNamespace(context_requests=[], generation_requests=reqs + pads)
+    mgr.prepare_resources(batch)  # the padding rows get the dummy slot
     idx = torch.tensor(mgr.get_state_indices([r.py_request_id for r in reqs + pads]), dtype=torch.int32, device="cuda")
     return batch, idx
 

@@ -38,6 +38,22 @@ def _bytes(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
+def _allocate(cache, geom, num_layers: int, num_slots: int, buffer_len: int, state_block: Tuple[int, ...],
+              state_dtype: torch.dtype, layout: RingLayout, device, with_state: bool,
+              rings: Optional[Mapping[str, Sequence[torch.Tensor]]]) -> None:
+    """What every replay cache holds: its sizes, the checkpoint pool ``(layers, slots,
+    *state_block)`` (unless the engine owns it), one attribute per ring of ``layout``
+    (allocated, or the engine's views) and the cursors."""
+    check_buffer_len(buffer_len)
+    cache.geom, cache.num_layers, cache.num_slots, cache.buffer_len = geom, num_layers, num_slots, buffer_len
+    cache.state_dtype = state_dtype
+    cache.ssm_state = (torch.zeros(num_layers, num_slots, *state_block, dtype=state_dtype, device=device)
+                       if with_state else None)
+    for name, views in _ring_views(layout, num_layers, num_slots, device, rings).items():
+        setattr(cache, name, views)
+    cache.write_pos = torch.zeros(num_slots, dtype=torch.int32, device=device)
+
+
 def _ring_views(layout: RingLayout, num_layers: int, num_slots: int, device,
                 rings: Optional[Mapping[str, Sequence[torch.Tensor]]]) -> Dict[str, Sequence[torch.Tensor]]:
     """Zeroed ``(layers, slots, *block)`` rings, or the engine's per-layer views, checked."""
@@ -109,15 +125,9 @@ class Mamba2ReplayCache:
                  state_dtype: torch.dtype = torch.float32, act_dtype: torch.dtype = torch.bfloat16,
                  device: torch.device | str = "cuda", with_state: bool = True,
                  rings: Optional[Mapping[str, Sequence[torch.Tensor]]] = None):
-        check_buffer_len(buffer_len)
-        self.geom, self.num_layers, self.num_slots, self.buffer_len = geom, num_layers, num_slots, buffer_len
-        self.state_dtype, self.act_dtype = state_dtype, act_dtype
-        H, P, N = geom.nheads, geom.headdim, geom.dstate
-        self.ssm_state = (torch.zeros(num_layers, num_slots, H, P, N, dtype=state_dtype, device=device)
-                          if with_state else None)
-        views = _ring_views(mamba2_ring_layout(geom, buffer_len, act_dtype), num_layers, num_slots, device, rings)
-        self.x_cache, self.dt_cache, self.B_cache = views["x_cache"], views["dt_cache"], views["B_cache"]
-        self.write_pos = torch.zeros(num_slots, dtype=torch.int32, device=device)
+        self.act_dtype = act_dtype
+        _allocate(self, geom, num_layers, num_slots, buffer_len, (geom.nheads, geom.headdim, geom.dstate), state_dtype,
+                  mamba2_ring_layout(geom, buffer_len, act_dtype), device, with_state, rings)
 
     def layer(self, i: int) -> Mamba2LayerCache:
         return Mamba2LayerCache(self.ssm_state[i], self.x_cache[i], self.dt_cache[i], self.B_cache[i], self.write_pos)
@@ -191,15 +201,9 @@ class GDNReplayCache:
                  state_dtype: torch.dtype = torch.float32, ring_dtype: torch.dtype = torch.float32,
                  device: torch.device | str = "cuda", with_state: bool = True,
                  rings: Optional[Mapping[str, Sequence[torch.Tensor]]] = None):
-        check_buffer_len(buffer_len)
-        self.geom, self.num_layers, self.num_slots, self.buffer_len = geom, num_layers, num_slots, buffer_len
-        self.state_dtype, self.ring_dtype = state_dtype, ring_dtype
-        HV, K, V = geom.num_v_heads, geom.head_k_dim, geom.head_v_dim
-        self.ssm_state = (torch.zeros(num_layers, num_slots, HV, V, K, dtype=state_dtype, device=device)
-                          if with_state else None)
-        views = _ring_views(gdn_ring_layout(geom, buffer_len, ring_dtype), num_layers, num_slots, device, rings)
-        self.d_cache, self.k_cache, self.g_cache = views["d_cache"], views["k_cache"], views["g_cache"]
-        self.write_pos = torch.zeros(num_slots, dtype=torch.int32, device=device)
+        self.ring_dtype = ring_dtype
+        _allocate(self, geom, num_layers, num_slots, buffer_len, (geom.num_v_heads, geom.head_v_dim, geom.head_k_dim),
+                  state_dtype, gdn_ring_layout(geom, buffer_len, ring_dtype), device, with_state, rings)
 
     def layer(self, i: int) -> GDNLayerCache:
         return GDNLayerCache(self.ssm_state[i], self.d_cache[i], self.k_cache[i], self.g_cache[i], self.write_pos)

@@ -36,6 +36,22 @@ def _batch(ctx=(), gen=()):
     return SimpleNamespace(context_requests=[_req(i) for i in ctx], generation_requests=[_req(i) for i in gen])
 
 
+def _gdn_manager_with_two_requests(g, Hk, HV, K, V, **kw):
+    """A V2 manager of two GDN layers (main passes their geometry as mamba_num_heads=HV,
+    head_dim=V, d_state=K, n_groups=H) with requests 7 and 9 prefilled: ``(manager, the
+    extension, their slots, the layers' state views, packed twins of them)``."""
+    from tensorrt_llm._torch.pyexecutor.kv_cache.mamba_cache_manager import MambaHybridCacheManagerV2
+
+    mgr = MambaHybridCacheManagerV2(K, 4, HV, Hk, V, MASK, torch.float32, torch.float32, num_slots=5, device=DEVICE,
+                                    conv_state_layout="q_k_v", **kw)
+    mgr.prepare_resources(_batch(ctx=[7, 9]))
+    slots = mgr.get_state_indices([7, 9])
+    states = [mgr.get_ssm_states(layer) for layer in mgr.mamba_pp_layers]
+    for st in states:
+        st[slots] = (torch.randn(2, HV, V, K, generator=g) * 0.3).to(DEVICE)
+    return mgr, mgr.get_aux_cache_extension("trtllm_replayssm"), slots, states, [st.clone() for st in states]
+
+
 class Mamba2Twin:
     """Each request's exact state, stepped by the standard kernel on a packed pool."""
 
@@ -196,21 +212,11 @@ def test_main_gdn_packed_decode_and_mixed_batch_fold(main_trtllm):
     info = apply_mod.apply_replayssm(models=["gdn"], buffer_len=L, route="output_only")
     assert any(p.endswith("gdn_mixer.fused_sigmoid_gating_delta_rule_update") for p in info["patched"])
     from tensorrt_llm._torch.modules.mamba import gdn_mixer
-    from tensorrt_llm._torch.pyexecutor.kv_cache.mamba_cache_manager import MambaHybridCacheManagerV2
 
     Hk, HV, K, V = 2, 4, 16, 24
-    # main passes GDN geometry as mamba_num_heads=HV, head_dim=V, d_state=K, n_groups=H
-    mgr = MambaHybridCacheManagerV2(K, 4, HV, Hk, V, MASK, torch.float32, torch.float32, num_slots=5, device=DEVICE,
-                                    conv_state_layout="q_k_v")
-    ext = mgr.get_aux_cache_extension("trtllm_replayssm")
-    assert ext.replay.geom == GDNGeometry(Hk, HV, K, V) and ext.replay.gdn_pool_order == "HV,V,K"
     g = torch.Generator().manual_seed(3)
-    mgr.prepare_resources(_batch(ctx=[7, 9]))
-    slots = mgr.get_state_indices([7, 9])
-    states = [mgr.get_ssm_states(layer) for layer in mgr.mamba_pp_layers]
-    for s in states:
-        s[slots] = (torch.randn(2, HV, V, K, generator=g) * 0.3).to(DEVICE)
-    twins = [s.clone() for s in states]
+    mgr, ext, slots, states, twins = _gdn_manager_with_two_requests(g, Hk, HV, K, V)
+    assert ext.replay.geom == GDNGeometry(Hk, HV, K, V) and ext.replay.gdn_pool_order == "HV,V,K"
     idx = torch.tensor(slots, dtype=torch.int32, device=DEVICE)
     cu = torch.arange(3, dtype=torch.int32, device=DEVICE)
     A_log, dt_bias = torch.zeros(HV, device=DEVICE), torch.zeros(HV, device=DEVICE)
@@ -314,21 +320,12 @@ def test_main_gdn_speculative_verify_through_the_layer(main_trtllm):
     info = apply_mod.apply_replayssm(models=["gdn"], buffer_len=4, route="output_only", speculative=True)
     assert any("forward_decode / forward_extend" in p for p in info["patched"])
     from tensorrt_llm._torch.modules.mamba import gdn_mixer
-    from tensorrt_llm._torch.pyexecutor.kv_cache.mamba_cache_manager import MambaHybridCacheManagerV2
 
     Hk, HV, K, V, T = 1, 2, 16, 16, 3
-    mgr = MambaHybridCacheManagerV2(K, 4, HV, Hk, V, MASK, torch.float32, torch.float32, num_slots=5, device=DEVICE,
-                                    conv_state_layout="q_k_v", spec_config=SimpleNamespace(max_draft_len=T - 1),
-                                    use_replay_state_update=True)
-    ext = mgr.get_aux_cache_extension("trtllm_replayssm")
-    assert ext.replay.spec == (T, 4)
     g = torch.Generator().manual_seed(6)
-    mgr.prepare_resources(_batch(ctx=[7, 9]))
-    slots = mgr.get_state_indices([7, 9])
-    states = [mgr.get_ssm_states(layer) for layer in mgr.mamba_pp_layers]
-    for st in states:
-        st[slots] = (torch.randn(2, HV, V, K, generator=g) * 0.3).to(DEVICE)
-    twins = [st.clone() for st in states]
+    mgr, ext, slots, states, twins = _gdn_manager_with_two_requests(
+        g, Hk, HV, K, V, spec_config=SimpleNamespace(max_draft_len=T - 1), use_replay_state_update=True)
+    assert ext.replay.spec == (T, 4)
     inter = torch.zeros(5, T, HV, V, K, device=DEVICE)
     idx = torch.tensor(slots, dtype=torch.int32, device=DEVICE)
     layers = [gdn_mixer.Qwen3NextGatedDeltaNet((torch.randn(HV, generator=g) * 0.5).to(DEVICE),

@@ -34,6 +34,21 @@ def _requests(mgr):
     return batch, idx
 
 
+def _filler(inputs, windows, n, saved):
+    """Fills the static ``inputs`` and the first ``n`` rows of each layer's conv windows (as
+    the conv update would), keeping a copy of the windows in ``saved``."""
+
+    def fill(g):
+        for t in inputs:
+            t.copy_(torch.randn(t.shape, generator=g, device="cuda"))
+        saved.clear()
+        for w in windows:
+            w[:n].copy_(torch.randn(w[:n].shape, generator=g, device="cuda"))
+            saved.append(w[:n].clone())
+
+    return fill
+
+
 def _run(mgr, batch, idx, fill, step, check) -> int:
     """``fill`` the static inputs (and the conv windows), replay the captured step, check;
     returns how many rows were set to flush at their next verify."""
@@ -101,14 +116,7 @@ def test_mamba2_mtp_verify_and_commit_in_cuda_graph(main_trtllm):
     out = torch.empty(len(layers), n, T, H, P, dtype=torch.bfloat16, device="cuda")
     windows = [mgr.mamba_layer_cache(layer).intermediate_conv_window for layer in layers]
     saved = []
-
-    def fill(g):
-        for t in (x, dt, B, C):
-            t.copy_(torch.randn(t.shape, generator=g, device="cuda"))
-        saved.clear()
-        for w in windows:
-            w[:n].copy_(torch.randn(w[:n].shape, generator=g, device="cuda"))
-            saved.append(w[:n].clone())
+    fill = _filler((x, dt, B, C), windows, n, saved)
 
     def step():
         for i, layer in enumerate(layers):
@@ -159,15 +167,8 @@ def test_gdn_mtp_verify_and_commit_in_cuda_graph(main_trtllm):
     outs = [None] * len(layers)
     windows = [mgr.mamba_layer_cache(layer).intermediate_conv_window for layer in layers]
     saved = []
+    fill = _filler((qkv, a, b), windows, n, saved)
     spec_md = SimpleNamespace(max_draft_len=T - 1)
-
-    def fill(g):
-        for t in (qkv, a, b):
-            t.copy_(torch.randn(t.shape, generator=g, device="cuda"))
-        saved.clear()
-        for w in windows:
-            w[:n].copy_(torch.randn(w[:n].shape, generator=g, device="cuda"))
-            saved.append(w[:n].clone())
 
     def step():
         for i, layer in enumerate(layers):

@@ -35,6 +35,30 @@ def _stagger(replay, run_eager_step):
         run_eager_step(early)
 
 
+def _run_cycles(replay, fill, step, twin_step, idx, gapped_pools):
+    """Staggered cursors, then one step captured and replayed over three ring cycles, each
+    checked against the twins; the cursor mirror follows and the pools' gaps stay."""
+    n = len(idx)
+
+    def eager(slots):
+        fill(len(slots))
+        step(slots, len(slots))
+        twin_step(slots, len(slots))
+
+    _stagger(replay, eager)
+    eager(idx)  # compiles every kernel of the captured step
+    graph = _capture(lambda: step(idx, n))
+    for _ in range(3 * L):
+        fill(n)
+        graph.replay()
+        twin_step(idx, n)
+    torch.cuda.synchronize()
+    real = torch.tensor(REAL_SLOTS, device="cuda")
+    assert torch.equal(replay.cursor_mirror[real, 0], replay.write_pos[real])
+    assert len(set(replay.write_pos[real].tolist())) == 2  # still staggered
+    assert all(p.gaps_untouched() for p in gapped_pools)
+
+
 def _capture(step):
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -86,24 +110,7 @@ def test_mamba2_decode_step_in_cuda_graph_on_gapped_pools(model, route):
             real = slice(0, min(rows, len(REAL_SLOTS)))
             assert _rel(out[i, real], ys[real]) < 5e-3, f"layer {i}"
 
-    def eager(slots):
-        fill(len(slots))
-        step(slots, len(slots))
-        twin_step(slots, len(slots))
-
-    _stagger(replay, eager)
-    eager(idx)  # compiles every kernel of the captured step
-    graph = _capture(lambda: step(idx, n))
-    for _ in range(3 * L):
-        fill(n)
-        graph.replay()
-        twin_step(idx, n)
-    torch.cuda.synchronize()
-    real = torch.tensor(REAL_SLOTS, device="cuda")
-    assert torch.equal(replay.cursor_mirror[real, 0], replay.write_pos[real])
-    assert len(set(replay.write_pos[real].tolist())) == 2  # still staggered
-    assert all(p.gaps_untouched() for p in pools) and mirror.gaps_untouched()
-    assert all(p.gaps_untouched() for ps in ring_pools.values() for p in ps)
+    _run_cycles(replay, fill, step, twin_step, idx, [*pools, mirror, *(p for ps in ring_pools.values() for p in ps)])
 
 
 def test_gdn_packed_decode_step_in_cuda_graph_on_gapped_pools():
@@ -151,20 +158,4 @@ def test_gdn_packed_decode_step_in_cuda_graph_on_gapped_pools():
             real = slice(0, min(rows, len(REAL_SLOTS)))
             assert _rel(outs[i][0, real], o[real]) < 5e-3, f"layer {i}"
 
-    def eager(slots):
-        fill(len(slots))
-        step(slots, len(slots))
-        twin_step(slots, len(slots))
-
-    _stagger(replay, eager)
-    eager(idx)
-    graph = _capture(lambda: step(idx, n))
-    for _ in range(3 * L):
-        fill(n)
-        graph.replay()
-        twin_step(idx, n)
-    torch.cuda.synchronize()
-    real = torch.tensor(REAL_SLOTS, device="cuda")
-    assert torch.equal(replay.cursor_mirror[real, 0], replay.write_pos[real])
-    assert all(p.gaps_untouched() for p in pools) and mirror.gaps_untouched()
-    assert all(p.gaps_untouched() for ps in ring_pools.values() for p in ps)
+    _run_cycles(replay, fill, step, twin_step, idx, [*pools, mirror, *(p for ps in ring_pools.values() for p in ps)])

@@ -212,9 +212,13 @@ def make_extension_class(base, buffer_config, data_role):
             self._slot_of.update(zip([r.py_request_id for r in requests], slots))
 
         def before_free(self, manager, request) -> None:
-            """A page the manager may commit for prefix reuse must hold the exact state."""
+            """A page the manager may commit for prefix reuse must hold the exact state. (The
+            main of 2026 commits recurrent pages up to the prompt only, before any decode
+            step: this is insurance, one fold per finished request with block reuse on.
+            Verify rings are not folded: their history is short and never committed.)"""
             slot = self._slot_of.pop(request.py_request_id, None)
-            if self.replay is not None and slot is not None and getattr(manager, "enable_block_reuse", False):
+            if (self.replay is not None and self.spec is None and slot is not None
+                    and getattr(manager, "enable_block_reuse", False)):
                 self.replay.make_exact(self.states, torch.tensor([slot], dtype=torch.int32,
                                                                  device=self.replay.write_pos.device))
 

@@ -16,7 +16,7 @@ typedef struct {
   const char* name;      /* symbol in the cubin */
   int num_warps;
   int shared;            /* bytes of dynamic shared memory */
-  int block;             /* rows of the inner dim per program (BLOCK_P / BLOCK_V / BLOCK) */
+  int block;             /* rows of the inner dim per program (BLOCK_P / BLOCK_V / BLOCK, times CHUNKS) */
   int heads_per_prog;    /* heads one program loops over */
   int num_params;
   const rs_param_desc* params;

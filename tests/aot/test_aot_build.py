@@ -49,6 +49,23 @@ def test_generated_tables_embed_every_cubin(aot_build, manifest):
     assert asm.count(".incbin") == len(manifest["kernels"])
 
 
+def test_c_table_block_covers_a_programs_run_of_blocks(aot_build, manifest):
+    """The C launcher's grid divides the inner dimension by a kernel's ``block``: for a
+    kernel whose program runs CHUNKS blocks one after another (``loop_blocks``) that is
+    BLOCK * CHUNKS, as in ``ops.launch.grid``; a bare BLOCK launched programs past the
+    head's rows (out of bounds where the tile has no masks)."""
+    table = (aot_build / "replayssm_kernels_table.c").read_text()
+    rows = [line for line in table.splitlines() if line.startswith('  {"') and "rs_params_" in line]
+    assert len(rows) == len(manifest["kernels"])
+    chunked = 0
+    for k, row in zip(manifest["kernels"], rows):
+        cx = dict(map(tuple, k["constexprs"]))
+        block = cx.get("BLOCK_P", cx.get("BLOCK_V", cx.get("BLOCK", 1))) * cx.get("CHUNKS", 1)
+        chunked += cx.get("CHUNKS", 1) > 1
+        assert row.split(", ")[5] == str(block), (k["key"], row)
+    assert chunked > 0  # the tuned tables pick loop_blocks > 1 somewhere (Super fp32 fold at batch 128, 512)
+
+
 @pytest.fixture(scope="module")
 def lib(kernel_library):
     return KernelLibrary(kernel_library)

@@ -40,7 +40,9 @@ def write(manifest: dict, out_dir: Path) -> None:
     c.append("const rs_kernel_desc rs_kernels[] = {")
     for i, k in enumerate(kernels):
         cx = dict(k["constexprs"])
-        block = cx.get("BLOCK_P", cx.get("BLOCK_V", cx.get("BLOCK", 1)))
+        # Rows of the inner dimension one program covers: a block, or a run of CHUNKS blocks
+        # (launch.grid's cdiv(headdim, block_p * loop_blocks)); the C launcher divides by it.
+        block = cx.get("BLOCK_P", cx.get("BLOCK_V", cx.get("BLOCK", 1))) * cx.get("CHUNKS", 1)
         hpp = cx.get("HEADS_PER_PROG", 1)
         assert k["global_scratch_size"] == 0 and k["profile_scratch_size"] == 0, k["key"]
         c.append(f"  {{{_c_str(k['key'])}, {k['arch']}, {_c_str(k['name'])}, {k['num_warps']}, {k['shared']}, "

@@ -128,6 +128,8 @@ def test_main_mamba2_decode_through_slot_moves_and_frees(main_trtllm):
     mgr = _manager(enable_block_reuse=True)
     ext = mgr.get_aux_cache_extension("trtllm_replayssm")
     assert ext.replay.rings.x_cache[0].stride(0) > H * L * P  # the ring lives in the page, between slots
+    assert all(int(v.count_nonzero()) == 0 for name in ("x_cache", "dt_cache", "B_cache")
+               for v in getattr(ext.replay.rings, name))  # the stand-in's pages start as 0xAB bytes
     for conv in mgr.all_conv_states:
         conv.copy_(torch.randn(conv.shape, generator=torch.Generator().manual_seed(5)))
     conv_before = [c.clone() for c in mgr.all_conv_states]

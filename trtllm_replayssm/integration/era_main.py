@@ -174,6 +174,9 @@ def make_extension_class(base, buffer_config, data_role):
             rings = {name: [manager._get_state_buffer(local[layer], self._roles[name], dtype, list(block))
                             for layer in layers]
                      for name, (block, dtype) in self._layout(context).items()}
+            for views in rings.values():  # pool pages come uninitialised; rings start as zeros
+                for view in views:
+                    view.zero_()
             mirror = manager._get_state_buffer(local[layers[0]], self._roles["cursor"], torch.int32, [CURSOR_BLOCK])
             self.states = [manager.get_ssm_states(layer) for layer in layers]
             route = "output_only" if self.opts.route == "auto" else self.opts.route

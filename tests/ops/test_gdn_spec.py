@@ -89,15 +89,6 @@ def test_flush_rows_fold_in_their_own_launch():
     assert min(flushes.values()) >= 1, flushes
 
 
-@pytest.mark.parametrize("T,Bh,chunks", [(4, 16, 4), (8, 8, 2)])
-def test_verify_walking_k_in_chunks(T, Bh, chunks):
-    """``loop_blocks`` > 1 with ``split_fold``: the verify launch walks K in chunks and holds
-    no whole state or history-key tile; q and k are normalised after their products."""
-    flushes = run_gdn_spec_fuzz(T=T, Bh=Bh, steps=30, seed=5 + T,
-                                config=LaunchConfig(16, 4, split_fold=1, loop_blocks=chunks))
-    assert min(flushes.values()) >= 1, flushes
-
-
 @requires_cuda
 @pytest.mark.parametrize("config", GDN_SPEC_CANDIDATES, ids=str)
 def test_cuda_real_shapes_every_candidate(config):

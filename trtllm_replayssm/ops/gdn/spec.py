@@ -25,7 +25,7 @@ import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_last_dim_contiguous, check_slot_major, check_tensor
 from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, even_tile, exact_in_tf32, load_ring_history,
-                      load_spec_row, ring_positions, small_matmul, store_nan_tokens, tile_masks)
+                      load_spec_row, small_matmul, store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel
 from ..mamba2.spec import AFTER_FOLD, BOTH, FOLD_ONLY, _check_cursors, _check_spec_sizes, ring_capacity
 from .step_inputs import parse_gdn_step
@@ -38,45 +38,6 @@ GDN_SPEC_CONFIG = LaunchConfig(block_p=32, num_warps=4)
 def _matmul_tt(X, Y):
     """``X @ Y`` of two small [T, T] tiles, without tl.dot (T can be below 16)."""
     return tl.sum(X[:, :, None] * Y[None, :, :], axis=1)
-
-
-@triton.jit
-def _streamed_draft_products(state_base, stride_state_v, offs_v, mask_v, q_base, k_base, stride_q_t, stride_k_t,
-                             offs_t, mask_t, kr_base, stride_kr_l, phys_l, mask_l, head_k_dim,
-                             BLOCK_V: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_L: tl.constexpr,
-                             BLOCK_K: tl.constexpr, K_CHUNK: tl.constexpr):
-    """The drafts' products over K, walked in chunks of ``K_CHUNK`` so that no whole [V, K]
-    or [L, K] tile is held (raw q, k: the caller normalises): ``S_0 k_t``, ``S_0 q_t``
-    ``[V, T]``, the history keys' ``k_j . k_t``, ``k_j . q_t`` ``[L, T]``, ``k_t . k_s``,
-    ``q_t . k_s`` ``[T, T]`` and the squared norms of k and q ``[T]``."""
-    SK = tl.zeros((BLOCK_V, BLOCK_T), tl.float32)
-    SQ = tl.zeros((BLOCK_V, BLOCK_T), tl.float32)
-    HK = tl.zeros((BLOCK_L, BLOCK_T), tl.float32)
-    HQ = tl.zeros((BLOCK_L, BLOCK_T), tl.float32)
-    KK = tl.zeros((BLOCK_T, BLOCK_T), tl.float32)
-    QK = tl.zeros((BLOCK_T, BLOCK_T), tl.float32)
-    nk = tl.zeros((BLOCK_T,), tl.float32)
-    nq = tl.zeros((BLOCK_T,), tl.float32)
-    for c in tl.static_range(BLOCK_K // K_CHUNK):
-        offs_c = c * K_CHUNK + tl.arange(0, K_CHUNK)
-        mask_c = offs_c < head_k_dim
-        S0c = tl.load(state_base + offs_v[:, None] * stride_state_v + offs_c[None, :],
-                      mask=mask_v[:, None] & mask_c[None, :], other=0.0).to(tl.float32)
-        Kc = tl.load(k_base + offs_t[:, None] * stride_k_t + offs_c[None, :], mask=mask_t[:, None] & mask_c[None, :],
-                     other=0.0).to(tl.float32)
-        Qc = tl.load(q_base + offs_t[:, None] * stride_q_t + offs_c[None, :], mask=mask_t[:, None] & mask_c[None, :],
-                     other=0.0).to(tl.float32)
-        Hc = tl.load(kr_base + phys_l[:, None] * stride_kr_l + offs_c[None, :],
-                     mask=mask_l[:, None] & mask_c[None, :], other=0.0).to(tl.float32)
-        SK += tl.sum(S0c[:, None, :] * Kc[None, :, :], axis=2)
-        SQ += tl.sum(S0c[:, None, :] * Qc[None, :, :], axis=2)
-        HK += tl.sum(Hc[:, None, :] * Kc[None, :, :], axis=2)
-        HQ += tl.sum(Hc[:, None, :] * Qc[None, :, :], axis=2)
-        KK += tl.sum(Kc[:, None, :] * Kc[None, :, :], axis=2)
-        QK += tl.sum(Qc[:, None, :] * Kc[None, :, :], axis=2)
-        nk += tl.sum(Kc * Kc, axis=1)
-        nq += tl.sum(Qc * Qc, axis=1)
-    return SK, SQ, HK, HQ, KK, QK, nk, nq
 
 
 @triton.jit(do_not_specialize=["num_slots"])
@@ -92,11 +53,8 @@ def _gdn_spec_verify_kernel(
     USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
     BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr, BUF: tl.constexpr, BLOCK_L: tl.constexpr,
     USE_DOT: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
-    PHASE: tl.constexpr, EVEN_TILE: tl.constexpr, K_CHUNK: tl.constexpr,
+    PHASE: tl.constexpr, EVEN_TILE: tl.constexpr,
 ):
-    """``K_CHUNK > 0`` (the verify launch after a fold launch only): the products over K
-    are walked in chunks (:func:`_streamed_draft_products`), holding no whole state or
-    history-key tile."""
     pid_v = tl.program_id(0)
     hv = tl.program_id(1)
     pid_b = tl.program_id(2)
@@ -125,16 +83,15 @@ def _gdn_spec_verify_kernel(
     h = hv // v_heads_per_k_head
 
     # Drafts: normalised q (scaled) and k [T, K], v [V, T], gates [T].
-    q_base = q_ptr + pid_b * stride_q_b + h * stride_q_h
-    k_base = k_ptr + pid_b * stride_k_b + h * stride_k_h
-    if K_CHUNK == 0:
-        mask_tk = mask_t[:, None] & mask_k[None, :]
-        Q = tl.load(q_base + offs_t[:, None] * stride_q_t + offs_k[None, :], mask=mask_tk, other=0.0).to(tl.float32)
-        Kd = tl.load(k_base + offs_t[:, None] * stride_k_t + offs_k[None, :], mask=mask_tk, other=0.0).to(tl.float32)
-        if USE_QK_L2NORM:
-            Q = Q * tl.rsqrt(tl.sum(Q * Q, axis=1) + 1e-6)[:, None]
-            Kd = Kd * tl.rsqrt(tl.sum(Kd * Kd, axis=1) + 1e-6)[:, None]
-        Q = Q * scale
+    mask_tk = mask_t[:, None] & mask_k[None, :]
+    Q = tl.load(q_ptr + pid_b * stride_q_b + offs_t[:, None] * stride_q_t + h * stride_q_h + offs_k[None, :],
+                mask=mask_tk, other=0.0).to(tl.float32)
+    Kd = tl.load(k_ptr + pid_b * stride_k_b + offs_t[:, None] * stride_k_t + h * stride_k_h + offs_k[None, :],
+                 mask=mask_tk, other=0.0).to(tl.float32)
+    if USE_QK_L2NORM:
+        Q = Q * tl.rsqrt(tl.sum(Q * Q, axis=1) + 1e-6)[:, None]
+        Kd = Kd * tl.rsqrt(tl.sum(Kd * Kd, axis=1) + 1e-6)[:, None]
+    Q = Q * scale
     Vd = tl.load(v_ptr + pid_b * stride_v_b + offs_t[None, :] * stride_v_t + hv * stride_v_h + offs_v[:, None],
                  mask=mask_v[:, None] & mask_t[None, :], other=0.0).to(tl.float32)  # [V, T]
     xg = (tl.load(a_ptr + pid_b * stride_a_b + offs_t * stride_a_t + hv * stride_a_h, mask=mask_t, other=0.0)
@@ -148,22 +105,14 @@ def _gdn_spec_verify_kernel(
     dr_base = d_ring_ptr + slot * stride_dr_slot + hv * stride_dr_h
     kr_base = k_ring_ptr + slot * stride_kr_slot + h * stride_kr_h
     gr_base = g_ring_ptr + slot * stride_gr_slot + hv * stride_gr_h
-    if K_CHUNK == 0:
-        # The committed history as whole tiles gathered through the circular index (all loads
-        # independent, issued together), and the checkpoint.
-        mask_l, g_hist, D_hist, K_hist = load_ring_history(gr_base, dr_base, stride_dr_l, offs_v, mask_v, kr_base,
-                                                           stride_kr_l, offs_k, mask_k, origin, n_hist, BUF,
-                                                           BLOCK_L)  # [V|L|K]
-        state_ptrs = (state_ptr + slot * stride_state_slot + hv * stride_state_h
-                      + offs_v[:, None] * stride_state_v + offs_k[None, :])
-        mask_vk = mask_v[:, None] & mask_k[None, :]
-        S0 = tl.load(state_ptrs, mask=mask_vk, other=0.0).to(tl.float32)
-    else:
-        offs_l, phys_l = ring_positions(origin, BUF, BLOCK_L)
-        mask_l = offs_l < n_hist
-        g_hist = tl.load(gr_base + phys_l, mask=mask_l, other=0.0)
-        D_hist = tl.load(dr_base + phys_l[None, :] * stride_dr_l + offs_v[:, None],
-                         mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [V, L]
+    # The committed history as whole tiles gathered through the circular index (all loads
+    # independent, issued together), and the checkpoint.
+    mask_l, g_hist, D_hist, K_hist = load_ring_history(gr_base, dr_base, stride_dr_l, offs_v, mask_v, kr_base,
+                                                       stride_kr_l, offs_k, mask_k, origin, n_hist, BUF, BLOCK_L)  # [V|L|K]
+    state_ptrs = (state_ptr + slot * stride_state_slot + hv * stride_state_h
+                  + offs_v[:, None] * stride_state_v + offs_k[None, :])
+    mask_vk = mask_v[:, None] & mask_k[None, :]
+    S0 = tl.load(state_ptrs, mask=mask_vk, other=0.0).to(tl.float32)
     G = tl.sum(g_hist, axis=0)
     decay = tl.where(mask_l, tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0)), 0.0)  # exp(G - G_j)
     if PHASE != AFTER_FOLD:
@@ -176,40 +125,24 @@ def _gdn_spec_verify_kernel(
             G = G * 0.0
             decay = decay * 0.0
     if PHASE != FOLD_ONLY:
-        if K_CHUNK == 0:
-            # S_h k_t and S_h q_t for every draft position: [V, T] each.
-            SK = tl.zeros((BLOCK_V, BLOCK_T), tl.float32)
-            SQ = tl.zeros((BLOCK_V, BLOCK_T), tl.float32)
-            for t in tl.static_range(BLOCK_T):
-                sel = offs_t[:, None] == t
-                k_t = tl.sum(tl.where(sel, Kd, 0.0), axis=0)
-                q_t = tl.sum(tl.where(sel, Q, 0.0), axis=0)
-                col = offs_t[None, :] == t
-                sk = tl.exp(G) * tl.sum(S0 * k_t[None, :], axis=1) \
-                    + tl.sum(D_hist * (decay * tl.sum(K_hist * k_t[None, :], axis=1))[None, :], axis=1)
-                sq = tl.exp(G) * tl.sum(S0 * q_t[None, :], axis=1) \
-                    + tl.sum(D_hist * (decay * tl.sum(K_hist * q_t[None, :], axis=1))[None, :], axis=1)
-                SK += tl.where(col, sk[:, None], 0.0)
-                SQ += tl.where(col, sq[:, None], 0.0)
-            # (I + M) d = r, M[t, s] = beta_t exp(A_t - A_s) (k_s . k_t) for s < t.
-            KK = tl.sum(Kd[:, None, :] * Kd[None, :, :], axis=2)  # [t, s] = k_t . k_s
-            QK = tl.sum(Q[:, None, :] * Kd[None, :, :], axis=2)  # [t, s] = q_t . k_s
-        else:
-            SK0, SQ0, HK, HQ, KK, QK, nk, nq = _streamed_draft_products(
-                state_ptr + slot * stride_state_slot + hv * stride_state_h, stride_state_v, offs_v, mask_v, q_base,
-                k_base, stride_q_t, stride_k_t, offs_t, mask_t, kr_base, stride_kr_l, phys_l, mask_l, head_k_dim,
-                BLOCK_V, BLOCK_T, BLOCK_L, BLOCK_K, K_CHUNK)
-            rk = nk * 0.0 + 1.0  # the normalisation, applied to the products of raw q, k
-            rq = nq * 0.0 + scale
-            if USE_QK_L2NORM:
-                rk = tl.rsqrt(nk + 1e-6)
-                rq = tl.rsqrt(nq + 1e-6) * scale
-            KK = KK * rk[:, None] * rk[None, :]
-            QK = QK * rq[:, None] * rk[None, :]
-            SK = tl.exp(G) * SK0 * rk[None, :] \
-                + tl.sum(D_hist[:, :, None] * (decay[:, None] * HK * rk[None, :])[None, :, :], axis=1)
-            SQ = tl.exp(G) * SQ0 * rq[None, :] \
-                + tl.sum(D_hist[:, :, None] * (decay[:, None] * HQ * rq[None, :])[None, :, :], axis=1)
+        # S_h k_t and S_h q_t for every draft position: [V, T] each.
+        SK = tl.zeros((BLOCK_V, BLOCK_T), tl.float32)
+        SQ = tl.zeros((BLOCK_V, BLOCK_T), tl.float32)
+        for t in tl.static_range(BLOCK_T):
+            sel = offs_t[:, None] == t
+            k_t = tl.sum(tl.where(sel, Kd, 0.0), axis=0)
+            q_t = tl.sum(tl.where(sel, Q, 0.0), axis=0)
+            col = offs_t[None, :] == t
+            sk = tl.exp(G) * tl.sum(S0 * k_t[None, :], axis=1) \
+                + tl.sum(D_hist * (decay * tl.sum(K_hist * k_t[None, :], axis=1))[None, :], axis=1)
+            sq = tl.exp(G) * tl.sum(S0 * q_t[None, :], axis=1) \
+                + tl.sum(D_hist * (decay * tl.sum(K_hist * q_t[None, :], axis=1))[None, :], axis=1)
+            SK += tl.where(col, sk[:, None], 0.0)
+            SQ += tl.where(col, sq[:, None], 0.0)
+
+        # (I + M) d = r, M[t, s] = beta_t exp(A_t - A_s) (k_s . k_t) for s < t.
+        KK = tl.sum(Kd[:, None, :] * Kd[None, :, :], axis=2)  # [t, s] = k_t . k_s
+        QK = tl.sum(Q[:, None, :] * Kd[None, :, :], axis=2)  # [t, s] = q_t . k_s
         diff = A_t[:, None] - A_t[None, :]
         lower = offs_t[None, :] < offs_t[:, None]
         M = tl.where(lower, beta[:, None] * tl.exp(tl.minimum(diff, 0.0)) * KK, 0.0)
@@ -231,11 +164,7 @@ def _gdn_spec_verify_kernel(
                 if pid_v == 0:
                     tl.store(gr_base + phys, tl.sum(tl.where(offs_t == t, g_dr, 0.0), axis=0))
                     if hv % v_heads_per_k_head == 0:
-                        if K_CHUNK == 0:
-                            k_t = tl.sum(tl.where(offs_t[:, None] == t, Kd, 0.0), axis=0)
-                        else:
-                            k_t = (tl.load(k_base + t * stride_k_t + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-                                   * tl.sum(tl.where(offs_t == t, rk, 0.0), axis=0))
+                        k_t = tl.sum(tl.where(offs_t[:, None] == t, Kd, 0.0), axis=0)
                         tl.store(kr_base + phys * stride_kr_l + offs_k, k_t.to(k_ring_ptr.dtype.element_ty),
                                  mask=mask_k)
         tl.store(out_ptr + pid_b * stride_out_b + offs_t[None, :] * stride_out_t + hv * stride_out_h + offs_v[:, None],
@@ -301,8 +230,6 @@ def gdn_replayssm_spec_decode(
             BLOCK_K=block_k, BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf, BLOCK_L=max(16, buf),
             USE_DOT=min(block_v, block_k) >= 16, EXACT_B=exact_in_tf32(k_ring.dtype),
             DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, PHASE=phase.value,
-            EVEN_TILE=even_tile(V, block_v, K, block_k),
-            K_CHUNK=block_k // cfg.loop_blocks if phase == AFTER_FOLD and cfg.loop_blocks > 1 else 0,
-            num_warps=cfg.num_warps,
+            EVEN_TILE=even_tile(V, block_v, K, block_k), num_warps=cfg.num_warps,
         )
     return out

@@ -187,12 +187,17 @@ def memory(args) -> int:
     from .integration.memory import replay_memory
 
     m = load_ssm_model(args.model)
-    mem = replay_memory(m, args.max_batch, args.buffer_len, args.state_dtype, args.ring_dtype)
+    mem = replay_memory(m, args.max_batch, args.buffer_len, args.state_dtype, args.ring_dtype, args.spec_tokens)
     mib = lambda b: f"{b / 2**20:,.2f} MiB"  # noqa: E731
-    print(f"{m.name}: {m.num_ssm_layers} {m.family} layers, {m.geom}, L = {args.buffer_len}")
-    print(tabulate([["SSM state (held anyway)", mib(mem["checkpoint_per_slot"]), mib(mem["checkpoint_total"])],
-                    ["ReplaySSM rings + cursors", mib(mem["extra_per_slot"]), mib(mem["extra_total"])]],
-                   headers=["", "per slot", f"{args.max_batch} slots"]))
+    ring = (f"L = {args.buffer_len}" if args.spec_tokens is None else
+            f"T = {args.spec_tokens}, history {args.buffer_len}: circular rings of {mem['ring_len']}")
+    print(f"{m.name}: {m.num_ssm_layers} {m.family} layers, {m.geom}, {ring}")
+    rows = [["SSM state (held anyway)", mib(mem["checkpoint_per_slot"]), mib(mem["checkpoint_total"])],
+            ["ReplaySSM rings + cursors", mib(mem["extra_per_slot"]), mib(mem["extra_total"])]]
+    if args.spec_tokens is not None:
+        rows.append([f"standard spec path: {args.spec_tokens} intermediate states a row (not needed)", "",
+                     mib(mem["standard_spec_total"])])
+    print(tabulate(rows, headers=["", "per slot", f"{args.max_batch} slots"]))
     print(f"extra: {mem['extra_per_slot']:,} bytes per slot, {mem['extra_total']:,} bytes in total "
           f"({mem['extra_per_slot'] / mem['checkpoint_per_slot']:.1%} of the SSM state)")
     return 0
@@ -243,6 +248,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     mem.add_argument("--state-dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
     mem.add_argument("--ring-dtype", choices=["bf16", "fp16", "fp32"], default="bf16",
                      help="Mamba2 ring (activation) dtype; GDN rings are fp32")
+    mem.add_argument("--spec-tokens", type=int, help="T = drafts + 1 with speculative decoding (MTP); the buffer "
+                                                     "length is then the history budget")
     au = sub.add_parser("autoload", help="the .pth hook that applies TRTLLM_REPLAYSSM=1 in every process")
     au.add_argument("action", choices=["install", "remove", "status"])
     au.add_argument("--site", help="site-packages folder (default: this interpreter's)")

@@ -7,6 +7,7 @@ import pytest
 from trtllm_replayssm.cli import main
 from trtllm_replayssm.integration.hf_config import from_hf_config, load_ssm_model
 from trtllm_replayssm.integration.memory import replay_memory
+from trtllm_replayssm.ops.mamba2.spec import ring_capacity
 from trtllm_replayssm.models import model
 
 NEMOTRON_H = {"architectures": ["NemotronHForCausalLM"], "mamba_num_heads": 96, "mamba_head_dim": 80,
@@ -50,3 +51,15 @@ def test_memory_command_reads_a_config_file(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "21 mamba2 layers" in out and "bytes per slot" in out
     assert main(["memory", "--model", "qwen3.5-122b", "--max-batch", "64"]) == 0
+
+
+def test_speculative_rings_and_what_the_standard_spec_path_keeps(capsys):
+    m = model("nemotron-3-nano-4b")
+    mem = replay_memory(m, max_batch=256, buffer_len=16, spec_tokens=4)
+    H, P, N, G, L = 96, 80, 128, 8, ring_capacity(4, 16)
+    assert L == 32 and mem["ring_len"] == L
+    assert mem["extra_per_slot"] == 21 * (H * L * P * 2 + H * L * 4 + G * L * N * 2) + 9  # write_pos, origin, flag
+    assert mem["standard_spec_total"] == 4 * mem["checkpoint_per_slot"] * 256
+    assert main(["memory", "--model", "nemotron-3-nano-4b", "--max-batch", "256", "--spec-tokens", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "circular rings of 32" in out and "4 intermediate states" in out

@@ -22,6 +22,7 @@ the per-slot block of each ring, what such an engine must reserve.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
 
@@ -36,6 +37,16 @@ RingLayout = Dict[str, Tuple[Tuple[int, ...], torch.dtype]]  # ring name -> (per
 
 def _bytes(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
+
+
+def block_bytes(block: Tuple[int, ...], dtype: torch.dtype) -> int:
+    """Bytes of one slot's block of a ring (or state) of this shape and dtype."""
+    return math.prod(block) * _bytes(dtype)
+
+
+def ring_bytes(layout: RingLayout) -> int:
+    """Bytes of one slot's rings in one layer."""
+    return sum(block_bytes(block, dtype) for block, dtype in layout.values())
 
 
 def _allocate(cache, geom, num_layers: int, num_slots: int, buffer_len: int, state_block: Tuple[int, ...],
@@ -101,9 +112,8 @@ def mamba2_bytes_per_slot(geom: Mamba2Geometry, buffer_len: int, num_layers: int
                           act_dtype: torch.dtype = torch.bfloat16) -> Dict[str, int]:
     """Exact bytes one slot holds: the checkpoint (what the standard path holds anyway),
     the ring (what ReplaySSM adds) and the cursor."""
-    H, P, N, G, L = geom.nheads, geom.headdim, geom.dstate, geom.ngroups, buffer_len
-    checkpoint = num_layers * H * P * N * _bytes(state_dtype)
-    ring = num_layers * (H * L * P * _bytes(act_dtype) + H * L * 4 + G * L * N * _bytes(act_dtype))
+    checkpoint = num_layers * block_bytes((geom.nheads, geom.headdim, geom.dstate), state_dtype)
+    ring = num_layers * ring_bytes(mamba2_ring_layout(geom, buffer_len, act_dtype))
     cursors = 4
     return {"checkpoint": checkpoint, "ring": ring, "cursors": cursors, "extra": ring + cursors,
             "total": checkpoint + ring + cursors}
@@ -179,9 +189,8 @@ def gdn_bytes_per_slot(geom: GDNGeometry, buffer_len: int, num_layers: int = 1,
                        state_dtype: torch.dtype = torch.float32,
                        ring_dtype: torch.dtype = torch.float32) -> Dict[str, int]:
     """Exact bytes one slot holds (see :func:`mamba2_bytes_per_slot`)."""
-    H, HV, K, V, L = geom.num_k_heads, geom.num_v_heads, geom.head_k_dim, geom.head_v_dim, buffer_len
-    checkpoint = num_layers * HV * V * K * _bytes(state_dtype)
-    ring = num_layers * ((HV * L * V + H * L * K) * _bytes(ring_dtype) + HV * L * 4)
+    checkpoint = num_layers * block_bytes((geom.num_v_heads, geom.head_v_dim, geom.head_k_dim), state_dtype)
+    ring = num_layers * ring_bytes(gdn_ring_layout(geom, buffer_len, ring_dtype))
     return {"checkpoint": checkpoint, "ring": ring, "cursors": 4, "extra": ring + 4, "total": checkpoint + ring + 4}
 
 

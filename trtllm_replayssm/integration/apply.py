@@ -24,7 +24,7 @@ from .switch import ReplayOptions
 log = logging.getLogger("trtllm_replayssm")
 REGISTRY = StateRegistry()
 _APPLIED: Dict[str, object] = {}
-ADAPTERS = {"era_v1_2": era_v1_2, "era_main": era_main}  # each: missing_features(cls), extend(...)
+ADAPTERS = {"era_v1_2": era_v1_2, "era_main": era_main}  # each: missing_features(cls, opts), extend(...)
 
 
 def apply_replayssm(models: Optional[Sequence[str]] = None, buffer_len: int = 16, route: str = "auto",

@@ -43,13 +43,13 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-import math
 import os
 from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from ..cache import GDNGeometry, Mamba2Geometry, RingLayout, gdn_ring_layout, mamba2_ring_layout
+from ..cache import (GDNGeometry, Mamba2Geometry, RingLayout, block_bytes, gdn_ring_layout,
+                     mamba2_ring_layout, ring_bytes)
 from .eras import UnsupportedTensorRTLLM
 from .hf_config import from_hf_config
 from .hooks import GDNVerifyCall, GDNVerifyScope, StateRegistry, make_gdn_verify_update
@@ -111,13 +111,9 @@ def ring_layout(geom, buffer_len: int, act_dtype: torch.dtype) -> RingLayout:
     return gdn_ring_layout(geom, buffer_len)
 
 
-def _block_bytes(block, dtype: torch.dtype) -> int:
-    return math.prod(block) * torch.empty((), dtype=dtype).element_size()
-
-
 def ring_bytes_per_slot(geom, buffer_len: int, act_dtype: torch.dtype) -> int:
     """One layer's ring bytes per slot."""
-    return sum(_block_bytes(block, dtype) for block, dtype in ring_layout(geom, buffer_len, act_dtype).values())
+    return ring_bytes(ring_layout(geom, buffer_len, act_dtype))
 
 
 def make_extension_class(base, buffer_config, data_role):
@@ -125,10 +121,11 @@ def make_extension_class(base, buffer_config, data_role):
     TensorRT-LLM) holding one manager's rings and cursors."""
 
     class ReplaySSMRings(base):
-        def __init__(self, opts: ReplayOptions, family: str, gdn_order: Optional[str], registry: StateRegistry):
+        def __init__(self, opts: ReplayOptions, family: str, gdn_order: Optional[str], registry: StateRegistry,
+                     spec: Optional[Tuple[int, int]]):
             self.opts, self.family, self.gdn_order, self.registry = opts, family, gdn_order, registry
             self.replay: Optional[ReplaySlots] = None
-            self.spec: Optional[Tuple[int, int]] = None  # (T, Bh) with speculative decoding, set by validate
+            self.spec = spec  # (T, Bh) with speculative decoding (:func:`spec_sizes` of the manager's spec_config)
             self.states: List[torch.Tensor] = []
             self._slot_of: Dict[int, int] = {}  # request id -> slot at its last scheduled step
             self._roles = {name: data_role(f"replayssm_{name}") for name in (*RING_NAMES[family], "cursor")}
@@ -142,7 +139,6 @@ def make_extension_class(base, buffer_config, data_role):
             return tuple(self._roles.values())
 
         def validate(self, context) -> None:
-            self.spec = spec_sizes(context.spec_config, self.opts)
             if context.stochastic_rounding:
                 raise UnsupportedTensorRTLLM("ReplaySSM does not round fp16 states stochastically; turn "
                                              "mamba_ssm_stochastic_rounding off or unset TRTLLM_REPLAYSSM")
@@ -161,7 +157,7 @@ def make_extension_class(base, buffer_config, data_role):
             # Every layer gets the same buffers (the first one's cursor mirror is used):
             # uniform layers keep V2 coalescing them as it does the states. Sizes are the
             # blocks' exact bytes: V2 lays a role's pages at that size (times its scale).
-            configs = [buffer_config(role=self._roles[name], size=_block_bytes(block, dtype))
+            configs = [buffer_config(role=self._roles[name], size=block_bytes(block, dtype))
                        for name, (block, dtype) in self._layout(context).items()]
             configs.append(buffer_config(role=self._roles["cursor"], size=CURSOR_BLOCK * 4))
             return tuple(configs)
@@ -379,9 +375,9 @@ def extend(manager_cls, opts: ReplayOptions, registry: StateRegistry, gdn_order:
 
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
-        extensions = tuple(kwargs.pop("aux_cache_extensions", ()))
-        kwargs["aux_cache_extensions"] = (*extensions, extension_cls(opts, family, gdn_order, registry))
         spec = spec_sizes(kwargs.get("spec_config"), opts)
+        extensions = tuple(kwargs.pop("aux_cache_extensions", ()))
+        kwargs["aux_cache_extensions"] = (*extensions, extension_cls(opts, family, gdn_order, registry, spec))
         if spec is not None:
             if kwargs.get("state_update_strategy") is not None:
                 raise UnsupportedTensorRTLLM("ReplaySSM's speculative path replaces the manager's state-update "
@@ -430,29 +426,33 @@ def patch_gdn_verify(registry: StateRegistry) -> List[str]:
     gdn.fused_recurrent_gated_delta_rule_update = make_gdn_verify_update(gdn.fused_recurrent_gated_delta_rule_update,
                                                                          registry, scope)
     layer_cls = getattr(gdn, GDN_VERIFY[1])
-    decode, extend_ = layer_cls.forward_decode, layer_cls.forward_extend
 
-    @functools.wraps(decode)
-    def forward_decode(self, conv_states, ssm_states, *args, is_target_verify=False, **kwargs):
-        if not is_target_verify:
-            return decode(self, conv_states, ssm_states, *args, is_target_verify=is_target_verify, **kwargs)
-        n = kwargs["num_decodes"]
-        call = GDNVerifyCall(ssm_states, kwargs["cache_indices"][:n], kwargs["a"], kwargs["b"], self.A_log,
-                             self.dt_bias)
-        with scope.active(call):
-            return decode(self, conv_states, ssm_states, *args, is_target_verify=is_target_verify, **kwargs)
+    def scoped(forward, verify_call):
+        """``forward`` run inside the scope of ``verify_call(layer, ssm_states, kwargs)``
+        (None: no verify rows in this call)."""
 
-    @functools.wraps(extend_)
-    def forward_extend(self, conv_states, ssm_states, *args, is_target_verify=False, **kwargs):
-        if not is_target_verify or kwargs.get("num_decode_tokens", 0) == 0:
-            return extend_(self, conv_states, ssm_states, *args, is_target_verify=is_target_verify, **kwargs)
-        p = kwargs["num_prefill_tokens"]
-        call = GDNVerifyCall(ssm_states, kwargs["state_indices_d"], kwargs["a"][p:], kwargs["b"][p:], self.A_log,
-                             self.dt_bias)
-        with scope.active(call):
-            return extend_(self, conv_states, ssm_states, *args, is_target_verify=is_target_verify, **kwargs)
+        @functools.wraps(forward)
+        def wrapped(self, conv_states, ssm_states, *args, is_target_verify=False, **kwargs):
+            call = verify_call(self, ssm_states, kwargs) if is_target_verify else None
+            if call is None:
+                return forward(self, conv_states, ssm_states, *args, is_target_verify=is_target_verify, **kwargs)
+            with scope.active(call):
+                return forward(self, conv_states, ssm_states, *args, is_target_verify=is_target_verify, **kwargs)
 
-    layer_cls.forward_decode, layer_cls.forward_extend = forward_decode, forward_extend
+        return wrapped
+
+    def decode_call(layer, ssm_states, kw):
+        return GDNVerifyCall(ssm_states, kw["cache_indices"][:kw["num_decodes"]], kw["a"], kw["b"], layer.A_log,
+                             layer.dt_bias)
+
+    def extend_call(layer, ssm_states, kw):
+        if kw.get("num_decode_tokens", 0) == 0:
+            return None
+        p = kw["num_prefill_tokens"]
+        return GDNVerifyCall(ssm_states, kw["state_indices_d"], kw["a"][p:], kw["b"][p:], layer.A_log, layer.dt_bias)
+
+    layer_cls.forward_decode = scoped(layer_cls.forward_decode, decode_call)
+    layer_cls.forward_extend = scoped(layer_cls.forward_extend, extend_call)
     return [f"{GDN_MIXER}.{GDN_VERIFY[0]}", f"{GDN_MIXER}.{GDN_VERIFY[1]}.forward_decode / forward_extend"]
 
 

@@ -165,10 +165,7 @@ class ReplaySlots:
     def after_step(self, state_batch_indices: torch.Tensor, batch: Optional[int] = None) -> None:
         """Once per decode step, after every layer ran: cursors move on the device."""
         self.rings.advance(state_batch_indices, route=self._step_route, pad_slot_id=self.pad_slot_id, batch=batch)
-        if batch is None or batch == state_batch_indices.shape[0]:
-            self._mirror(state_batch_indices)
-        else:
-            self._mirror(state_batch_indices[:batch])
+        self._mirror(state_batch_indices if batch is None else state_batch_indices[:batch])
 
     def _route_for_step(self, measured) -> str:
         """The route of this step (every layer of a step has the same batch, so the same

@@ -28,11 +28,10 @@ def replay_memory(m: SSMModel, max_batch: int, buffer_len: int, state_dtype: str
         per = gdn_bytes_per_slot(m.geom, ring_len, m.num_ssm_layers, DTYPES[state_dtype], torch.float32)
     else:
         per = mamba2_bytes_per_slot(m.geom, ring_len, m.num_ssm_layers, DTYPES[state_dtype], DTYPES[ring_dtype])
+    extra_totals = {}
     if spec_tokens is not None:
         more = 4 + 1  # origin (int32), is_flush (int8)
         per = {**per, "cursors": per["cursors"] + more, "extra": per["extra"] + more, "total": per["total"] + more}
-    out = {**{f"{k}_per_slot": v for k, v in per.items()}, "ring_len": ring_len,
-           "extra_total": per["extra"] * max_batch, "checkpoint_total": per["checkpoint"] * max_batch}
-    if spec_tokens is not None:
-        out["standard_spec_total"] = spec_tokens * per["checkpoint"] * max_batch
-    return out
+        extra_totals["standard_spec_total"] = spec_tokens * per["checkpoint"] * max_batch
+    return {**{f"{k}_per_slot": v for k, v in per.items()}, "ring_len": ring_len,
+            "extra_total": per["extra"] * max_batch, "checkpoint_total": per["checkpoint"] * max_batch, **extra_totals}

@@ -45,7 +45,7 @@ MAMBA2_SPEC_CANDIDATES = [LaunchConfig(b, w) for b, w in [(16, 1), (32, 2), (64,
     [LaunchConfig(b, w, heads_per_prog=h, split_fold=1)
      for b, w, h in [(16, 1, 4), (16, 1, 8), (16, 1, 16), (32, 2, 8), (32, 2, 16)]]
 GDN_SPEC_CANDIDATES = [LaunchConfig(b, w) for b, w in [(16, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8)]] + \
-    [LaunchConfig(b, w, split_fold=1) for b, w in [(16, 4), (32, 4), (32, 8), (64, 8)]]
+    [LaunchConfig(b, w, split_fold=1) for b, w in [(16, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8)]]
 
 
 def spec_candidates(geom: Union[Mamba2Geometry, GDNGeometry]) -> list:

@@ -24,8 +24,8 @@ import triton
 import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_last_dim_contiguous, check_slot_major, check_tensor
-from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, even_tile, exact_in_tf32, load_ring_history,
-                      load_spec_row, small_matmul, store_nan_tokens, tile_masks)
+from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, load_spec_row,
+                      ring_positions, small_matmul, store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel
 from ..mamba2.spec import AFTER_FOLD, BOTH, FOLD_ONLY, _check_cursors, _check_spec_sizes, ring_capacity
 from .step_inputs import parse_gdn_step
@@ -53,7 +53,7 @@ def _gdn_spec_verify_kernel(
     USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
     BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr, BUF: tl.constexpr, BLOCK_L: tl.constexpr,
     USE_DOT: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
-    PHASE: tl.constexpr, EVEN_TILE: tl.constexpr,
+    PHASE: tl.constexpr, EVEN_TILE: tl.constexpr, K_CHUNK: tl.constexpr = 32,
 ):
     pid_v = tl.program_id(0)
     hv = tl.program_id(1)
@@ -80,69 +80,117 @@ def _gdn_spec_verify_kernel(
     n_hist = wp
     if PHASE == AFTER_FOLD:  # the flush rows' history is in the checkpoint already
         n_hist = tl.where(is_flush, 0, wp)
+    fold = False
+    if PHASE != AFTER_FOLD:
+        fold = is_flush
     h = hv // v_heads_per_k_head
-
-    # Drafts: normalised q (scaled) and k [T, K], v [V, T], gates [T].
-    mask_tk = mask_t[:, None] & mask_k[None, :]
-    Q = tl.load(q_ptr + pid_b * stride_q_b + offs_t[:, None] * stride_q_t + h * stride_q_h + offs_k[None, :],
-                mask=mask_tk, other=0.0).to(tl.float32)
-    Kd = tl.load(k_ptr + pid_b * stride_k_b + offs_t[:, None] * stride_k_t + h * stride_k_h + offs_k[None, :],
-                 mask=mask_tk, other=0.0).to(tl.float32)
-    if USE_QK_L2NORM:
-        Q = Q * tl.rsqrt(tl.sum(Q * Q, axis=1) + 1e-6)[:, None]
-        Kd = Kd * tl.rsqrt(tl.sum(Kd * Kd, axis=1) + 1e-6)[:, None]
-    Q = Q * scale
-    Vd = tl.load(v_ptr + pid_b * stride_v_b + offs_t[None, :] * stride_v_t + hv * stride_v_h + offs_v[:, None],
-                 mask=mask_v[:, None] & mask_t[None, :], other=0.0).to(tl.float32)  # [V, T]
-    xg = (tl.load(a_ptr + pid_b * stride_a_b + offs_t * stride_a_t + hv * stride_a_h, mask=mask_t, other=0.0)
-          .to(tl.float32) + tl.load(dt_bias_ptr + hv).to(tl.float32))
-    sp = tl.where(softplus_beta * xg <= softplus_threshold, tl.log(1.0 + tl.exp(softplus_beta * xg)) / softplus_beta, xg)
-    g_dr = tl.where(mask_t, -tl.exp(tl.load(A_log_ptr + hv).to(tl.float32)) * sp, 0.0)
-    beta = tl.where(mask_t, tl.sigmoid(tl.load(b_ptr + pid_b * stride_b_b + offs_t * stride_b_t + hv * stride_b_h,
-                                               mask=mask_t, other=0.0).to(tl.float32)), 0.0)
-    A_t = tl.cumsum(g_dr, axis=0)
 
     dr_base = d_ring_ptr + slot * stride_dr_slot + hv * stride_dr_h
     kr_base = k_ring_ptr + slot * stride_kr_slot + h * stride_kr_h
     gr_base = g_ring_ptr + slot * stride_gr_slot + hv * stride_gr_h
-    # The committed history as whole tiles gathered through the circular index (all loads
-    # independent, issued together), and the checkpoint.
-    mask_l, g_hist, D_hist, K_hist = load_ring_history(gr_base, dr_base, stride_dr_l, offs_v, mask_v, kr_base,
-                                                       stride_kr_l, offs_k, mask_k, origin, n_hist, BUF, BLOCK_L)  # [V|L|K]
-    state_ptrs = (state_ptr + slot * stride_state_slot + hv * stride_state_h
-                  + offs_v[:, None] * stride_state_v + offs_k[None, :])
-    mask_vk = mask_v[:, None] & mask_k[None, :]
-    S0 = tl.load(state_ptrs, mask=mask_vk, other=0.0).to(tl.float32)
+    offs_l, phys_l = ring_positions(origin, BUF, BLOCK_L)
+    mask_l = offs_l < n_hist
+    # The committed history's decays and corrected values [V, L], weighted by exp(G - G_j).
+    g_hist = tl.load(gr_base + phys_l, mask=mask_l, other=0.0)
     G = tl.sum(g_hist, axis=0)
-    decay = tl.where(mask_l, tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0)), 0.0)  # exp(G - G_j)
-    if PHASE != AFTER_FOLD:
-        if is_flush:
-            # Fold the committed history into the checkpoint and store it; the drafts then
-            # stand on it alone.
-            S0 = tl.exp(G) * S0 + small_matmul(D_hist * decay[None, :], K_hist, USE_DOT, EXACT_B, DOT_PRECISION,
-                                                  ONE_PASS_PRECISION)
-            tl.store(state_ptrs, S0.to(state_ptr.dtype.element_ty), mask=mask_vk)
-            G = G * 0.0
-            decay = decay * 0.0
-    if PHASE != FOLD_ONLY:
-        # S_h k_t and S_h q_t for every draft position: [V, T] each.
-        SK = tl.zeros((BLOCK_V, BLOCK_T), tl.float32)
-        SQ = tl.zeros((BLOCK_V, BLOCK_T), tl.float32)
-        for t in tl.static_range(BLOCK_T):
-            sel = offs_t[:, None] == t
-            k_t = tl.sum(tl.where(sel, Kd, 0.0), axis=0)
-            q_t = tl.sum(tl.where(sel, Q, 0.0), axis=0)
-            col = offs_t[None, :] == t
-            sk = tl.exp(G) * tl.sum(S0 * k_t[None, :], axis=1) \
-                + tl.sum(D_hist * (decay * tl.sum(K_hist * k_t[None, :], axis=1))[None, :], axis=1)
-            sq = tl.exp(G) * tl.sum(S0 * q_t[None, :], axis=1) \
-                + tl.sum(D_hist * (decay * tl.sum(K_hist * q_t[None, :], axis=1))[None, :], axis=1)
-            SK += tl.where(col, sk[:, None], 0.0)
-            SQ += tl.where(col, sq[:, None], 0.0)
+    decay = tl.where(mask_l, tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0)), 0.0)
+    D_w = tl.load(dr_base + phys_l[None, :] * stride_dr_l + offs_v[:, None], mask=mask_v[:, None] & mask_l[None, :],
+                  other=0.0).to(tl.float32) * decay[None, :]
 
-        # (I + M) d = r, M[t, s] = beta_t exp(A_t - A_s) (k_s . k_t) for s < t.
-        KK = tl.sum(Kd[:, None, :] * Kd[None, :, :], axis=2)  # [t, s] = k_t . k_s
-        QK = tl.sum(Q[:, None, :] * Kd[None, :, :], axis=2)  # [t, s] = q_t . k_s
+    # The drafts' inverse L2 norms [T] (whole rows of k and q); the products below are
+    # taken with the raw rows and scaled by these at the end.
+    mask_tk = mask_t[:, None] & mask_k[None, :]
+    k_rows = k_ptr + pid_b * stride_k_b + offs_t[:, None] * stride_k_t + h * stride_k_h  # [T, 1]
+    inv_k = tl.zeros((BLOCK_T,), tl.float32) + 1.0
+    inv_q = tl.zeros((BLOCK_T,), tl.float32) + scale
+    if USE_QK_L2NORM:
+        Kf = tl.load(k_rows + offs_k[None, :], mask=mask_tk, other=0.0).to(tl.float32)
+        inv_k = tl.rsqrt(tl.sum(Kf * Kf, axis=1) + 1e-6)
+        if PHASE != FOLD_ONLY:
+            Qf = tl.load(q_ptr + pid_b * stride_q_b + offs_t[:, None] * stride_q_t + h * stride_q_h + offs_k[None, :],
+                         mask=mask_tk, other=0.0).to(tl.float32)
+            inv_q = inv_q * tl.rsqrt(tl.sum(Qf * Qf, axis=1) + 1e-6)
+
+    # The state streams through in chunks of K_CHUNK key columns; per chunk and draft t, on
+    # fp32 FMAs in the chunk's own layout: S_0 k_t, S_0 q_t [V], the history's keys
+    # against k_t and q_t [L], and the drafts' k_s . k_t, q_s . k_t [T]. (On tl.dot in
+    # fp32-accurate tf32x3 the operands' trips through shared memory bound the kernel at
+    # ~10% of copy bandwidth.) A flush row also folds the chunk, exp(G) S_0 + D_w K_hist,
+    # and stores it. Then, with S_h the state after the committed history,
+    # S_h k_t = exp(G) S_0 k_t + D_w (K_hist k_t), and the same for q_t.
+    SK = tl.zeros((BLOCK_V, BLOCK_T), tl.float32)  # [v, t] = (S_0 k_t)_v
+    SQ = tl.zeros((BLOCK_V, BLOCK_T), tl.float32)  # [v, t] = (S_0 q_t)_v
+    HK = tl.zeros((BLOCK_L, BLOCK_T), tl.float32)  # [j, t] = k_j . k_t over the history
+    HQ = tl.zeros((BLOCK_L, BLOCK_T), tl.float32)  # [j, t] = k_j . q_t
+    KK = tl.zeros((BLOCK_T, BLOCK_T), tl.float32)  # [t, s] = k_t . k_s
+    QK = tl.zeros((BLOCK_T, BLOCK_T), tl.float32)  # [t, s] = q_t . k_s
+    state_base = state_ptr + slot * stride_state_slot + hv * stride_state_h + offs_v[:, None] * stride_state_v
+    for c in tl.range(0, BLOCK_K // K_CHUNK):
+        offs_c = c * K_CHUNK + tl.arange(0, K_CHUNK)
+        mask_c = dim_mask(offs_c, head_k_dim, EVEN_TILE)
+        mask_vc = mask_v[:, None] & mask_c[None, :]
+        mask_tc = mask_t[:, None] & mask_c[None, :]
+        S = tl.load(state_base + offs_c[None, :], mask=mask_vc, other=0.0).to(tl.float32)
+        K_hist = tl.load(kr_base + phys_l[:, None] * stride_kr_l + offs_c[None, :],
+                         mask=mask_l[:, None] & mask_c[None, :], other=0.0).to(tl.float32)  # [L, K_CHUNK]
+        Kc = tl.load(k_rows + offs_c[None, :], mask=mask_tc, other=0.0).to(tl.float32)  # [T, K_CHUNK], raw
+        if fold:
+            S_h = tl.exp(G) * S + small_matmul(D_w, K_hist, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+            tl.store(state_base + offs_c[None, :], S_h.to(state_ptr.dtype.element_ty), mask=mask_vc)
+        if PHASE != FOLD_ONLY:
+            Qc = tl.load(q_ptr + pid_b * stride_q_b + offs_t[:, None] * stride_q_t + h * stride_q_h + offs_c[None, :],
+                         mask=mask_tc, other=0.0).to(tl.float32)
+            for t in tl.static_range(BLOCK_T):
+                # Draft t's raw k and q chunks [K_CHUNK], loaded again as vectors (cache
+                # hits) rather than cut out of the tiles across threads.
+                k_t = tl.load(k_ptr + pid_b * stride_k_b + t * stride_k_t + h * stride_k_h + offs_c,
+                              mask=mask_c & (t < num_tokens), other=0.0).to(tl.float32)
+                q_t = tl.load(q_ptr + pid_b * stride_q_b + t * stride_q_t + h * stride_q_h + offs_c,
+                              mask=mask_c & (t < num_tokens), other=0.0).to(tl.float32)
+                col = offs_t[None, :] == t
+                SK += tl.where(col, tl.sum(S * k_t[None, :], axis=1)[:, None], 0.0)
+                SQ += tl.where(col, tl.sum(S * q_t[None, :], axis=1)[:, None], 0.0)
+                HK += tl.where(col, tl.sum(K_hist * k_t[None, :], axis=1)[:, None], 0.0)
+                HQ += tl.where(col, tl.sum(K_hist * q_t[None, :], axis=1)[:, None], 0.0)
+                KK += tl.where(col, tl.sum(Kc * k_t[None, :], axis=1)[:, None], 0.0)  # column t: k_. . k_t
+                QK += tl.where(col, tl.sum(Qc * k_t[None, :], axis=1)[:, None], 0.0)  # column t: q_. . k_t
+            if pid_v == 0:
+                if hv % v_heads_per_k_head == 0:  # one value head per key head appends the shared k
+                    phys_t = (origin + wp + offs_t) & (BUF - 1)
+                    tl.store(kr_base + phys_t[:, None] * stride_kr_l + offs_c[None, :],
+                             (Kc * inv_k[:, None]).to(k_ring_ptr.dtype.element_ty), mask=mask_tc)
+
+    if PHASE != FOLD_ONLY:
+        # Normalise, and add the history's part through its weighted corrected values.
+        HK = HK * inv_k[None, :]
+        HQ = HQ * inv_q[None, :]
+        SK = tl.exp(G) * SK * inv_k[None, :]
+        SQ = tl.exp(G) * SQ * inv_q[None, :]
+        for t in tl.static_range(BLOCK_T):
+            col = offs_t[None, :] == t
+            hk_t = tl.sum(tl.where(col, HK, 0.0), axis=1)  # [L]
+            hq_t = tl.sum(tl.where(col, HQ, 0.0), axis=1)
+            SK += tl.where(col, tl.sum(D_w * hk_t[None, :], axis=1)[:, None], 0.0)
+            SQ += tl.where(col, tl.sum(D_w * hq_t[None, :], axis=1)[:, None], 0.0)
+        KK = KK * inv_k[:, None] * inv_k[None, :]
+        QK = QK * inv_q[:, None] * inv_k[None, :]
+
+        # Drafts' values [V, T] and gates [T].
+        mask_vt = mask_v[:, None] & mask_t[None, :]
+        Vd = tl.load(v_ptr + pid_b * stride_v_b + offs_t[None, :] * stride_v_t + hv * stride_v_h + offs_v[:, None],
+                     mask=mask_vt, other=0.0).to(tl.float32)
+        xg = (tl.load(a_ptr + pid_b * stride_a_b + offs_t * stride_a_t + hv * stride_a_h, mask=mask_t, other=0.0)
+              .to(tl.float32) + tl.load(dt_bias_ptr + hv).to(tl.float32))
+        sp = tl.where(softplus_beta * xg <= softplus_threshold,
+                      tl.log(1.0 + tl.exp(softplus_beta * xg)) / softplus_beta, xg)
+        g_dr = tl.where(mask_t, -tl.exp(tl.load(A_log_ptr + hv).to(tl.float32)) * sp, 0.0)
+        beta = tl.where(mask_t, tl.sigmoid(tl.load(b_ptr + pid_b * stride_b_b + offs_t * stride_b_t
+                                                   + hv * stride_b_h, mask=mask_t, other=0.0).to(tl.float32)), 0.0)
+        A_t = tl.cumsum(g_dr, axis=0)
+
+        # (I + M) d = r with M[t, s] = beta_t exp(A_t - A_s) (k_s . k_t) for s < t, and
+        # r_t = beta_t (v_t - exp(A_t) S_h k_t). M is nilpotent (T <= 8), so
+        # (I + M)^-1 = (I - M)(I + M^2)(I + M^4).
         diff = A_t[:, None] - A_t[None, :]
         lower = offs_t[None, :] < offs_t[:, None]
         M = tl.where(lower, beta[:, None] * tl.exp(tl.minimum(diff, 0.0)) * KK, 0.0)
@@ -152,23 +200,19 @@ def _gdn_spec_verify_kernel(
         Inv = _matmul_tt(_matmul_tt(eye - M, eye + M2), eye + M4)
         R = beta[None, :] * (Vd - tl.exp(A_t)[None, :] * SK)  # [V, T]
         Dd = tl.sum(R[:, None, :] * Inv[None, :, :], axis=2)  # d[:, t] = sum_s Inv[t, s] r[:, s]
-        W = tl.where(offs_t[None, :] <= offs_t[:, None], tl.exp(tl.minimum(diff, 0.0)) * QK, 0.0)  # [t, s], s <= t
+        # o_t = exp(A_t) S_h q_t + sum_{s <= t} exp(A_t - A_s) (q_t . k_s) d_s
+        W = tl.where(offs_t[None, :] <= offs_t[:, None], tl.exp(tl.minimum(diff, 0.0)) * QK, 0.0)  # [t, s]
         O = tl.exp(A_t)[None, :] * SQ + tl.sum(Dd[:, None, :] * W[None, :, :], axis=2)  # [V, T]
 
-        # Append the drafts (logical wp + t) for later steps.
-        for t in tl.static_range(BLOCK_T):
-            if t < num_tokens:
-                phys = (origin + wp + t) & (BUF - 1)
-                d_t = tl.sum(tl.where(offs_t[None, :] == t, Dd, 0.0), axis=1)
-                tl.store(dr_base + phys * stride_dr_l + offs_v, d_t.to(d_ring_ptr.dtype.element_ty), mask=mask_v)
-                if pid_v == 0:
-                    tl.store(gr_base + phys, tl.sum(tl.where(offs_t == t, g_dr, 0.0), axis=0))
-                    if hv % v_heads_per_k_head == 0:
-                        k_t = tl.sum(tl.where(offs_t[:, None] == t, Kd, 0.0), axis=0)
-                        tl.store(kr_base + phys * stride_kr_l + offs_k, k_t.to(k_ring_ptr.dtype.element_ty),
-                                 mask=mask_k)
+        # Append the drafts' corrected values and gates (logical wp + t; the keys went in
+        # with the chunks); reads stop at wp, so they never meet these writes.
+        phys_t = (origin + wp + offs_t) & (BUF - 1)
+        tl.store(dr_base + phys_t[None, :] * stride_dr_l + offs_v[:, None], Dd.to(d_ring_ptr.dtype.element_ty),
+                 mask=mask_vt)
+        if pid_v == 0:
+            tl.store(gr_base + phys_t, g_dr, mask=mask_t)
         tl.store(out_ptr + pid_b * stride_out_b + offs_t[None, :] * stride_out_t + hv * stride_out_h + offs_v[:, None],
-                 O.to(out_ptr.dtype.element_ty), mask=mask_v[:, None] & mask_t[None, :])
+                 O.to(out_ptr.dtype.element_ty), mask=mask_vt)
 
 
 def gdn_replayssm_spec_decode(
@@ -215,6 +259,7 @@ def gdn_replayssm_spec_decode(
         return out
     cfg = config or GDN_SPEC_CONFIG
     block_v, block_k = min(cfg.block_p, triton.next_power_of_2(V)), triton.next_power_of_2(K)
+    use_dot = min(block_v, block_k) >= 16
     for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
         launch_kernel(_gdn_spec_verify_kernel, (triton.cdiv(V, block_v), HV, Bsz),
             state, d_ring, k_ring, g_ring, write_pos, origin, is_flush, q, k, v, a, b, A_log, dt_bias, out,
@@ -228,8 +273,8 @@ def gdn_replayssm_spec_decode(
             out.stride(0), out.stride(1), out.stride(2), step.scale, step.softplus_beta, step.softplus_threshold,
             USE_QK_L2NORM=step.use_qk_l2norm, HAS_SLOT_IDX=initial_state_indices is not None, BLOCK_V=block_v,
             BLOCK_K=block_k, BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf, BLOCK_L=max(16, buf),
-            USE_DOT=min(block_v, block_k) >= 16, EXACT_B=exact_in_tf32(k_ring.dtype),
+            USE_DOT=use_dot, EXACT_B=exact_in_tf32(k_ring.dtype),
             DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, PHASE=phase.value,
-            EVEN_TILE=even_tile(V, block_v, K, block_k), num_warps=cfg.num_warps,
+            EVEN_TILE=even_tile(V, block_v, K, block_k), K_CHUNK=min(32, block_k), num_warps=cfg.num_warps,
         )
     return out

@@ -44,9 +44,7 @@ def _gdn_update_kernel(
     if is_bad:
         store_nan_output(out_ptr, offs_v, mask_v, pid_b, hv, stride_out_b, stride_out_h)
         return
-    if cursor_out_of_range(write_pos_ptr, slot, buffer_len, HAS_CURSOR):
-        store_nan_output(out_ptr, offs_v, mask_v, pid_b, hv, stride_out_b, stride_out_h)
-        return
+    bad_cursor = cursor_out_of_range(write_pos_ptr, slot, buffer_len, HAS_CURSOR)  # masks the stores below
     state_ptrs = state_tile_ptrs(state_ptr + slot * stride_state_slot + hv * stride_state_h, offs_v, offs_k,
                                  stride_state_row, V_INNER)
     mask_vk = mask_v[:, None] & mask_k[None, :]
@@ -59,7 +57,8 @@ def _gdn_update_kernel(
                          stride_b_h, softplus_beta, softplus_threshold)
 
     S, o = delta_rule_step(S, q, k, v, tl.exp(g), beta)
-    tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_vk)
+    tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_vk & ~bad_cursor)
+    o = tl.where(bad_cursor, float("nan"), o)
     tl.store(out_ptr + pid_b * stride_out_b + hv * stride_out_h + offs_v, o.to(out_ptr.dtype.element_ty), mask=mask_v)
 
 

@@ -47,9 +47,7 @@ def _selective_state_update_kernel(
     if is_bad:
         store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
         return
-    if cursor_out_of_range(write_pos_ptr, slot, buffer_len, HAS_CURSOR):
-        store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
-        return
+    bad_cursor = cursor_out_of_range(write_pos_ptr, slot, buffer_len, HAS_CURSOR)  # masks the stores below
     g = pid_h // heads_per_group
 
     state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
@@ -64,8 +62,8 @@ def _selective_state_update_kernel(
     C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
 
     S = S * tl.exp(A * dt) + (dt * x)[:, None] * B[None, :]
-    tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
-    y = tl.sum(S * C[None, :], axis=1)
+    tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn & ~bad_cursor)
+    y = tl.where(bad_cursor, float("nan"), tl.sum(S * C[None, :], axis=1))
     finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
                   stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
 

@@ -115,15 +115,15 @@ def main() -> None:
         base_us = cycle_us["standard"]
         route = min(ROUTES, key=cycle_us.__getitem__)
         if L == args.buffer_len:  # the dispatcher's table is for the default L
-            update_table(table, batch, lambda k: launch_table.table_key(k, case.state_dtype, case.act_dtype,
-                                                                        case.geom.headdim, case.geom.dstate),
-                         best, route)
+            update_table(table, batch, case.geom.nheads,
+                         lambda k: launch_table.table_key(k, case.state_dtype, case.act_dtype, case.geom.headdim,
+                                                          case.geom.dstate), best, route)
             table_path.parent.mkdir(parents=True, exist_ok=True)
             table_path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
             launch_table._load_table.cache_clear()
             # The dispatcher reads the package's table: time it only where that is the one written.
             auto_route = launch_table.select_route(arch, case.state_dtype, case.act_dtype, case.geom.headdim,
-                                                   case.geom.dstate, batch)
+                                                   case.geom.dstate, batch, nheads=case.geom.nheads)
             cycle_us["auto"] = rig.time_cycle_us(Launch(auto_route), args.replays)
             launches["auto"] = Launch(auto_route)
 

@@ -21,6 +21,7 @@ def test_table_covers_benchmarked_shapes():
             for kernel in ("standard", "output_only", "fold", "state_and_output", "always_flush", "route"):
                 rows = table[launch.table_key(kernel, sd, torch.bfloat16, P, 128)]
                 assert [r["batch"] for r in rows] == [1, 8, 32, 128, 256, 512]
+                assert [r["head_rows"] for r in rows] == [b * (128 if P == 64 else 96) for b in (1, 8, 32, 128, 256, 512)]
 
 
 def test_routes_in_table_are_known():
@@ -48,3 +49,17 @@ def test_unknown_device_falls_back(arch):
     assert launch.select_route(arch, torch.float32, torch.float32, 16, 16, 4) == "output_only"
     cfg = launch.select_config("output_only", arch, torch.float32, torch.float32, 80, 128, 4)
     assert cfg == launch.default_config("output_only", 80, 4)
+
+
+def test_rows_carry_their_work_and_models_of_one_head_shape_keep_their_routes():
+    """Qwen3.5-4B (32 value heads) and -122B (64) share the GDN key (K = V = 128): the
+    dispatcher matches batch x heads, so at batch 8 each gets the route measured for it
+    (the 4B's standard step; the 122B's replay), not whichever model wrote the table last."""
+    gdn = json.loads(resources.files("trtllm_replayssm").joinpath("tuned/gdn_sm90.json").read_text())
+    for table in (_table(), gdn):
+        for rows in table.values():
+            assert all(r["head_rows"] % r["batch"] == 0 for r in rows)
+    route = lambda nheads: launch.select_route("sm90", torch.float32, torch.bfloat16, 128, 128, 8, family="gdn",
+                                               nheads=nheads)
+    assert route(32) == "standard_step"
+    assert route(64) == "output_only"

@@ -169,7 +169,7 @@ def _mamba2_calls(geom, state_dtype, act_dtype, batch, L, has_z, force_flush, ro
     cache = Mamba2ReplayCache(geom, 1, batch + 1, L, state_dtype, act_dtype, META)
 
     def cfg(kernel):
-        return select_config(kernel, arch, state_dtype, act_dtype, P, N, batch)
+        return select_config(kernel, arch, state_dtype, act_dtype, P, N, batch, nheads=geom.nheads)
 
     if route == "standard":
         return lambda: selective_state_update(cache.ssm_state[0], **step, config=cfg("standard"))
@@ -193,7 +193,7 @@ def _gdn_calls(geom, state_dtype, act_dtype, batch, L, force_flush, route, arch)
     cache = GDNReplayCache(geom, 1, batch + 1, L, state_dtype, device=META)
 
     def cfg(kernel):
-        return select_config(kernel, arch, state_dtype, act_dtype, V, K, batch, family="gdn")
+        return select_config(kernel, arch, state_dtype, act_dtype, V, K, batch, family="gdn", nheads=HV)
 
     if route == "standard":
         return lambda: fused_sigmoid_gating_delta_rule_update(cache.ssm_state[0], **step, config=cfg("standard"))

@@ -22,12 +22,18 @@ def git_commit() -> str:
         return "unknown"
 
 
-def update_table(table: dict, batch: int, key_of: Callable[[str], str], best: Dict[str, Dict], route: str) -> None:
+def update_table(table: dict, batch: int, nheads: int, key_of: Callable[[str], str], best: Dict[str, Dict],
+                 route: str) -> None:
     """Record one case's winners (``best[kernel]["config"]``, ``["us"]``) and its route at
-    this batch size, replacing an older entry; ``key_of(kernel)`` is the table key."""
+    this batch size and head count, replacing an older entry of the same work
+    (``head_rows`` = batch x heads, what the dispatcher matches); ``key_of(kernel)`` is the
+    table key."""
+    head_rows = batch * nheads
+
     def put(kernel, entry):
-        rows = [e for e in table.get(key_of(kernel), []) if e["batch"] != batch]
-        table[key_of(kernel)] = sorted(rows + [{"batch": batch, **entry}], key=lambda e: e["batch"])
+        rows = [e for e in table.get(key_of(kernel), []) if e.get("head_rows") != head_rows]
+        table[key_of(kernel)] = sorted(rows + [{"batch": batch, "head_rows": head_rows, **entry}],
+                                       key=lambda e: e["head_rows"])
 
     for kernel, b in best.items():
         put(kernel, {**b["config"].to_dict(), "us": round(b["us"], 2)})

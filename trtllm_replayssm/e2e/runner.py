@@ -19,7 +19,9 @@ def resolve_route(cfg, batch: int, state_dtype: torch.dtype, act_dtype: torch.dt
     """The dispatcher's route for this model's SSM layers at this batch size."""
     g = cfg.ssm
     inner = (g.head_v_dim, g.head_k_dim) if cfg.family == "gdn" else (g.headdim, g.dstate)
-    return select_route(device_arch(torch.device(device)), state_dtype, act_dtype, *inner, batch, family=cfg.family)
+    nheads = g.num_v_heads if cfg.family == "gdn" else g.nheads
+    return select_route(device_arch(torch.device(device)), state_dtype, act_dtype, *inner, batch, family=cfg.family,
+                        nheads=nheads)
 
 
 class DecodeRunner:

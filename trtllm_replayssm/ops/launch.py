@@ -79,14 +79,22 @@ def table_key(kernel: str, state_dtype: torch.dtype, act_dtype: torch.dtype, hea
     return f"{kernel}|{_dtype_key(state_dtype)}|{_dtype_key(act_dtype)}|P{headdim}|N{dstate}"
 
 
-def _lookup(arch: str, key: str, batch: int, family: str = "mamba2") -> Optional[dict]:
-    """Entry measured at the nearest batch size (in log scale) for this key."""
+def _lookup(arch: str, key: str, batch: int, family: str = "mamba2", nheads: Optional[int] = None) -> Optional[dict]:
+    """Entry measured nearest (in log scale) to this work. Rows carry ``head_rows``, the
+    (batch row, head) pairs a step runs, which the grid and the bytes scale with: models
+    of one head shape but other head counts (Qwen3.5-4B and -122B) share a key, and a
+    batch size alone would give one model's routes to the other. Without ``nheads`` (or
+    for rows measured before ``head_rows`` was kept) the batch size is matched."""
     rows = _load_table(arch, family).get(key)
     if not rows:
         return None
     import math
 
-    return min(rows, key=lambda r: abs(math.log2(r["batch"]) - math.log2(max(batch, 1))))
+    if nheads is not None and all("head_rows" in r for r in rows):
+        size, of = batch * nheads, (lambda r: r["head_rows"])
+    else:
+        size, of = batch, (lambda r: r["batch"])
+    return min(rows, key=lambda r: abs(math.log2(of(r)) - math.log2(max(size, 1))))
 
 
 def default_config(kernel: str, headdim: int, batch: int) -> LaunchConfig:
@@ -95,21 +103,23 @@ def default_config(kernel: str, headdim: int, batch: int) -> LaunchConfig:
 
 
 def select_config(kernel: str, arch: str, state_dtype: torch.dtype, act_dtype: torch.dtype,
-                  headdim: int, dstate: int, batch: int, family: str = "mamba2") -> LaunchConfig:
+                  headdim: int, dstate: int, batch: int, family: str = "mamba2",
+                  nheads: Optional[int] = None) -> LaunchConfig:
     """Config for ``kernel`` in {standard, output_only (its non-flush launch), fold,
-    state_and_output, always_flush} of a kernel ``family`` (mamba2, gdn)."""
-    row = _lookup(arch, table_key(kernel, state_dtype, act_dtype, headdim, dstate), batch, family)
+    state_and_output, always_flush} of a kernel ``family`` (mamba2, gdn); ``nheads``: the
+    step's (value) heads, see :func:`_lookup`."""
+    row = _lookup(arch, table_key(kernel, state_dtype, act_dtype, headdim, dstate), batch, family, nheads)
     if row is None:
         return default_config(kernel, headdim, batch)
     return LaunchConfig(**{k: row[k] for k in CONFIG_FIELDS if k in row})
 
 
 def select_route(arch: str, state_dtype: torch.dtype, act_dtype: torch.dtype,
-                 headdim: int, dstate: int, batch: int, family: str = "mamba2") -> str:
+                 headdim: int, dstate: int, batch: int, family: str = "mamba2", nheads: Optional[int] = None) -> str:
     """Fastest replay route measured at this batch size: ``output_only``,
     ``state_and_output``, or ``always_flush`` where replay would not beat the standard
     kernel (small batches, where a launch costs more than the state transfer)."""
-    row = _lookup(arch, table_key("route", state_dtype, act_dtype, headdim, dstate), batch, family)
+    row = _lookup(arch, table_key("route", state_dtype, act_dtype, headdim, dstate), batch, family, nheads)
     if row is None:
         return "output_only"
     return row["route"]

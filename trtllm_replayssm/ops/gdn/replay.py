@@ -213,7 +213,8 @@ def check_gdn_ring(step: GDNStep, state: torch.Tensor, d_cache: torch.Tensor, k_
 
 def choose_gdn_route(state: torch.Tensor, q: torch.Tensor, v: torch.Tensor) -> str:
     """Route the measured table picks for this batch size and geometry."""
-    return select_route(device_arch(q.device), state.dtype, q.dtype, v.shape[2], q.shape[2], q.shape[0], family="gdn")
+    return select_route(device_arch(q.device), state.dtype, q.dtype, v.shape[2], q.shape[2], q.shape[0], family="gdn",
+                        nheads=v.shape[1])
 
 
 def fused_recurrent_gated_delta_rule_replayssm(
@@ -273,7 +274,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
 
     def pick(kernel: str, given: Optional[LaunchConfig]) -> LaunchConfig:
         return given or select_config(kernel, arch, state.dtype, q.dtype, step.head_v_dim, step.head_k_dim,
-                                      step.batch, family="gdn")
+                                      step.batch, family="gdn", nheads=step.num_v_heads)
 
     launches = {
         "output_only": [(NONFLUSH.value, pick("output_only", config)), (FOLD.value, pick("fold", fold_config))],

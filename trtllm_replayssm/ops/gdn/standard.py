@@ -98,7 +98,7 @@ def fused_sigmoid_gating_delta_rule_update(
     layout = check_gdn_state_pool("state", state, step)
     if config is None:
         config = select_config("standard", device_arch(q.device), state.dtype, q.dtype, step.head_v_dim,
-                               step.head_k_dim, step.batch, family="gdn")
+                               step.head_k_dim, step.batch, family="gdn", nheads=step.num_v_heads)
     if step.batch == 0:
         return step.out
     launch_standard_step(state, step, config, layout=layout)

@@ -197,7 +197,8 @@ def check_ring(step: Mamba2Step, state: torch.Tensor, x_cache: torch.Tensor, dt_
 
 def choose_route(state: torch.Tensor, x: torch.Tensor, B: torch.Tensor) -> str:
     """Route the measured table picks for this batch size and geometry."""
-    return select_route(device_arch(x.device), state.dtype, x.dtype, x.shape[2], B.shape[2], x.shape[0])
+    return select_route(device_arch(x.device), state.dtype, x.dtype, x.shape[2], B.shape[2], x.shape[0],
+                        nheads=x.shape[1])
 
 
 def selective_state_update_replayssm(
@@ -254,7 +255,8 @@ def selective_state_update_replayssm(
     arch = device_arch(x.device)
 
     def pick(kernel: str, given: Optional[LaunchConfig]) -> LaunchConfig:
-        return given or select_config(kernel, arch, state.dtype, x.dtype, step.headdim, step.dstate, step.batch)
+        return given or select_config(kernel, arch, state.dtype, x.dtype, step.headdim, step.dstate, step.batch,
+                                      nheads=step.nheads)
 
     launches = {
         "output_only": [(NONFLUSH.value, pick("output_only", config)), ("fold", pick("fold", fold_config))],

@@ -102,7 +102,7 @@ def selective_state_update(
     check_state_pool("state", state, step)
     if config is None:
         config = select_config("standard", device_arch(x.device), state.dtype, x.dtype,
-                               step.headdim, step.dstate, step.batch)
+                               step.headdim, step.dstate, step.batch, nheads=step.nheads)
     if step.batch == 0:
         return step.out
     launch_standard_step(state, step, config)

@@ -169,6 +169,33 @@ def test_standard_step_route_refuses_a_non_empty_ring():
         run_gdn_replay(sc, 1, route="standard_step")  # staggered cursors: some rings are not empty
 
 
+def test_standard_step_leaves_a_refused_row_alone():
+    """The row whose ring is not empty gets NaN outputs and keeps its state, ring and
+    cursor bit for bit (the cursor check masks the standard kernel's stores); the row with
+    an empty ring takes the standard step."""
+    H, HV, K, V = GEOM.num_k_heads, GEOM.num_v_heads, GEOM.head_k_dim, GEOM.head_v_dim
+    cache = GDNReplayCache(GEOM, 1, 2, 4, device=DEVICE)
+    cache.ssm_state.normal_()
+    cache.d_cache.normal_()
+    cache.write_pos.copy_(torch.tensor([0, 2], dtype=torch.int32))
+    before = {k: getattr(cache, k).clone() for k in ("ssm_state", "d_cache", "write_pos")}
+    g = torch.Generator().manual_seed(12)
+    q, k = torch.randn(2, H, K, generator=g).to(DEVICE), torch.randn(2, H, K, generator=g).to(DEVICE)
+    v, a, b = (torch.randn(2, HV, V, generator=g).to(DEVICE), torch.randn(2, HV, generator=g).to(DEVICE),
+               torch.randn(2, HV, generator=g).to(DEVICE))
+    A_log, dt_bias = torch.randn(HV, generator=g).to(DEVICE), torch.randn(HV, generator=g).to(DEVICE)
+    slots = torch.tensor([0, 1], dtype=torch.int32, device=DEVICE)
+    out = rs.fused_recurrent_gated_delta_rule_replayssm(cache.ssm_state[0], q, k, v, a, b, A_log, dt_bias,
+                                                       initial_state_indices=slots, route="standard_step",
+                                                       **cache.ring_kwargs(0))
+    expected = before["ssm_state"][0, :1].clone()
+    y_std = rs.fused_sigmoid_gating_delta_rule_update(expected, q[:1], k[:1], v[:1], a[:1], b[:1], A_log, dt_bias)
+    assert torch.equal(out[0], y_std[0]) and torch.equal(cache.ssm_state[0, 0], expected[0])
+    assert out[1].isnan().all()
+    assert torch.equal(cache.ssm_state[0, 1], before["ssm_state"][0, 1])
+    assert torch.equal(cache.d_cache, before["d_cache"]) and torch.equal(cache.write_pos, before["write_pos"])
+
+
 @pytest.mark.parametrize("route", ["output_only", "always_flush", "standard"])
 def test_v_innermost_pool_matches_k_innermost(route):
     """TensorRT-LLM 1.2 keeps GDN states as ``[slots, HV, K, V]``: the transposed view of

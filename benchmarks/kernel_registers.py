@@ -124,8 +124,8 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
                                  BLOCK_N=128, EXACT_B=True,  # B ring in bf16
                                  HEADS_PER_PROG=m2_spec.heads_per_program(cfg, 16, fold_only=phase == 1))),
         ("gdn", gdn_spec._gdn_spec_verify_kernel, GDN_SPEC_CANDIDATES,  # k ring in fp32 (the default)
-         lambda cfg, phase: dict(USE_QK_L2NORM=True, PHASE=phase, BLOCK_T=m2_spec.token_tile(T, use_dot=True),
-                                 BLOCK_V=cfg.block_p, BLOCK_K=128, EXACT_B=False)),
+         lambda cfg, phase: dict(USE_QK_L2NORM=True, PHASE=phase, BLOCK_T=triton.next_power_of_2(T),
+                                 BLOCK_V=cfg.block_p, BLOCK_K=128, K_CHUNK=gdn_spec.key_chunk(128), EXACT_B=False)),
     )
     for family, fn, candidates, shape in families:
         for cfg in candidates:

@@ -38,6 +38,11 @@ RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 GDN_SPEC_CONFIG = LaunchConfig(block_p=64, num_warps=4, split_fold=1)
 
 
+def key_chunk(block_k: int) -> int:
+    """Key columns of the state the verify kernel takes per step of its loop."""
+    return min(32, block_k)
+
+
 @triton.jit
 def _matmul_tt(X, Y):
     """``X @ Y`` of two small [T, T] tiles, without tl.dot (T can be below 16)."""
@@ -57,7 +62,7 @@ def _gdn_spec_verify_kernel(
     USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
     BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr, BUF: tl.constexpr, BLOCK_L: tl.constexpr,
     USE_DOT: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
-    PHASE: tl.constexpr, EVEN_TILE: tl.constexpr, K_CHUNK: tl.constexpr = 32,
+    PHASE: tl.constexpr, EVEN_TILE: tl.constexpr, K_CHUNK: tl.constexpr,
 ):
     pid_v = tl.program_id(0)
     hv = tl.program_id(1)
@@ -279,6 +284,6 @@ def gdn_replayssm_spec_decode(
             BLOCK_K=block_k, BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf, BLOCK_L=max(16, buf),
             USE_DOT=use_dot, EXACT_B=exact_in_tf32(k_ring.dtype),
             DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, PHASE=phase.value,
-            EVEN_TILE=even_tile(V, block_v, K, block_k), K_CHUNK=min(32, block_k), num_warps=cfg.num_warps,
+            EVEN_TILE=even_tile(V, block_v, K, block_k), K_CHUNK=key_chunk(block_k), num_warps=cfg.num_warps,
         )
     return out

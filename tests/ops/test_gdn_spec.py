@@ -76,7 +76,7 @@ def test_rollback_fuzz():
     assert min(flushes.values()) >= 1, flushes
 
 
-@pytest.mark.parametrize("T,Bh", [(2, 2), (4, 4), (8, 8), (8, 24)])
+@pytest.mark.parametrize("T,Bh", [(1, 5), (2, 2), (3, 5), (4, 4), (8, 8), (8, 24)])
 def test_fuzz_sizes(T, Bh):
     flushes = run_gdn_spec_fuzz(T=T, Bh=Bh, steps=20, seed=T + Bh)
     assert min(flushes.values()) >= 1, flushes

@@ -78,12 +78,13 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
     modes = {"output_only": 1, "state_and_output": 3}
     for kernel in mamba2_ar.CANDIDATES:
         for cfg in mamba2_ar.candidate_configs(kernel, headdim):
-            if kernel in ("standard", "always_flush"):  # always_flush's step is the standard kernel's
+            if kernel in ("standard", "always_flush"):  # always_flush's step is the standard kernel's, draining in-kernel
                 fn, c = m2_standard._selective_state_update_kernel, dict(common, BLOCK_P=cfg.block_p, BLOCK_N=dstate,
-                                                                        HAS_CURSOR=kernel == "always_flush")
+                                                                        HAS_CURSOR=kernel == "always_flush",
+                                                                        DRAIN=kernel == "always_flush", BLOCK_L=L)
             elif kernel == "fold":
                 fn, c = m2_replay_fold._replay_fold_kernel, dict(
-                    common, HAS_FORCE_FLUSH=False, DRAIN=False, BLOCK_P=max(16, cfg.block_p), BLOCK_N=dstate,
+                    common, HAS_FORCE_FLUSH=False, BLOCK_P=max(16, cfg.block_p), BLOCK_N=dstate,
                     BLOCK_L=max(16, L), EVEN_TILE=headdim % max(16, cfg.block_p) == 0, EXACT_B=True, DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32",
                     HEADS_PER_PROG=cfg.heads_per_prog, CHUNKS=clamp_loop_blocks(replace(cfg, block_p=max(16, cfg.block_p)), headdim).loop_blocks,
                     EVEN_HEADS=True)
@@ -99,12 +100,13 @@ def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16):
     modes = {"output_only": 1, "fold": 2}
     for kernel in gdn_ar.CANDIDATES:
         for cfg in gdn_ar.candidate_configs(kernel, head_dim):
-            if kernel in ("standard", "always_flush"):  # always_flush's step is the standard kernel's
+            if kernel in ("standard", "always_flush"):  # always_flush's step is the standard kernel's, draining in-kernel
                 fn, c = gdn_standard._gdn_update_kernel, dict(common, BLOCK_V=cfg.block_p,
-                                                              HAS_CURSOR=kernel == "always_flush")
+                                                              HAS_CURSOR=kernel == "always_flush",
+                                                              DRAIN=kernel == "always_flush", BLOCK_L=L)
             else:
                 fn, c = gdn_replay._gdn_replay_kernel, dict(
-                    common, HAS_FORCE_FLUSH=False, FLUSH_ALL=kernel == "always_flush", MODE=modes[kernel],
+                    common, HAS_FORCE_FLUSH=False, MODE=modes[kernel],
                     BLOCK_V=cfg.block_p, CHUNKS=clamp_loop_blocks(cfg, head_dim).loop_blocks, BLOCK_L=L,
                     FOLD_CHUNK=cfg.fold_chunk, FOLD_DOT=bool(cfg.fold_dot) and kernel == "fold", DOT_PRECISION="tf32x3",
                     HEADS_PER_PROG=cfg.heads_per_prog if kernel == "fold" else 1, EVEN_TILE=head_dim % cfg.block_p == 0)

@@ -13,8 +13,8 @@ forms a state; a flush folds the ring and this token into the checkpoint and sto
 
 Routes: ``output_only`` (a non-flush launch and a fold launch, each compiled and tuned
 for itself, as for Mamba2), ``standard_step`` (the standard kernel on an empty ring: its
-cost; a row whose ring is not empty gets NaN) and ``always_flush`` (the same for any ring:
-non-empty rings are folded first by a launch that returns at once otherwise). Cursors
+cost; a row whose ring is not empty gets NaN) and ``always_flush`` (the same for any ring,
+in one launch: the standard kernel replays a non-empty ring on the state first). Cursors
 (``write_pos``) and their ops are shared with Mamba2.
 """
 
@@ -31,7 +31,6 @@ from ..._validation import check_buffer_len, check_contiguous, check_slot_major,
 from ..common import DOT_PRECISION, dim_mask, even_tile, load_slot, store_nan_heads
 from ..launch import LaunchConfig, clamp_loop_blocks, grid, launch_kernel, select_config, select_route
 from ._common import delta_rule_step, load_gates, load_qk, state_tile_ptrs
-from ..cursors import FLUSH_EVERY_STEP
 from .standard import launch_standard_step
 from .step_inputs import GDNStep, check_gdn_state_pool, parse_gdn_step
 
@@ -39,7 +38,6 @@ ROUTES = ("output_only", "standard_step", "always_flush")
 RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 NONFLUSH = tl.constexpr(1)  # rows that do not flush: output only; append d, k, g
 FOLD = tl.constexpr(2)  # rows that flush: fold the ring and this token, store the checkpoint
-DRAIN = tl.constexpr(4)  # rows with a non-empty ring: fold it (no new token) and store; others return
 
 
 @triton.jit
@@ -64,8 +62,7 @@ def _gdn_replay_kernel(
     stride_q_b, stride_q_h, stride_k_b, stride_k_h, stride_v_b, stride_v_h,
     stride_a_b, stride_a_h, stride_b_b, stride_b_h, stride_out_b, stride_out_h,
     scale, softplus_beta, softplus_threshold,
-    USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr,
-    FLUSH_ALL: tl.constexpr, MODE: tl.constexpr,
+    USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr, MODE: tl.constexpr,
     BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_L: tl.constexpr,
     FOLD_CHUNK: tl.constexpr, FOLD_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
     EVEN_TILE: tl.constexpr, V_INNER: tl.constexpr = False,
@@ -81,7 +78,7 @@ def _gdn_replay_kernel(
     offs_v0 = pid_v * (BLOCK_V * CHUNKS) + tl.arange(0, BLOCK_V)
     offs_k = tl.arange(0, BLOCK_K)
     mask_k = dim_mask(offs_k, head_k_dim, EVEN_TILE)
-    REPORTS: tl.constexpr = (MODE != FOLD) or FLUSH_ALL  # one launch of a step reports errors
+    REPORTS: tl.constexpr = MODE != FOLD  # one launch of a step reports errors
 
     slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
     if is_pad:
@@ -100,16 +97,11 @@ def _gdn_replay_kernel(
     is_flush = w == buffer_len - 1
     if HAS_FORCE_FLUSH:
         is_flush = is_flush | (tl.load(force_flush_ptr + pid_b) != 0)
-    if FLUSH_ALL:
-        is_flush = w >= 0
     if MODE == NONFLUSH:
         if is_flush:
             return
     if MODE == FOLD:
         if not is_flush:
-            return
-    if MODE == DRAIN:  # always_flush: the standard kernel then takes this token
-        if w == 0:
             return
 
     for hh in range(0, HEADS_PER_PROG):
@@ -185,12 +177,11 @@ def _gdn_replay_kernel(
                                     k_j = tl.load(kc_base + j * stride_kc_l + offs_k, mask=mask_k & m,
                                                   other=0.0).to(tl.float32)
                                     S += (coef * d_j)[:, None] * k_j[None, :]
-                    if MODE != DRAIN:  # in DRAIN the ring only: this token is the standard kernel's
-                        v = tl.load(v_ptr + pid_b * stride_v_b + hv * stride_v_h + offs_v, mask=mask_v,
-                                    other=0.0).to(tl.float32)
-                        S, o = delta_rule_step(S, q, k, v, alpha, beta)
-                        tl.store(out_ptr + pid_b * stride_out_b + hv * stride_out_h + offs_v,
-                                 o.to(out_ptr.dtype.element_ty), mask=mask_v)
+                    v = tl.load(v_ptr + pid_b * stride_v_b + hv * stride_v_h + offs_v, mask=mask_v,
+                                other=0.0).to(tl.float32)
+                    S, o = delta_rule_step(S, q, k, v, alpha, beta)
+                    tl.store(out_ptr + pid_b * stride_out_b + hv * stride_out_h + offs_v,
+                             o.to(out_ptr.dtype.element_ty), mask=mask_v)
                     tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_vk)
 
 
@@ -278,19 +269,22 @@ def fused_recurrent_gated_delta_rule_replayssm(
 
     launches = {
         "output_only": [(NONFLUSH.value, pick("output_only", config)), (FOLD.value, pick("fold", fold_config))],
-        # Rows whose ring is not empty (a route switch) fold it first; in steady state that
-        # launch returns at once and the step costs the standard kernel's.
-        "always_flush": [(DRAIN.value, pick("fold", fold_config)), ("standard", pick("always_flush", config))],
+        # One launch: a row whose ring is not empty (a route switch) replays it on its state
+        # inside the standard kernel first; in steady state it costs what standard_step costs.
+        "always_flush": [("standard", pick("always_flush", config))],
         "standard_step": [("standard", pick("always_flush", config))],  # the ring must be empty
     }[route]
     # Ring tiles of at least 16 (masked past w): small tiles along the ring gave wrong
     # results on the GPU in the speculative kernels (see common.ring_positions).
     block_l, block_k = max(16, triton.next_power_of_2(L)), triton.next_power_of_2(step.head_k_dim)
     for mode, cfg in launches:
-        if mode == "standard":  # after a drain any cursor is fine; without one, only an empty ring
-            launch_standard_step(state, step, cfg, write_pos, L if route == "always_flush" else 1, layout=layout)
+        if mode == "standard":  # always_flush drains any ring in-kernel; standard_step takes only an empty one
+            if route == "always_flush":
+                launch_standard_step(state, step, cfg, write_pos, L, layout=layout, rings=(d_cache, k_cache, g_cache))
+            else:
+                launch_standard_step(state, step, cfg, write_pos, 1, layout=layout)
             continue
-        hpp = cfg.heads_per_prog if mode in (FOLD.value, DRAIN.value) else 1
+        hpp = cfg.heads_per_prog if mode == FOLD.value else 1
         cfg = clamp_loop_blocks(cfg, step.head_v_dim)
         chunks = cfg.loop_blocks
         launch_kernel(_gdn_replay_kernel, grid(step.batch, triton.cdiv(step.num_v_heads, hpp), step.head_v_dim, cfg),
@@ -303,7 +297,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
             stride_kc_slot=k_cache.stride(0), stride_kc_h=k_cache.stride(1), stride_kc_l=k_cache.stride(2),
             stride_gc_slot=g_cache.stride(0), stride_gc_h=g_cache.stride(1),
             **step.kernel_args(),
-            HAS_FORCE_FLUSH=force_flush is not None, FLUSH_ALL=route in FLUSH_EVERY_STEP, MODE=mode,
+            HAS_FORCE_FLUSH=force_flush is not None, MODE=mode,
             BLOCK_V=cfg.block_p, CHUNKS=chunks, BLOCK_K=block_k, BLOCK_L=block_l,
             FOLD_CHUNK=min(cfg.fold_chunk, block_l),
             FOLD_DOT=bool(cfg.fold_dot) and min(cfg.block_p, block_l, block_k) >= 16, DOT_PRECISION=DOT_PRECISION,

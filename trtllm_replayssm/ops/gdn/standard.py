@@ -6,7 +6,7 @@ innermost, as TensorRT-LLM keeps it; launch configs from the measured table (fam
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import triton
@@ -29,6 +29,11 @@ def _gdn_update_kernel(
     scale, softplus_beta, softplus_threshold,
     USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
     BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, HAS_CURSOR: tl.constexpr = False, V_INNER: tl.constexpr = False,
+    # The always_flush route's ring (None elsewhere: the parameters then drop out of the
+    # compiled kernel, and the standard route's C call keeps its signature).
+    d_cache_ptr=None, k_cache_ptr=None, g_cache_ptr=None, stride_dc_slot=None, stride_dc_h=None, stride_dc_l=None,
+    stride_kc_slot=None, stride_kc_h=None, stride_kc_l=None, stride_gc_slot=None, stride_gc_h=None,
+    DRAIN: tl.constexpr = False, BLOCK_L: tl.constexpr = 1,
 ):
     pid_v = tl.program_id(0)
     hv = tl.program_id(1)
@@ -56,6 +61,21 @@ def _gdn_update_kernel(
     g, beta = load_gates(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv, stride_a_b, stride_a_h, stride_b_b,
                          stride_b_h, softplus_beta, softplus_threshold)
 
+    if DRAIN:
+        # A slot that arrives from a replay route with a non-empty ring (cursor w > 0)
+        # takes its w cached steps first, in order: S = exp(g_j) S + d_j k_j^T on the cached
+        # corrected values (the always_flush route in one launch; with every ring empty it
+        # costs what standard_step costs).
+        w = tl.load(write_pos_ptr + slot)
+        if (w > 0) & (w < buffer_len):
+            dc_base = d_cache_ptr + slot * stride_dc_slot + hv * stride_dc_h
+            kc_base = k_cache_ptr + slot * stride_kc_slot + (hv // v_heads_per_k_head) * stride_kc_h
+            gc_base = g_cache_ptr + slot * stride_gc_slot + hv * stride_gc_h
+            for j in range(0, BLOCK_L):  # a constant trip count: the interpreter cannot loop to a loaded bound
+                if j < w:
+                    d_j = tl.load(dc_base + j * stride_dc_l + offs_v, mask=mask_v, other=0.0).to(tl.float32)
+                    k_j = tl.load(kc_base + j * stride_kc_l + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+                    S = S * tl.exp(tl.load(gc_base + j)) + d_j[:, None] * k_j[None, :]
     S, o = delta_rule_step(S, q, k, v, tl.exp(g), beta)
     tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_vk & ~bad_cursor)
     o = tl.where(bad_cursor, float("nan"), o)
@@ -107,10 +127,20 @@ def fused_sigmoid_gating_delta_rule_update(
 
 def launch_standard_step(state: torch.Tensor, step, config: LaunchConfig,
                          write_pos: Optional[torch.Tensor] = None, buffer_len: int = 0, *,
-                         layout: GDNStateLayout) -> None:
+                         layout: GDNStateLayout,
+                         rings: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None) -> None:
     """The standard kernel on a parsed step; with ``write_pos``, rows whose cursor is
     outside ``[0, buffer_len)`` get NaN outputs and leave their state alone. ``layout``:
-    what :func:`check_gdn_state_pool` returned for ``state``."""
+    what :func:`check_gdn_state_pool` returned for ``state``. With ``rings`` (``d_cache,
+    k_cache, g_cache`` of :func:`~.replay.check_gdn_ring`'s layout) a row whose ring is not
+    empty replays it on its state first (the ``always_flush`` route)."""
+    drain = {}
+    if rings is not None:
+        dc, kc, gc = rings
+        drain = dict(d_cache_ptr=dc, k_cache_ptr=kc, g_cache_ptr=gc, stride_dc_slot=dc.stride(0),
+                     stride_dc_h=dc.stride(1), stride_dc_l=dc.stride(2), stride_kc_slot=kc.stride(0),
+                     stride_kc_h=kc.stride(1), stride_kc_l=kc.stride(2), stride_gc_slot=gc.stride(0),
+                     stride_gc_h=gc.stride(1), DRAIN=True, BLOCK_L=triton.next_power_of_2(buffer_len))
     launch_kernel(_gdn_update_kernel, grid(step.batch, step.num_v_heads, step.head_v_dim, config),
         state_ptr=state, write_pos_ptr=write_pos if write_pos is not None else state, num_slots=state.shape[0],
         head_k_dim=step.head_k_dim, head_v_dim=step.head_v_dim,
@@ -119,5 +149,5 @@ def launch_standard_step(state: torch.Tensor, step, config: LaunchConfig,
         **step.kernel_args(),
         BLOCK_V=config.block_p, BLOCK_K=triton.next_power_of_2(step.head_k_dim), HAS_CURSOR=write_pos is not None,
         V_INNER=layout.v_inner,
-        num_warps=config.num_warps,
+        num_warps=config.num_warps, **drain,
     )

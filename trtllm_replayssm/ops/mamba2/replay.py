@@ -24,9 +24,10 @@ Routes (``MODE`` is a compile-time switch of the step kernel):
   The ring must be empty on entry (a row whose cursor is not 0 gets NaN outputs and
   nothing written), so a caller that comes from another route at the same slots drains
   first (``always_flush`` for one step, or :func:`~trtllm_replayssm.ops.fold.fold_mamba2_rings`).
-- ``always_flush``: the same step for any ring: a launch first folds the rings that are
-  not empty and returns at once for the others. Safe where a slot's route can change from
-  step to step (an engine whose batch size varies), at the price of that extra launch.
+- ``always_flush``: the same step for any ring, in one launch of the standard kernel: a
+  row whose ring is not empty replays its cached steps on its state first. Safe where a
+  slot's route can change from step to step (an engine whose batch size varies); with
+  every ring empty it costs what ``standard_step`` costs.
 - Both leave the state exact after every step; cursors are then advanced with
   ``flush_all=True`` (:data:`~trtllm_replayssm.ops.cursors.FLUSH_EVERY_STEP`).
 """
@@ -66,8 +67,7 @@ def _ring_entry(j, w, seen, total, A, dtc_base, xc_base, Bc_base, stride_xc_l, s
 
 
 # Kernel modes: which rows a launch serves and how it forms the output. (Rows that flush
-# on the output_only route, and the drain of always_flush, are the fold kernel's:
-# :mod:`.replay_fold`.)
+# on the output_only route are the fold kernel's: :mod:`.replay_fold`.)
 NONFLUSH = tl.constexpr(1)  # rows that do not flush: output only, never forms S; appends
 REBUILD = tl.constexpr(3)  # every row: rebuild S each step, store it on flush, else append
 
@@ -261,9 +261,9 @@ def selective_state_update_replayssm(
     launches = {
         "output_only": [(NONFLUSH.value, pick("output_only", config)), ("fold", pick("fold", fold_config))],
         "state_and_output": [(REBUILD.value, pick("state_and_output", config))],
-        # Rows whose ring is not empty (a route switch) fold it first; in steady state that
-        # launch returns at once and the step costs the standard kernel's.
-        "always_flush": [("drain", pick("fold", fold_config)), ("standard", pick("always_flush", config))],
+        # One launch: a row whose ring is not empty (a route switch) replays it on its state
+        # inside the standard kernel first; in steady state it costs what standard_step costs.
+        "always_flush": [("standard", pick("always_flush", config))],
         "standard_step": [("standard", pick("always_flush", config))],
     }[route]
     args = dict(
@@ -279,10 +279,13 @@ def selective_state_update_replayssm(
     )
     block_n, block_l = triton.next_power_of_2(step.dstate), max(2, triton.next_power_of_2(L))
     for mode, cfg in launches:
-        if mode == "standard":  # after a drain any cursor is fine; without one, only an empty ring
-            launch_standard_step(state, step, cfg, write_pos, L if route == "always_flush" else 1)
-        elif mode in ("fold", "drain"):
-            launch_fold(args, step, cfg, block_n, block_l, drain=mode == "drain")
+        if mode == "standard":  # always_flush drains any ring in-kernel; standard_step takes only an empty one
+            if route == "always_flush":
+                launch_standard_step(state, step, cfg, write_pos, L, rings=(x_cache, dt_cache, B_cache))
+            else:
+                launch_standard_step(state, step, cfg, write_pos, 1)
+        elif mode == "fold":
+            launch_fold(args, step, cfg, block_n, block_l)
         else:
             launch_kernel(_replay_step_kernel, grid(step.batch, step.nheads, step.headdim, cfg), **args,
                           MODE=mode, BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_L=block_l,

@@ -1,5 +1,5 @@
-"""The fold launch of the Mamba2 ReplaySSM step: rows that flush at this step (and the
-drain of the ``always_flush`` route) fold their ring into the checkpoint and store it.
+"""The fold launch of the Mamba2 ReplaySSM step: rows that flush at this step fold their
+ring into the checkpoint and store it.
 
 A kernel of its own, not a mode of the replay step kernel: registers are allocated for
 the largest path of a kernel, and a fold that shared its source with the output-only
@@ -46,17 +46,15 @@ def _replay_fold_kernel(
     stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
     HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr,
-    DRAIN: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr,
     EVEN_TILE: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
     HEADS_PER_PROG: tl.constexpr, CHUNKS: tl.constexpr, EVEN_HEADS: tl.constexpr,
 ):
     """Programs ``(runs of CHUNKS headdim blocks, groups of HEADS_PER_PROG heads, batch rows)``.
 
-    ``DRAIN=False``: rows that flush at this step (``w == L - 1`` or force-flushed) take
-    their step here (fold, store, output); other rows return at once, their step is the
-    non-flush launch's. ``DRAIN=True``: rows with a non-empty ring fold it without a new
-    token (the standard kernel then takes the token). Invalid rows return: the launch
-    that takes their step reports them.
+    Rows that flush at this step (``w == L - 1`` or force-flushed) take their step here
+    (fold, store, output); other rows return at once, their step is the non-flush
+    launch's. Invalid rows return: the launch that takes their step reports them.
     """
     pid_p = tl.program_id(0)
     pid_hg = tl.program_id(1)
@@ -68,15 +66,11 @@ def _replay_fold_kernel(
     w = tl.load(write_pos_ptr + slot)
     if (w < 0) | (w >= buffer_len):
         return
-    if DRAIN:
-        if w == 0:
-            return
-    else:
-        is_flush = w == buffer_len - 1
-        if HAS_FORCE_FLUSH:
-            is_flush = is_flush | (tl.load(force_flush_ptr + pid_b) != 0)
-        if not is_flush:
-            return
+    is_flush = w == buffer_len - 1
+    if HAS_FORCE_FLUSH:
+        is_flush = is_flush | (tl.load(force_flush_ptr + pid_b) != 0)
+    if not is_flush:
+        return
 
     offs_p0 = pid_p * (BLOCK_P * CHUNKS) + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
@@ -97,16 +91,13 @@ def _replay_fold_kernel(
             dt_ring = tl.load(dtc_base + offs_l, mask=in_ring, other=0.0)
             Bm = tl.load(Bc_base + offs_l[:, None] * stride_Bc_l + offs_n[None, :],
                          mask=in_ring[:, None] & mask_n[None, :], other=0.0).to(tl.float32)  # [L, N]
-            at_w = offs_l == w
-            if not DRAIN:  # this step's token is entry w
-                B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n,
-                            other=0.0).to(tl.float32)
-                dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h,
-                             HAS_DT_BIAS, DT_SOFTPLUS)
-                dt_ring = tl.where(at_w, dt, dt_ring)
-                Bm = tl.where(at_w[:, None], B[None, :], Bm)
-                C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n,
-                            other=0.0).to(tl.float32)
+            at_w = offs_l == w  # this step's token is entry w
+            B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+            dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h,
+                         HAS_DT_BIAS, DT_SOFTPLUS)
+            dt_ring = tl.where(at_w, dt, dt_ring)
+            Bm = tl.where(at_w[:, None], B[None, :], Bm)
+            C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
             total = tl.sum(dt_ring, axis=0)
             after = total - tl.cumsum(dt_ring, axis=0)  # dt summed over the entries after j
             coef = dt_ring * tl.exp(tl.minimum(A * after, 0.0))
@@ -117,22 +108,20 @@ def _replay_fold_kernel(
                 mask_pn = mask_p[:, None] & mask_n[None, :]
                 X = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
                             mask=mask_p[:, None] & in_ring[None, :], other=0.0).to(tl.float32)  # [P, L]
-                if not DRAIN:
-                    x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p,
-                                other=0.0).to(tl.float32)
-                    X = tl.where(at_w[None, :], x[:, None], X)
+                x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p,
+                            other=0.0).to(tl.float32)
+                X = tl.where(at_w[None, :], x[:, None], X)
                 state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
                               + offs_p[:, None] * stride_state_p + offs_n[None, :])
                 S = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32) * decay
                 S += small_matmul(X * coef[None, :], Bm, True, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
                 tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
-                if not DRAIN:
-                    y = tl.sum(S * C[None, :], axis=1)
-                    finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
-                                  stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+                y = tl.sum(S * C[None, :], axis=1)
+                finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
+                              stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
 
 
-def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int, drain: bool) -> None:
+def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int) -> None:
     """Launch the fold over ``step``'s batch with the replay step's pointer/stride ``args``
     (:func:`~.replay.selective_state_update_replayssm` builds them). The matmul needs
     tiles of at least 16, so ``block_p`` is raised to 16 where the config asks for less."""
@@ -140,7 +129,7 @@ def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int,
     block_n = max(16, block_n)
     hpp = cfg.heads_per_prog
     launch_kernel(_replay_fold_kernel, grid(step.batch, triton.cdiv(step.nheads, hpp), step.headdim, cfg), **args,
-                  DRAIN=drain, BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_L=max(16, block_l),
+                  BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_L=max(16, block_l),
                   EVEN_TILE=even_tile(step.headdim, cfg.block_p * cfg.loop_blocks, step.dstate, block_n),
                   # fp32-accurate products (plain TF32 drifts ~1e-2); the interpreter has only fp32.
                   EXACT_B=exact_in_tf32(args["B_cache_ptr"].dtype),

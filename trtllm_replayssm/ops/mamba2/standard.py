@@ -7,7 +7,7 @@ measured on the GPU (see :mod:`.launch`), not from a fixed default.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import triton
@@ -32,6 +32,11 @@ def _selective_state_update_kernel(
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
     HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, HAS_CURSOR: tl.constexpr = False,
+    # The always_flush route's ring (None elsewhere: the parameters then drop out of the
+    # compiled kernel, and the standard route's C call keeps its signature).
+    x_cache_ptr=None, dt_cache_ptr=None, B_cache_ptr=None, stride_xc_slot=None, stride_xc_h=None, stride_xc_l=None,
+    stride_dtc_slot=None, stride_dtc_h=None, stride_Bc_slot=None, stride_Bc_g=None, stride_Bc_l=None,
+    DRAIN: tl.constexpr = False, BLOCK_L: tl.constexpr = 1,
 ):
     pid_p = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -61,6 +66,22 @@ def _selective_state_update_kernel(
     B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
     C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
 
+    if DRAIN:
+        # A slot that arrives from a replay route with a non-empty ring (cursor w > 0)
+        # takes its w cached steps first, in order (the standard recurrence on the cached
+        # processed dt, x and B): the always_flush route in one launch, which in steady
+        # state (every ring empty) costs what standard_step costs.
+        w = tl.load(write_pos_ptr + slot)
+        if (w > 0) & (w < buffer_len):
+            xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
+            dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
+            Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
+            for j in range(0, BLOCK_L):  # a constant trip count: the interpreter cannot loop to a loaded bound
+                if j < w:
+                    dt_j = tl.load(dtc_base + j)
+                    x_j = tl.load(xc_base + j * stride_xc_l + offs_p, mask=mask_p, other=0.0).to(tl.float32)
+                    B_j = tl.load(Bc_base + j * stride_Bc_l + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+                    S = S * tl.exp(A * dt_j) + (dt_j * x_j)[:, None] * B_j[None, :]
     S = S * tl.exp(A * dt) + (dt * x)[:, None] * B[None, :]
     tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn & ~bad_cursor)
     y = tl.where(bad_cursor, float("nan"), tl.sum(S * C[None, :], axis=1))
@@ -110,14 +131,24 @@ def selective_state_update(
 
 
 def launch_standard_step(state: torch.Tensor, step, config: LaunchConfig,
-                         write_pos: Optional[torch.Tensor] = None, buffer_len: int = 0) -> None:
+                         write_pos: Optional[torch.Tensor] = None, buffer_len: int = 0,
+                         rings: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None) -> None:
     """The standard kernel on a parsed step; with ``write_pos``, rows whose cursor is
-    outside ``[0, buffer_len)`` get NaN outputs and leave their state alone."""
+    outside ``[0, buffer_len)`` get NaN outputs and leave their state alone. With
+    ``rings`` (``x_cache, dt_cache, B_cache`` of :func:`~.replay.check_ring`'s layout) a
+    row whose ring is not empty replays it on its state first (the ``always_flush`` route)."""
+    drain = {}
+    if rings is not None:
+        xc, dtc, Bc = rings
+        drain = dict(x_cache_ptr=xc, dt_cache_ptr=dtc, B_cache_ptr=Bc, stride_xc_slot=xc.stride(0),
+                     stride_xc_h=xc.stride(1), stride_xc_l=xc.stride(2), stride_dtc_slot=dtc.stride(0),
+                     stride_dtc_h=dtc.stride(1), stride_Bc_slot=Bc.stride(0), stride_Bc_g=Bc.stride(1),
+                     stride_Bc_l=Bc.stride(2), DRAIN=True, BLOCK_L=triton.next_power_of_2(buffer_len))
     launch_kernel(_selective_state_update_kernel, grid(step.batch, step.nheads, step.headdim, config),
         state_ptr=state, write_pos_ptr=write_pos if write_pos is not None else state, num_slots=state.shape[0],
         headdim=step.headdim, dstate=step.dstate, heads_per_group=step.nheads // step.ngroups, buffer_len=buffer_len,
         stride_state_slot=state.stride(0), stride_state_h=state.stride(1), stride_state_p=state.stride(2),
         **step.kernel_args(),
         BLOCK_P=config.block_p, BLOCK_N=triton.next_power_of_2(step.dstate), HAS_CURSOR=write_pos is not None,
-        num_warps=config.num_warps,
+        num_warps=config.num_warps, **drain,
     )

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
+
+
+def ring_args(d_cache: torch.Tensor, k_cache: torch.Tensor, g_cache: torch.Tensor) -> dict:
+    """A layer's ring as the kernels take it (pointers and strides, by parameter name)."""
+    return dict(d_cache_ptr=d_cache, k_cache_ptr=k_cache, g_cache_ptr=g_cache,
+                stride_dc_slot=d_cache.stride(0), stride_dc_h=d_cache.stride(1), stride_dc_l=d_cache.stride(2),
+                stride_kc_slot=k_cache.stride(0), stride_kc_h=k_cache.stride(1), stride_kc_l=k_cache.stride(2),
+                stride_gc_slot=g_cache.stride(0), stride_gc_h=g_cache.stride(1))
 
 
 @triton.jit

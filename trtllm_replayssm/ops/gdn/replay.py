@@ -30,7 +30,7 @@ from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
 from ..common import DOT_PRECISION, dim_mask, even_tile, load_slot, store_nan_heads
 from ..launch import LaunchConfig, clamp_loop_blocks, grid, launch_kernel, select_config, select_route
-from ._common import delta_rule_step, load_gates, load_qk, state_tile_ptrs
+from ._common import delta_rule_step, load_gates, load_qk, ring_args, state_tile_ptrs
 from .standard import launch_standard_step
 from .step_inputs import GDNStep, check_gdn_state_pool, parse_gdn_step
 
@@ -288,14 +288,11 @@ def fused_recurrent_gated_delta_rule_replayssm(
         cfg = clamp_loop_blocks(cfg, step.head_v_dim)
         chunks = cfg.loop_blocks
         launch_kernel(_gdn_replay_kernel, grid(step.batch, triton.cdiv(step.num_v_heads, hpp), step.head_v_dim, cfg),
-            state_ptr=state, d_cache_ptr=d_cache, k_cache_ptr=k_cache, g_cache_ptr=g_cache, write_pos_ptr=write_pos,
+            state_ptr=state, **ring_args(d_cache, k_cache, g_cache), write_pos_ptr=write_pos,
             force_flush_ptr=force_flush if force_flush is not None else write_pos,
             num_slots=state.shape[0], num_v_heads=step.num_v_heads, head_k_dim=step.head_k_dim,
             head_v_dim=step.head_v_dim, v_heads_per_k_head=step.num_v_heads // step.num_k_heads, buffer_len=L,
             stride_state_slot=state.stride(0), stride_state_h=state.stride(1), stride_state_row=layout.stride_row,
-            stride_dc_slot=d_cache.stride(0), stride_dc_h=d_cache.stride(1), stride_dc_l=d_cache.stride(2),
-            stride_kc_slot=k_cache.stride(0), stride_kc_h=k_cache.stride(1), stride_kc_l=k_cache.stride(2),
-            stride_gc_slot=g_cache.stride(0), stride_gc_h=g_cache.stride(1),
             **step.kernel_args(),
             HAS_FORCE_FLUSH=force_flush is not None, MODE=mode,
             BLOCK_V=cfg.block_p, CHUNKS=chunks, BLOCK_K=block_k, BLOCK_L=block_l,

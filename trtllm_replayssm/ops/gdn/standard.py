@@ -15,7 +15,7 @@ import triton.language as tl
 from ..._runtime import device_arch
 from ..common import cursor_out_of_range, load_slot, store_nan_output
 from ..launch import LaunchConfig, grid, launch_kernel, select_config
-from ._common import delta_rule_step, load_gates, load_qk, state_tile_ptrs
+from ._common import delta_rule_step, load_gates, load_qk, ring_args, state_tile_ptrs
 from .step_inputs import GDNStateLayout, check_gdn_state_pool, parse_gdn_step
 
 
@@ -134,13 +134,7 @@ def launch_standard_step(state: torch.Tensor, step, config: LaunchConfig,
     what :func:`check_gdn_state_pool` returned for ``state``. With ``rings`` (``d_cache,
     k_cache, g_cache`` of :func:`~.replay.check_gdn_ring`'s layout) a row whose ring is not
     empty replays it on its state first (the ``always_flush`` route)."""
-    drain = {}
-    if rings is not None:
-        dc, kc, gc = rings
-        drain = dict(d_cache_ptr=dc, k_cache_ptr=kc, g_cache_ptr=gc, stride_dc_slot=dc.stride(0),
-                     stride_dc_h=dc.stride(1), stride_dc_l=dc.stride(2), stride_kc_slot=kc.stride(0),
-                     stride_kc_h=kc.stride(1), stride_kc_l=kc.stride(2), stride_gc_slot=gc.stride(0),
-                     stride_gc_h=gc.stride(1), DRAIN=True, BLOCK_L=triton.next_power_of_2(buffer_len))
+    drain = {} if rings is None else dict(ring_args(*rings), DRAIN=True, BLOCK_L=triton.next_power_of_2(buffer_len))
     launch_kernel(_gdn_update_kernel, grid(step.batch, step.num_v_heads, step.head_v_dim, config),
         state_ptr=state, write_pos_ptr=write_pos if write_pos is not None else state, num_slots=state.shape[0],
         head_k_dim=step.head_k_dim, head_v_dim=step.head_v_dim,

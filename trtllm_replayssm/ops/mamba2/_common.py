@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
+
+
+def ring_args(x_cache: torch.Tensor, dt_cache: torch.Tensor, B_cache: torch.Tensor) -> dict:
+    """A layer's ring as the kernels take it (pointers and strides, by parameter name)."""
+    return dict(x_cache_ptr=x_cache, dt_cache_ptr=dt_cache, B_cache_ptr=B_cache,
+                stride_xc_slot=x_cache.stride(0), stride_xc_h=x_cache.stride(1), stride_xc_l=x_cache.stride(2),
+                stride_dtc_slot=dt_cache.stride(0), stride_dtc_h=dt_cache.stride(1),
+                stride_Bc_slot=B_cache.stride(0), stride_Bc_g=B_cache.stride(1), stride_Bc_l=B_cache.stride(2))
 
 
 @triton.jit

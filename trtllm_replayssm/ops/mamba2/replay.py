@@ -43,7 +43,7 @@ import triton.language as tl
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
 from ..common import even_tile, load_slot, store_nan_output, tile_masks
-from ._common import finish_output, load_dt
+from ._common import finish_output, load_dt, ring_args
 from ..launch import LaunchConfig, grid, launch_kernel, select_config, select_route
 from .replay_fold import launch_fold
 from .standard import launch_standard_step
@@ -267,14 +267,10 @@ def selective_state_update_replayssm(
         "standard_step": [("standard", pick("always_flush", config))],
     }[route]
     args = dict(
-        state_ptr=state, x_cache_ptr=x_cache, dt_cache_ptr=dt_cache, B_cache_ptr=B_cache,
-        write_pos_ptr=write_pos, force_flush_ptr=force_flush if force_flush is not None else write_pos,
+        state_ptr=state, **ring_args(x_cache, dt_cache, B_cache), write_pos_ptr=write_pos, force_flush_ptr=force_flush if force_flush is not None else write_pos,
         num_slots=state.shape[0], nheads=step.nheads, headdim=step.headdim, dstate=step.dstate,
         heads_per_group=step.nheads // step.ngroups, buffer_len=L,
         stride_state_slot=state.stride(0), stride_state_h=state.stride(1), stride_state_p=state.stride(2),
-        stride_xc_slot=x_cache.stride(0), stride_xc_h=x_cache.stride(1), stride_xc_l=x_cache.stride(2),
-        stride_dtc_slot=dt_cache.stride(0), stride_dtc_h=dt_cache.stride(1),
-        stride_Bc_slot=B_cache.stride(0), stride_Bc_g=B_cache.stride(1), stride_Bc_l=B_cache.stride(2),
         **step.kernel_args(), HAS_FORCE_FLUSH=force_flush is not None,
     )
     block_n, block_l = triton.next_power_of_2(step.dstate), max(2, triton.next_power_of_2(L))

@@ -15,7 +15,7 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..common import cursor_out_of_range, load_slot, store_nan_output
-from ._common import finish_output, load_dt
+from ._common import finish_output, load_dt, ring_args
 from ..launch import LaunchConfig, grid, launch_kernel, select_config
 from .step_inputs import check_state_pool, parse_mamba2_step
 
@@ -137,13 +137,7 @@ def launch_standard_step(state: torch.Tensor, step, config: LaunchConfig,
     outside ``[0, buffer_len)`` get NaN outputs and leave their state alone. With
     ``rings`` (``x_cache, dt_cache, B_cache`` of :func:`~.replay.check_ring`'s layout) a
     row whose ring is not empty replays it on its state first (the ``always_flush`` route)."""
-    drain = {}
-    if rings is not None:
-        xc, dtc, Bc = rings
-        drain = dict(x_cache_ptr=xc, dt_cache_ptr=dtc, B_cache_ptr=Bc, stride_xc_slot=xc.stride(0),
-                     stride_xc_h=xc.stride(1), stride_xc_l=xc.stride(2), stride_dtc_slot=dtc.stride(0),
-                     stride_dtc_h=dtc.stride(1), stride_Bc_slot=Bc.stride(0), stride_Bc_g=Bc.stride(1),
-                     stride_Bc_l=Bc.stride(2), DRAIN=True, BLOCK_L=triton.next_power_of_2(buffer_len))
+    drain = {} if rings is None else dict(ring_args(*rings), DRAIN=True, BLOCK_L=triton.next_power_of_2(buffer_len))
     launch_kernel(_selective_state_update_kernel, grid(step.batch, step.nheads, step.headdim, config),
         state_ptr=state, write_pos_ptr=write_pos if write_pos is not None else state, num_slots=state.shape[0],
         headdim=step.headdim, dstate=step.dstate, heads_per_group=step.nheads // step.ngroups, buffer_len=buffer_len,

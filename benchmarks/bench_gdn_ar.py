@@ -76,9 +76,9 @@ def main() -> None:
                 us = {k: rig.time_cycle_us(lc, args.replays) for k, lc in launches.items()}
                 baseline = min(("standard", "fla"), key=lambda k: us.get(k, float("inf")))
                 route = min(ROUTES, key=us.__getitem__)
-                update_table(table, batch, m.geom.num_v_heads, lambda k: launch_table.table_key(k, case.state_dtype, case.act_dtype,
-                                                                            m.geom.head_v_dim, m.geom.head_k_dim),
-                             best, route)
+                update_table(table, batch, m.geom.num_v_heads,
+                             lambda k: launch_table.table_key(k, case.state_dtype, case.act_dtype, m.geom.head_v_dim,
+                                                              m.geom.head_k_dim), best, route)
                 table_path.parent.mkdir(parents=True, exist_ok=True)
                 table_path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
                 launch_table._load_table.cache_clear()

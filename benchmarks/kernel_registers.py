@@ -78,7 +78,7 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
     modes = {"output_only": 1, "state_and_output": 3}
     for kernel in mamba2_ar.CANDIDATES:
         for cfg in mamba2_ar.candidate_configs(kernel, headdim):
-            if kernel in ("standard", "always_flush"):  # always_flush's step is the standard kernel's, draining in-kernel
+            if kernel in ("standard", "always_flush"):  # always_flush: the standard kernel, draining in-kernel
                 fn, c = m2_standard._selective_state_update_kernel, dict(common, BLOCK_P=cfg.block_p, BLOCK_N=dstate,
                                                                         HAS_CURSOR=kernel == "always_flush",
                                                                         DRAIN=kernel == "always_flush", BLOCK_L=L)
@@ -100,7 +100,7 @@ def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16):
     modes = {"output_only": 1, "fold": 2}
     for kernel in gdn_ar.CANDIDATES:
         for cfg in gdn_ar.candidate_configs(kernel, head_dim):
-            if kernel in ("standard", "always_flush"):  # always_flush's step is the standard kernel's, draining in-kernel
+            if kernel in ("standard", "always_flush"):  # always_flush: the standard kernel, draining in-kernel
                 fn, c = gdn_standard._gdn_update_kernel, dict(common, BLOCK_V=cfg.block_p,
                                                               HAS_CURSOR=kernel == "always_flush",
                                                               DRAIN=kernel == "always_flush", BLOCK_L=L)

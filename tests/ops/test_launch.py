@@ -21,7 +21,8 @@ def test_table_covers_benchmarked_shapes():
             for kernel in ("standard", "output_only", "fold", "state_and_output", "always_flush", "route"):
                 rows = table[launch.table_key(kernel, sd, torch.bfloat16, P, 128)]
                 assert [r["batch"] for r in rows] == [1, 8, 32, 128, 256, 512]
-                assert [r["head_rows"] for r in rows] == [b * (128 if P == 64 else 96) for b in (1, 8, 32, 128, 256, 512)]
+                heads = 128 if P == 64 else 96
+                assert [r["head_rows"] for r in rows] == [b * heads for b in (1, 8, 32, 128, 256, 512)]
 
 
 def test_routes_in_table_are_known():

@@ -78,18 +78,20 @@ def load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX: tl.cons
 
 
 @triton.jit
-def cursor_out_of_range(write_pos_ptr, slot, buffer_len, HAS_CURSOR: tl.constexpr):
-    """With a cursor pool (a standard kernel serving the replay kernels' always_flush
-    route), a cursor outside ``[0, buffer_len)`` makes the row an error row. The standard
-    kernels do not branch on it: they issue this load beside the state's and mask their
-    stores with it, so the check adds no round trip to memory (at batch 1 that round trip
-    was ~4% of the step)."""
+def load_cursor(write_pos_ptr, slot, buffer_len, HAS_CURSOR: tl.constexpr):
+    """``(w, bad)``: with a cursor pool (a standard kernel serving the replay kernels'
+    ``standard_step`` / ``always_flush`` routes) the slot's cursor, and whether it lies
+    outside ``[0, buffer_len)``, which makes the row an error row; without one, 0 and
+    False. The standard kernels do not branch on ``bad``: they issue this load beside the
+    state's and mask their stores with it, so the check adds no round trip to memory (at
+    batch 1 that round trip was ~4% of the step)."""
     if HAS_CURSOR:
         w = tl.load(write_pos_ptr + slot)
         bad = (w < 0) | (w >= buffer_len)
     else:
+        w = (slot * 0).to(tl.int32)
         bad = slot != slot
-    return bad
+    return w, bad
 
 
 @triton.jit

@@ -29,6 +29,7 @@ import triton.language as tl
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
 from ..common import DOT_PRECISION, dim_mask, even_tile, load_slot, store_nan_heads
+from ..cursors import FLUSH_EVERY_STEP
 from ..launch import LaunchConfig, clamp_loop_blocks, grid, launch_kernel, select_config, select_route
 from ._common import delta_rule_step, load_gates, load_qk, ring_args, state_tile_ptrs
 from .standard import launch_standard_step
@@ -267,23 +268,21 @@ def fused_recurrent_gated_delta_rule_replayssm(
         return given or select_config(kernel, arch, state.dtype, q.dtype, step.head_v_dim, step.head_k_dim,
                                       step.batch, family="gdn", nheads=step.num_v_heads)
 
-    launches = {
-        "output_only": [(NONFLUSH.value, pick("output_only", config)), (FOLD.value, pick("fold", fold_config))],
-        # One launch: a row whose ring is not empty (a route switch) replays it on its state
-        # inside the standard kernel first; in steady state it costs what standard_step costs.
-        "always_flush": [("standard", pick("always_flush", config))],
-        "standard_step": [("standard", pick("always_flush", config))],  # the ring must be empty
-    }[route]
+    if route in FLUSH_EVERY_STEP:
+        # One launch of the standard kernel: on always_flush a row whose ring is not empty (a
+        # route switch) replays it on its state first, and with every ring empty it costs
+        # what standard_step costs; standard_step takes only an empty ring.
+        cfg = pick("always_flush", config)
+        if route == "always_flush":
+            launch_standard_step(state, step, cfg, write_pos, L, layout=layout, rings=(d_cache, k_cache, g_cache))
+        else:
+            launch_standard_step(state, step, cfg, write_pos, 1, layout=layout)
+        return step.out
+    launches = [(NONFLUSH.value, pick("output_only", config)), (FOLD.value, pick("fold", fold_config))]
     # Ring tiles of at least 16 (masked past w): small tiles along the ring gave wrong
     # results on the GPU in the speculative kernels (see common.ring_positions).
     block_l, block_k = max(16, triton.next_power_of_2(L)), triton.next_power_of_2(step.head_k_dim)
     for mode, cfg in launches:
-        if mode == "standard":  # always_flush drains any ring in-kernel; standard_step takes only an empty one
-            if route == "always_flush":
-                launch_standard_step(state, step, cfg, write_pos, L, layout=layout, rings=(d_cache, k_cache, g_cache))
-            else:
-                launch_standard_step(state, step, cfg, write_pos, 1, layout=layout)
-            continue
         hpp = cfg.heads_per_prog if mode == FOLD.value else 1
         cfg = clamp_loop_blocks(cfg, step.head_v_dim)
         chunks = cfg.loop_blocks

@@ -109,15 +109,17 @@ def _gdn_spec_verify_kernel(
     # The drafts' inverse L2 norms [T] (whole rows of k and q); the products below are
     # taken with the raw rows and scaled by these at the end.
     mask_tk = mask_t[:, None] & mask_k[None, :]
-    k_rows = k_ptr + pid_b * stride_k_b + offs_t[:, None] * stride_k_t + h * stride_k_h  # [T, 1]
+    k_base = k_ptr + pid_b * stride_k_b + h * stride_k_h  # draft t's key at + t * stride_k_t
+    q_base = q_ptr + pid_b * stride_q_b + h * stride_q_h
+    k_rows = k_base + offs_t[:, None] * stride_k_t  # [T, 1]
+    q_rows = q_base + offs_t[:, None] * stride_q_t
     inv_k = tl.zeros((BLOCK_T,), tl.float32) + 1.0
     inv_q = tl.zeros((BLOCK_T,), tl.float32) + scale
-    if USE_QK_L2NORM:
-        Kf = tl.load(k_rows + offs_k[None, :], mask=mask_tk, other=0.0).to(tl.float32)
-        inv_k = tl.rsqrt(tl.sum(Kf * Kf, axis=1) + 1e-6)
-        if PHASE != FOLD_ONLY:
-            Qf = tl.load(q_ptr + pid_b * stride_q_b + offs_t[:, None] * stride_q_t + h * stride_q_h + offs_k[None, :],
-                         mask=mask_tk, other=0.0).to(tl.float32)
+    if PHASE != FOLD_ONLY:  # a fold-only launch takes no draft
+        if USE_QK_L2NORM:
+            Kf = tl.load(k_rows + offs_k[None, :], mask=mask_tk, other=0.0).to(tl.float32)
+            Qf = tl.load(q_rows + offs_k[None, :], mask=mask_tk, other=0.0).to(tl.float32)
+            inv_k = tl.rsqrt(tl.sum(Kf * Kf, axis=1) + 1e-6)
             inv_q = inv_q * tl.rsqrt(tl.sum(Qf * Qf, axis=1) + 1e-6)
 
     # The state streams through in chunks of K_CHUNK key columns; per chunk and draft t, on
@@ -142,20 +144,18 @@ def _gdn_spec_verify_kernel(
         S = tl.load(state_base + offs_c[None, :], mask=mask_vc, other=0.0).to(tl.float32)
         K_hist = tl.load(kr_base + phys_l[:, None] * stride_kr_l + offs_c[None, :],
                          mask=mask_l[:, None] & mask_c[None, :], other=0.0).to(tl.float32)  # [L, K_CHUNK]
-        Kc = tl.load(k_rows + offs_c[None, :], mask=mask_tc, other=0.0).to(tl.float32)  # [T, K_CHUNK], raw
         if fold:
             S_h = tl.exp(G) * S + small_matmul(D_w, K_hist, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
             tl.store(state_base + offs_c[None, :], S_h.to(state_ptr.dtype.element_ty), mask=mask_vc)
         if PHASE != FOLD_ONLY:
-            Qc = tl.load(q_ptr + pid_b * stride_q_b + offs_t[:, None] * stride_q_t + h * stride_q_h + offs_c[None, :],
-                         mask=mask_tc, other=0.0).to(tl.float32)
+            Kc = tl.load(k_rows + offs_c[None, :], mask=mask_tc, other=0.0).to(tl.float32)  # [T, K_CHUNK], raw
+            Qc = tl.load(q_rows + offs_c[None, :], mask=mask_tc, other=0.0).to(tl.float32)
             for t in tl.static_range(BLOCK_T):
                 # Draft t's raw k and q chunks [K_CHUNK], loaded again as vectors (cache
                 # hits) rather than cut out of the tiles across threads.
-                k_t = tl.load(k_ptr + pid_b * stride_k_b + t * stride_k_t + h * stride_k_h + offs_c,
-                              mask=mask_c & (t < num_tokens), other=0.0).to(tl.float32)
-                q_t = tl.load(q_ptr + pid_b * stride_q_b + t * stride_q_t + h * stride_q_h + offs_c,
-                              mask=mask_c & (t < num_tokens), other=0.0).to(tl.float32)
+                m_t = mask_c & (t < num_tokens)
+                k_t = tl.load(k_base + t * stride_k_t + offs_c, mask=m_t, other=0.0).to(tl.float32)
+                q_t = tl.load(q_base + t * stride_q_t + offs_c, mask=m_t, other=0.0).to(tl.float32)
                 col = offs_t[None, :] == t
                 SK += tl.where(col, tl.sum(S * k_t[None, :], axis=1)[:, None], 0.0)
                 SQ += tl.where(col, tl.sum(S * q_t[None, :], axis=1)[:, None], 0.0)

@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from ..._runtime import device_arch
-from ..common import cursor_out_of_range, load_slot, store_nan_output
+from ..common import load_cursor, load_slot, store_nan_output
 from ..launch import LaunchConfig, grid, launch_kernel, select_config
 from ._common import delta_rule_step, load_gates, load_qk, ring_args, state_tile_ptrs
 from .step_inputs import GDNStateLayout, check_gdn_state_pool, parse_gdn_step
@@ -49,7 +49,7 @@ def _gdn_update_kernel(
     if is_bad:
         store_nan_output(out_ptr, offs_v, mask_v, pid_b, hv, stride_out_b, stride_out_h)
         return
-    bad_cursor = cursor_out_of_range(write_pos_ptr, slot, buffer_len, HAS_CURSOR)  # masks the stores below
+    w, bad_cursor = load_cursor(write_pos_ptr, slot, buffer_len, HAS_CURSOR)  # bad_cursor masks the stores below
     state_ptrs = state_tile_ptrs(state_ptr + slot * stride_state_slot + hv * stride_state_h, offs_v, offs_k,
                                  stride_state_row, V_INNER)
     mask_vk = mask_v[:, None] & mask_k[None, :]
@@ -66,8 +66,7 @@ def _gdn_update_kernel(
         # takes its w cached steps first, in order: S = exp(g_j) S + d_j k_j^T on the cached
         # corrected values (the always_flush route in one launch; with every ring empty it
         # costs what standard_step costs).
-        w = tl.load(write_pos_ptr + slot)
-        if (w > 0) & (w < buffer_len):
+        if (w > 0) & ~bad_cursor:
             dc_base = d_cache_ptr + slot * stride_dc_slot + hv * stride_dc_h
             kc_base = k_cache_ptr + slot * stride_kc_slot + (hv // v_heads_per_k_head) * stride_kc_h
             gc_base = g_cache_ptr + slot * stride_gc_slot + hv * stride_gc_h

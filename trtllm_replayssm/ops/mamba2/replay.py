@@ -44,6 +44,7 @@ from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
 from ..common import even_tile, load_slot, store_nan_output, tile_masks
 from ._common import finish_output, load_dt, ring_args
+from ..cursors import FLUSH_EVERY_STEP
 from ..launch import LaunchConfig, grid, launch_kernel, select_config, select_route
 from .replay_fold import launch_fold
 from .standard import launch_standard_step
@@ -258,16 +259,23 @@ def selective_state_update_replayssm(
         return given or select_config(kernel, arch, state.dtype, x.dtype, step.headdim, step.dstate, step.batch,
                                       nheads=step.nheads)
 
+    if route in FLUSH_EVERY_STEP:
+        # One launch of the standard kernel: on always_flush a row whose ring is not empty (a
+        # route switch) replays it on its state first, and with every ring empty it costs
+        # what standard_step costs; standard_step takes only an empty ring.
+        cfg = pick("always_flush", config)
+        if route == "always_flush":
+            launch_standard_step(state, step, cfg, write_pos, L, rings=(x_cache, dt_cache, B_cache))
+        else:
+            launch_standard_step(state, step, cfg, write_pos, 1)
+        return step.out
     launches = {
         "output_only": [(NONFLUSH.value, pick("output_only", config)), ("fold", pick("fold", fold_config))],
         "state_and_output": [(REBUILD.value, pick("state_and_output", config))],
-        # One launch: a row whose ring is not empty (a route switch) replays it on its state
-        # inside the standard kernel first; in steady state it costs what standard_step costs.
-        "always_flush": [("standard", pick("always_flush", config))],
-        "standard_step": [("standard", pick("always_flush", config))],
     }[route]
     args = dict(
-        state_ptr=state, **ring_args(x_cache, dt_cache, B_cache), write_pos_ptr=write_pos, force_flush_ptr=force_flush if force_flush is not None else write_pos,
+        state_ptr=state, **ring_args(x_cache, dt_cache, B_cache), write_pos_ptr=write_pos,
+        force_flush_ptr=force_flush if force_flush is not None else write_pos,
         num_slots=state.shape[0], nheads=step.nheads, headdim=step.headdim, dstate=step.dstate,
         heads_per_group=step.nheads // step.ngroups, buffer_len=L,
         stride_state_slot=state.stride(0), stride_state_h=state.stride(1), stride_state_p=state.stride(2),
@@ -275,12 +283,7 @@ def selective_state_update_replayssm(
     )
     block_n, block_l = triton.next_power_of_2(step.dstate), max(2, triton.next_power_of_2(L))
     for mode, cfg in launches:
-        if mode == "standard":  # always_flush drains any ring in-kernel; standard_step takes only an empty one
-            if route == "always_flush":
-                launch_standard_step(state, step, cfg, write_pos, L, rings=(x_cache, dt_cache, B_cache))
-            else:
-                launch_standard_step(state, step, cfg, write_pos, 1)
-        elif mode == "fold":
+        if mode == "fold":
             launch_fold(args, step, cfg, block_n, block_l)
         else:
             launch_kernel(_replay_step_kernel, grid(step.batch, step.nheads, step.headdim, cfg), **args,

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from ..._runtime import device_arch
-from ..common import cursor_out_of_range, load_slot, store_nan_output
+from ..common import load_cursor, load_slot, store_nan_output
 from ._common import finish_output, load_dt, ring_args
 from ..launch import LaunchConfig, grid, launch_kernel, select_config
 from .step_inputs import check_state_pool, parse_mamba2_step
@@ -52,7 +52,7 @@ def _selective_state_update_kernel(
     if is_bad:
         store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
         return
-    bad_cursor = cursor_out_of_range(write_pos_ptr, slot, buffer_len, HAS_CURSOR)  # masks the stores below
+    w, bad_cursor = load_cursor(write_pos_ptr, slot, buffer_len, HAS_CURSOR)  # bad_cursor masks the stores below
     g = pid_h // heads_per_group
 
     state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
@@ -71,8 +71,7 @@ def _selective_state_update_kernel(
         # takes its w cached steps first, in order (the standard recurrence on the cached
         # processed dt, x and B): the always_flush route in one launch, which in steady
         # state (every ring empty) costs what standard_step costs.
-        w = tl.load(write_pos_ptr + slot)
-        if (w > 0) & (w < buffer_len):
+        if (w > 0) & ~bad_cursor:
             xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
             dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
             Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g

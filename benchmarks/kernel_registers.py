@@ -12,6 +12,7 @@ kernel loses occupancy, so this prunes tuning candidates before device time is s
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import subprocess
@@ -114,25 +115,33 @@ def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16):
 
 
 def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
-    """Speculative verify kernels, Super (P 64, N 128, 16 heads a group) and Qwen3.5 (K = V = 128) tiles; a
-    ``split_fold`` config is two launches (the fold of flush rows, then the verify)."""
+    """Speculative verify kernels, Super (P 64, N 128, 16 heads a group) and Qwen3.5-122B (K = V = 128, 4 value heads
+    a key head) tiles; a ``split_fold`` config is two launches (the fold of flush rows, then the verify)."""
     buf = m2_spec.ring_capacity(T, history_len)
     common = dict(HAS_SLOT_IDX=True, BUF=buf, BLOCK_L=max(16, buf), DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32",
-                  USE_DOT=True, EVEN_TILE=True)
-    families = (
-        ("mamba2", m2_spec._spec_verify_kernel, MAMBA2_SPEC_CANDIDATES,
-         lambda cfg, phase: dict(HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, DT_SOFTPLUS=True, NUM_TOKENS=T, PHASE=phase,
-                                 BLOCK_T=m2_spec.token_tile(T, use_dot=True), BLOCK_P=min(cfg.block_p, 64),
-                                 BLOCK_N=128, EXACT_B=True,  # B ring in bf16
-                                 HEADS_PER_PROG=m2_spec.heads_per_program(cfg, 16, fold_only=phase == 1))),
-        ("gdn", gdn_spec._gdn_spec_verify_kernel, GDN_SPEC_CANDIDATES,  # k ring in fp32 (the default)
-         lambda cfg, phase: dict(USE_QK_L2NORM=True, PHASE=phase, BLOCK_T=triton.next_power_of_2(T),
-                                 BLOCK_V=cfg.block_p, BLOCK_K=128, K_CHUNK=gdn_spec.key_chunk(128), EXACT_B=False)),
-    )
-    for family, fn, candidates, shape in families:
+                  EVEN_TILE=True)
+
+    def mamba2_phase(cfg, phase):
+        return m2_spec._spec_verify_kernel, dict(
+            common, HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, DT_SOFTPLUS=True, NUM_TOKENS=T, PHASE=phase, USE_DOT=True,
+            BLOCK_T=m2_spec.token_tile(T, use_dot=True), BLOCK_P=min(cfg.block_p, 64), BLOCK_N=128,
+            EXACT_B=True,  # B ring in bf16
+            HEADS_PER_PROG=m2_spec.heads_per_program(cfg, 16, fold_only=phase == 1))
+
+    def gdn_phase(cfg, phase):  # the fold-only launch of the chunked kernel, then the verify on tl.dot
+        shape = dict(common, USE_QK_L2NORM=True, BLOCK_V=cfg.block_p, BLOCK_K=128)
+        if phase == 1:  # k ring in fp32 (the default)
+            return gdn_spec._gdn_spec_verify_kernel, dict(shape, PHASE=phase, USE_DOT=True,
+                                                          BLOCK_T=triton.next_power_of_2(T),
+                                                          K_CHUNK=gdn_spec.key_chunk(128), EXACT_B=False)
+        return gdn_spec._gdn_spec_verify_dot_kernel, dict(shape, EXACT_X=True,
+                                                          HEADS_PER_PROG=math.gcd(cfg.heads_per_prog, 4))
+
+    for family, phase_kernel, candidates in (("mamba2", mamba2_phase, MAMBA2_SPEC_CANDIDATES),
+                                             ("gdn", gdn_phase, GDN_SPEC_CANDIDATES)):
         for cfg in candidates:
             phases = {"fold": 1, "verify": 2} if cfg.split_fold else {"verify+fold": 0}
-            regs = ", ".join(f"{name} {registers(fn, dict(common, **shape(cfg, p)), cfg.num_warps, state_dtype)}"
+            regs = ", ".join(f"{name} {registers(*phase_kernel(cfg, p), cfg.num_warps, state_dtype)}"
                              for name, p in phases.items())
             yield [family, f"spec T={T}", str(cfg), regs]
 

@@ -19,6 +19,7 @@ the drafts an fp32 FMA reduction (see the kernel's comments for the forms measur
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -27,15 +28,19 @@ import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_last_dim_contiguous, check_slot_major, check_tensor
 from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, load_spec_row,
-                      ring_positions, small_matmul, store_nan_tokens, tile_masks)
+                      native_dot, ring_positions, small_matmul, store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel
-from ..mamba2.spec import AFTER_FOLD, BOTH, FOLD_ONLY, _check_cursors, _check_spec_sizes, ring_capacity
+from ..mamba2.spec import AFTER_FOLD, BOTH, FOLD_ONLY, MAX_T, _check_cursors, _check_spec_sizes, ring_capacity
 from .step_inputs import parse_gdn_step
 
 RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # 64 rows of V a program on 4 warps, the flush rows folding in a launch of their own
 # (H200, Qwen3.5-122B, T = 4, batch 128: 877-890 us a verify step; (32, 4) 1394).
 GDN_SPEC_CONFIG = LaunchConfig(block_p=64, num_warps=4, split_fold=1)
+# Whether the verify runs on tl.dot (:func:`_gdn_spec_verify_dot_kernel`, after a fold-only
+# launch) where the tiles allow (>= 16 rows of V and key columns); False keeps the chunked
+# FMA kernel for every phase (a benchmark's comparison).
+VERIFY_ON_DOT = True
 
 
 def key_chunk(block_k: int) -> int:
@@ -224,6 +229,149 @@ def _gdn_spec_verify_kernel(
                  O.to(out_ptr.dtype.element_ty), mask=mask_vt)
 
 
+# Columns of the dot form's draft tile: draft t's key at column t, its query at DRAFT_COLS + t.
+DRAFT_COLS = tl.constexpr(MAX_T)
+
+
+@triton.jit(do_not_specialize=["num_slots"])
+def _gdn_spec_verify_dot_kernel(
+    state_ptr, d_ring_ptr, k_ring_ptr, g_ring_ptr, wp_ptr, origin_ptr, flush_ptr,
+    q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr,
+    num_slots, num_tokens, head_k_dim, head_v_dim, v_heads_per_k_head, capacity, pad_slot_id,
+    stride_state_slot, stride_state_h, stride_state_v,
+    stride_dr_slot, stride_dr_h, stride_dr_l, stride_kr_slot, stride_kr_h, stride_kr_l, stride_gr_slot, stride_gr_h,
+    stride_q_b, stride_q_t, stride_q_h, stride_k_b, stride_k_t, stride_k_h, stride_v_b, stride_v_t, stride_v_h,
+    stride_a_b, stride_a_t, stride_a_h, stride_b_b, stride_b_t, stride_b_h, stride_out_b, stride_out_t, stride_out_h,
+    scale, softplus_beta, softplus_threshold,
+    USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
+    BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BUF: tl.constexpr, BLOCK_L: tl.constexpr,
+    EXACT_X: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    ONE_PASS_PRECISION: tl.constexpr, EVEN_TILE: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
+):
+    """The verify (after the flush rows' fold launch) with every product on tl.dot.
+
+    The drafts' raw keys and queries are the columns of one tile ``X [K, 16]`` (key t at
+    column t, query t at ``DRAFT_COLS + t``), so the checkpoint meets all 2T vectors in
+    one matmul, ``S_0 X``, and the norms scale the columns after. Raw bf16/fp16
+    activations are exact in TF32 (``EXACT_X``): the state takes the two-pass split of
+    :func:`split_tf32_dot`, fp32-accurate at two tensor-core passes. Everything else
+    lives on the same 16 columns: the history's ``K_hist X``, the Gram ``X^T X`` (keys
+    against keys, queries against keys), the solve's ``[16, 16]`` matrices (zero outside
+    the keys' block) and ``R``, ``D``, ``O`` ``[V, 16]`` (``D`` on the key columns, ``O``
+    on the query columns). A program runs ``HEADS_PER_PROG`` value heads of one key head:
+    their drafts' tile, Gram and history products are shared."""
+    pid_v = tl.program_id(0)
+    hv0 = tl.program_id(1) * HEADS_PER_PROG
+    pid_b = tl.program_id(2)
+    offs_v = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_u = tl.arange(0, 2 * DRAFT_COLS)
+    mask_v, mask_k = tile_masks(offs_v, offs_k, head_v_dim, head_k_dim, EVEN_TILE)
+    tok = offs_u % DRAFT_COLS  # the draft a column belongs to
+    is_key = offs_u < DRAFT_COLS
+    mask_u = tok < num_tokens
+
+    slot, wp, origin, is_flush, is_pad, is_bad = load_spec_row(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, pid_b,
+                                                               num_slots, num_tokens, capacity, pad_slot_id,
+                                                               HAS_SLOT_IDX, BUF)
+    if is_pad:
+        return
+    if is_bad:
+        for hh in range(0, HEADS_PER_PROG):
+            store_nan_tokens(out_ptr, offs_v, mask_v, pid_b, hv0 + hh, stride_out_b, stride_out_t, stride_out_h,
+                             num_tokens, DRAFT_COLS)
+        return
+    n_hist = tl.where(is_flush, 0, wp)  # a flush row's history is in its checkpoint already
+    h = hv0 // v_heads_per_k_head
+    phys_u = (origin + wp + tok) & (BUF - 1)  # where draft tok(u) goes (logical wp + t)
+
+    # The drafts' tile X [K, 16] in the activations' dtype, and the columns' scales
+    # (inverse L2 norms; the queries' also take the attention scale).
+    mask_ku = mask_k[:, None] & mask_u[None, :]
+    X_key = tl.load(k_ptr + pid_b * stride_k_b + h * stride_k_h + tok[None, :] * stride_k_t + offs_k[:, None],
+                    mask=mask_ku & is_key[None, :], other=0.0)
+    X_query = tl.load(q_ptr + pid_b * stride_q_b + h * stride_q_h + tok[None, :] * stride_q_t + offs_k[:, None],
+                      mask=mask_ku & ~is_key[None, :], other=0.0)
+    X = tl.where(is_key[None, :], X_key, X_query)
+    Xf = X.to(tl.float32)
+    col_scale = tl.where(is_key, 1.0, scale)
+    if USE_QK_L2NORM:
+        col_scale = col_scale * tl.rsqrt(tl.sum(Xf * Xf, axis=0) + 1e-6)
+    # Gram [16, 16]: row u against column s, both scaled (keys . keys, queries . keys).
+    Gram = native_dot(tl.trans(X), X, True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION) \
+        * col_scale[:, None] * col_scale[None, :]
+    # The history's keys (normalised, in the ring) against every column: [L, 16].
+    kr_base = k_ring_ptr + slot * stride_kr_slot + h * stride_kr_h
+    offs_l, phys_l = ring_positions(origin, BUF, BLOCK_L)
+    mask_l = offs_l < n_hist
+    K_hist = tl.load(kr_base + phys_l[:, None] * stride_kr_l + offs_k[None, :],
+                     mask=mask_l[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
+    HX = small_matmul(K_hist, Xf, True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION) * col_scale[None, :]
+    if pid_v == 0:
+        if hv0 % v_heads_per_k_head == 0:  # one program per key head appends the shared keys
+            tl.store(kr_base + phys_u[None, :] * stride_kr_l + offs_k[:, None],
+                     (Xf * col_scale[None, :]).to(k_ring_ptr.dtype.element_ty), mask=mask_ku & is_key[None, :])
+
+    eye = tl.where(offs_u[:, None] == offs_u[None, :], 1.0, 0.0)
+    key_block = is_key[:, None] & is_key[None, :]
+    strictly_lower = key_block & (offs_u[None, :] < offs_u[:, None])  # [u, s]: s < u, both keys
+    # [u, s]: query u on key s <= tok(u)
+    causal_qk = (~is_key)[:, None] & is_key[None, :] & (offs_u[None, :] <= tok[:, None]) & mask_u[None, :]
+    mask_vu = mask_v[:, None] & mask_u[None, :]
+    for hh in range(0, HEADS_PER_PROG):
+        hv = hv0 + hh
+        # The head's drafts' gates, per column (both halves carry their draft's): g, beta,
+        # and A_u, the log-decay summed over drafts 0..tok(u).
+        xg = (tl.load(a_ptr + pid_b * stride_a_b + tok * stride_a_t + hv * stride_a_h, mask=mask_u, other=0.0)
+              .to(tl.float32) + tl.load(dt_bias_ptr + hv).to(tl.float32))
+        sp = tl.where(softplus_beta * xg <= softplus_threshold,
+                      tl.log(1.0 + tl.exp(softplus_beta * xg)) / softplus_beta, xg)
+        g_u = tl.where(mask_u, -tl.exp(tl.load(A_log_ptr + hv).to(tl.float32)) * sp, 0.0)
+        beta = tl.where(mask_u, tl.sigmoid(tl.load(b_ptr + pid_b * stride_b_b + tok * stride_b_t + hv * stride_b_h,
+                                                   mask=mask_u, other=0.0).to(tl.float32)), 0.0)
+        A_u = tl.sum(tl.where(is_key[None, :] & (offs_u[None, :] <= tok[:, None]), g_u[None, :], 0.0), axis=1)
+        decay_us = tl.exp(tl.minimum(A_u[:, None] - A_u[None, :], 0.0))  # [u, s]
+
+        # The committed history's weighted corrected values [V, L], and S_h X [V, 16]
+        # = exp(G) S_0 X + D_w (K_hist X).
+        dr_base = d_ring_ptr + slot * stride_dr_slot + hv * stride_dr_h
+        gr_base = g_ring_ptr + slot * stride_gr_slot + hv * stride_gr_h
+        g_hist = tl.load(gr_base + phys_l, mask=mask_l, other=0.0)
+        G = tl.sum(g_hist, axis=0)
+        decay_l = tl.where(mask_l, tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0)), 0.0)
+        D_w = tl.load(dr_base + phys_l[None, :] * stride_dr_l + offs_v[:, None],
+                      mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32) * decay_l[None, :]
+        S0 = tl.load(state_ptr + slot * stride_state_slot + hv * stride_state_h + offs_v[:, None] * stride_state_v
+                     + offs_k[None, :], mask=mask_v[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
+        SX = tl.exp(G) * small_matmul(S0, Xf, True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION) * col_scale[None, :]
+        SX += small_matmul(D_w, HX, True, False, DOT_PRECISION, ONE_PASS_PRECISION)
+
+        # (I + M) D = R on the key columns: M[u, s] = beta_u exp(A_u - A_s) (k_s . k_u)
+        # for s < u, R[:, u] = beta_u (v_u - exp(A_u) S_h k_u); M is nilpotent (T <= 8),
+        # so (I + M)^-1 = (I - M)(I + M^2)(I + M^4).
+        M = tl.where(strictly_lower, beta[:, None] * decay_us * Gram, 0.0)
+        M2 = small_matmul(M, M, True, False, DOT_PRECISION, ONE_PASS_PRECISION)
+        M4 = small_matmul(M2, M2, True, False, DOT_PRECISION, ONE_PASS_PRECISION)
+        Inv = small_matmul(small_matmul(eye - M, eye + M2, True, False, DOT_PRECISION, ONE_PASS_PRECISION),
+                           eye + M4, True, False, DOT_PRECISION, ONE_PASS_PRECISION)
+        Vd = tl.load(v_ptr + pid_b * stride_v_b + tok[None, :] * stride_v_t + hv * stride_v_h + offs_v[:, None],
+                     mask=mask_vu & is_key[None, :], other=0.0).to(tl.float32)
+        R = tl.where(is_key[None, :], beta[None, :] * (Vd - tl.exp(A_u)[None, :] * SX), 0.0)
+        Dd = small_matmul(R, tl.trans(Inv), True, False, DOT_PRECISION, ONE_PASS_PRECISION)  # [V, 16], key columns
+        # O[:, u] on the query columns: exp(A_u) S_h q_u + sum_{s <= tok(u)} exp(A_u - A_s) (q_u . k_s) d_s.
+        W = tl.where(causal_qk, decay_us * Gram, 0.0)
+        O = tl.exp(A_u)[None, :] * SX + small_matmul(Dd, tl.trans(W), True, False, DOT_PRECISION, ONE_PASS_PRECISION)
+
+        # Append the drafts' corrected values and gates (reads stop at wp: they never meet
+        # these writes), and write the outputs.
+        tl.store(dr_base + phys_u[None, :] * stride_dr_l + offs_v[:, None], Dd.to(d_ring_ptr.dtype.element_ty),
+                 mask=mask_vu & is_key[None, :])
+        if pid_v == 0:
+            tl.store(gr_base + phys_u, g_u, mask=mask_u & is_key)
+        tl.store(out_ptr + pid_b * stride_out_b + tok[None, :] * stride_out_t + hv * stride_out_h + offs_v[:, None],
+                 O.to(out_ptr.dtype.element_ty), mask=mask_vu & ~is_key[None, :])
+
+
 def gdn_replayssm_spec_decode(
     state, q, k, v, a, b, A_log, dt_bias, scale=None, use_qk_l2norm=True, initial_state_indices=None,
     pad_slot_id=-1, out=None, softplus_beta=1.0, softplus_threshold=20.0, *, d_ring, k_ring, g_ring,
@@ -269,9 +417,8 @@ def gdn_replayssm_spec_decode(
     cfg = config or GDN_SPEC_CONFIG
     block_v, block_k = min(cfg.block_p, triton.next_power_of_2(V)), triton.next_power_of_2(K)
     use_dot = min(block_v, block_k) >= 16
-    for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
-        launch_kernel(_gdn_spec_verify_kernel, (triton.cdiv(V, block_v), HV, Bsz),
-            state, d_ring, k_ring, g_ring, write_pos, origin, is_flush, q, k, v, a, b, A_log, dt_bias, out,
+    grid = (triton.cdiv(V, block_v), HV, Bsz)
+    args = (state, d_ring, k_ring, g_ring, write_pos, origin, is_flush, q, k, v, a, b, A_log, dt_bias, out,
             initial_state_indices if initial_state_indices is not None else write_pos,
             slots, T, K, V, HV // H, capacity, pad_slot_id,
             state.stride(0), state.stride(1), state.stride(2),
@@ -279,11 +426,21 @@ def gdn_replayssm_spec_decode(
             g_ring.stride(0), g_ring.stride(1),
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1),
             v.stride(2), a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2),
-            out.stride(0), out.stride(1), out.stride(2), step.scale, step.softplus_beta, step.softplus_threshold,
-            USE_QK_L2NORM=step.use_qk_l2norm, HAS_SLOT_IDX=initial_state_indices is not None, BLOCK_V=block_v,
-            BLOCK_K=block_k, BLOCK_T=max(2, triton.next_power_of_2(T)), BUF=buf, BLOCK_L=max(16, buf),
-            USE_DOT=use_dot, EXACT_B=exact_in_tf32(k_ring.dtype),
-            DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, PHASE=phase.value,
-            EVEN_TILE=even_tile(V, block_v, K, block_k), K_CHUNK=key_chunk(block_k), num_warps=cfg.num_warps,
-        )
+            out.stride(0), out.stride(1), out.stride(2), step.scale, step.softplus_beta, step.softplus_threshold)
+    common = dict(USE_QK_L2NORM=step.use_qk_l2norm, HAS_SLOT_IDX=initial_state_indices is not None, BLOCK_V=block_v,
+                  BLOCK_K=block_k, BUF=buf, BLOCK_L=max(16, buf), DOT_PRECISION=DOT_PRECISION,
+                  ONE_PASS_PRECISION=ONE_PASS_PRECISION, EVEN_TILE=even_tile(V, block_v, K, block_k),
+                  num_warps=cfg.num_warps)
+    chunked = dict(BLOCK_T=max(2, triton.next_power_of_2(T)), USE_DOT=use_dot, EXACT_B=exact_in_tf32(k_ring.dtype),
+                   K_CHUNK=key_chunk(block_k), **common)
+    if use_dot and VERIFY_ON_DOT:
+        # The flush rows fold first (the chunked kernel's fold-only phase); the verify on
+        # tl.dot then reads their new checkpoint with an empty history.
+        launch_kernel(_gdn_spec_verify_kernel, grid, *args, PHASE=FOLD_ONLY.value, **chunked)
+        hpp = math.gcd(cfg.heads_per_prog, HV // H)
+        launch_kernel(_gdn_spec_verify_dot_kernel, (grid[0], HV // hpp, Bsz), *args,
+                      EXACT_X=exact_in_tf32(q.dtype) and exact_in_tf32(k.dtype), HEADS_PER_PROG=hpp, **common)
+    else:
+        for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
+            launch_kernel(_gdn_spec_verify_kernel, grid, *args, PHASE=phase.value, **chunked)
     return out

@@ -46,10 +46,13 @@ MAMBA2_SPEC_CANDIDATES = [LaunchConfig(b, w) for b, w in [(16, 1), (32, 2), (64,
      for b, w, h in [(16, 1, 4), (16, 1, 8), (16, 1, 16), (32, 2, 8), (32, 2, 16)]]
 # GDN's verify runs on tl.dot after a fold-only launch (``ops/gdn/spec.py``), so every
 # candidate folds apart; ``heads_per_prog`` value heads of one key head share the drafts'
-# tile, Gram and history products. (64 rows on 8 warps faulted on the H200: an illegal
-# memory access, Triton 3.6.)
-GDN_SPEC_CANDIDATES = [LaunchConfig(b, w, heads_per_prog=h, split_fold=1)
-                       for h in (1, 4) for b, w in [(16, 1), (16, 2), (32, 2), (32, 4), (64, 4)]]
+# tile, Gram and history products, which took Qwen3.5-122B's verify (T = 4, batch 128)
+# from 607-924 us to 541-702 at 16-64 rows (32 rows on 4 warps: 847-1261; 64 rows on 8
+# warps faulted on the H200, an illegal memory access, Triton 3.6); ``key_chunk`` streams
+# the state through the matmul in chunks of key columns.
+GDN_SPEC_CANDIDATES = [LaunchConfig(32, 2, heads_per_prog=1, split_fold=1)] + \
+    [LaunchConfig(b, w, heads_per_prog=4, split_fold=1, key_chunk=c)
+     for b, w in [(16, 1), (32, 2), (64, 4)] for c in (0, 64, 32)]
 
 
 def spec_candidates(geom: Union[Mamba2Geometry, GDNGeometry]) -> list:

@@ -34,9 +34,10 @@ from ..mamba2.spec import AFTER_FOLD, BOTH, FOLD_ONLY, MAX_T, _check_cursors, _c
 from .step_inputs import parse_gdn_step
 
 RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-# 64 rows of V a program on 4 warps, the flush rows folding in a launch of their own
-# (H200, Qwen3.5-122B, T = 4, batch 128: 877-890 us a verify step; (32, 4) 1394).
-GDN_SPEC_CONFIG = LaunchConfig(block_p=64, num_warps=4, split_fold=1)
+# 32 rows of V a program on 2 warps, 4 value heads of a key head in one program (H200,
+# Qwen3.5-122B, T = 4, batch 128: 541 us a verify step on tl.dot; the chunked FMA form's
+# best, 64 rows on 4 warps, 877-890).
+GDN_SPEC_CONFIG = LaunchConfig(block_p=32, num_warps=2, heads_per_prog=4, split_fold=1)
 # Whether the verify runs on tl.dot (:func:`_gdn_spec_verify_dot_kernel`, after a fold-only
 # launch) where the tiles allow (>= 16 rows of V and key columns); False keeps the chunked
 # FMA kernel for every phase (a benchmark's comparison).
@@ -233,6 +234,16 @@ def _gdn_spec_verify_kernel(
 DRAFT_COLS = tl.constexpr(MAX_T)
 
 
+@triton.jit
+def _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_k, mask_k, tok, is_key, mask_u):
+    """The drafts' raw keys and queries as the columns of one tile ``[len(offs_k), 16]``
+    in the activations' dtype: key t at column t, query t at ``DRAFT_COLS + t``."""
+    mask = mask_k[:, None] & mask_u[None, :]
+    X_key = tl.load(k_base + tok[None, :] * stride_k_t + offs_k[:, None], mask=mask & is_key[None, :], other=0.0)
+    X_query = tl.load(q_base + tok[None, :] * stride_q_t + offs_k[:, None], mask=mask & ~is_key[None, :], other=0.0)
+    return tl.where(is_key[None, :], X_key, X_query)
+
+
 @triton.jit(do_not_specialize=["num_slots"])
 def _gdn_spec_verify_dot_kernel(
     state_ptr, d_ring_ptr, k_ring_ptr, g_ring_ptr, wp_ptr, origin_ptr, flush_ptr,
@@ -247,6 +258,7 @@ def _gdn_spec_verify_dot_kernel(
     BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BUF: tl.constexpr, BLOCK_L: tl.constexpr,
     EXACT_X: tl.constexpr, DOT_PRECISION: tl.constexpr,
     ONE_PASS_PRECISION: tl.constexpr, EVEN_TILE: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
+    KEY_CHUNK: tl.constexpr,
 ):
     """The verify (after the flush rows' fold launch) with every product on tl.dot.
 
@@ -288,11 +300,9 @@ def _gdn_spec_verify_dot_kernel(
     # The drafts' tile X [K, 16] in the activations' dtype, and the columns' scales
     # (inverse L2 norms; the queries' also take the attention scale).
     mask_ku = mask_k[:, None] & mask_u[None, :]
-    X_key = tl.load(k_ptr + pid_b * stride_k_b + h * stride_k_h + tok[None, :] * stride_k_t + offs_k[:, None],
-                    mask=mask_ku & is_key[None, :], other=0.0)
-    X_query = tl.load(q_ptr + pid_b * stride_q_b + h * stride_q_h + tok[None, :] * stride_q_t + offs_k[:, None],
-                      mask=mask_ku & ~is_key[None, :], other=0.0)
-    X = tl.where(is_key[None, :], X_key, X_query)
+    k_base = k_ptr + pid_b * stride_k_b + h * stride_k_h
+    q_base = q_ptr + pid_b * stride_q_b + h * stride_q_h
+    X = _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_k, mask_k, tok, is_key, mask_u)
     Xf = X.to(tl.float32)
     col_scale = tl.where(is_key, 1.0, scale)
     if USE_QK_L2NORM:
@@ -341,9 +351,17 @@ def _gdn_spec_verify_dot_kernel(
         decay_l = tl.where(mask_l, tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0)), 0.0)
         D_w = tl.load(dr_base + phys_l[None, :] * stride_dr_l + offs_v[:, None],
                       mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32) * decay_l[None, :]
-        S0 = tl.load(state_ptr + slot * stride_state_slot + hv * stride_state_h + offs_v[:, None] * stride_state_v
-                     + offs_k[None, :], mask=mask_v[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
-        SX = tl.exp(G) * small_matmul(S0, Xf, True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION) * col_scale[None, :]
+        # S_0 X, streaming the state in chunks of KEY_CHUNK key columns (the drafts' tile
+        # chunk comes again from L1: holding the whole tile across the heads costs registers).
+        SX = tl.zeros((BLOCK_V, 2 * DRAFT_COLS), tl.float32)
+        state_rows = state_ptr + slot * stride_state_slot + hv * stride_state_h + offs_v[:, None] * stride_state_v
+        for c in tl.range(0, BLOCK_K // KEY_CHUNK):
+            offs_c = c * KEY_CHUNK + tl.arange(0, KEY_CHUNK)
+            mask_c = dim_mask(offs_c, head_k_dim, EVEN_TILE)
+            S0 = tl.load(state_rows + offs_c[None, :], mask=mask_v[:, None] & mask_c[None, :], other=0.0).to(tl.float32)
+            Xc = _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_c, mask_c, tok, is_key, mask_u)
+            SX += small_matmul(S0, Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
+        SX = tl.exp(G) * SX * col_scale[None, :]
         SX += small_matmul(D_w, HX, True, False, DOT_PRECISION, ONE_PASS_PRECISION)
 
         # (I + M) D = R on the key columns: M[u, s] = beta_u exp(A_u - A_s) (k_s . k_u)
@@ -354,17 +372,20 @@ def _gdn_spec_verify_dot_kernel(
         M4 = small_matmul(M2, M2, True, False, DOT_PRECISION, ONE_PASS_PRECISION)
         Inv = small_matmul(small_matmul(eye - M, eye + M2, True, False, DOT_PRECISION, ONE_PASS_PRECISION),
                            eye + M4, True, False, DOT_PRECISION, ONE_PASS_PRECISION)
+        # O[:, u] on the query columns: exp(A_u) S_h q_u + sum_{s <= tok(u)} exp(A_u - A_s) (q_u . k_s) d_s,
+        # i.e. D W^T with W[u, s] = exp(A_u - A_s) (q_u . k_s): one product, R Z with
+        # Z = Inv^T (I + W^T), gives D on the key columns and D W^T on the query columns.
+        W = tl.where(causal_qk, decay_us * Gram, 0.0)
+        Z = small_matmul(tl.trans(Inv), eye + tl.trans(W), True, False, DOT_PRECISION, ONE_PASS_PRECISION)
         Vd = tl.load(v_ptr + pid_b * stride_v_b + tok[None, :] * stride_v_t + hv * stride_v_h + offs_v[:, None],
                      mask=mask_vu & is_key[None, :], other=0.0).to(tl.float32)
         R = tl.where(is_key[None, :], beta[None, :] * (Vd - tl.exp(A_u)[None, :] * SX), 0.0)
-        Dd = small_matmul(R, tl.trans(Inv), True, False, DOT_PRECISION, ONE_PASS_PRECISION)  # [V, 16], key columns
-        # O[:, u] on the query columns: exp(A_u) S_h q_u + sum_{s <= tok(u)} exp(A_u - A_s) (q_u . k_s) d_s.
-        W = tl.where(causal_qk, decay_us * Gram, 0.0)
-        O = tl.exp(A_u)[None, :] * SX + small_matmul(Dd, tl.trans(W), True, False, DOT_PRECISION, ONE_PASS_PRECISION)
+        RZ = small_matmul(R, Z, True, False, DOT_PRECISION, ONE_PASS_PRECISION)  # [V, 16]: D | D W^T
+        O = tl.exp(A_u)[None, :] * SX + RZ
 
         # Append the drafts' corrected values and gates (reads stop at wp: they never meet
         # these writes), and write the outputs.
-        tl.store(dr_base + phys_u[None, :] * stride_dr_l + offs_v[:, None], Dd.to(d_ring_ptr.dtype.element_ty),
+        tl.store(dr_base + phys_u[None, :] * stride_dr_l + offs_v[:, None], RZ.to(d_ring_ptr.dtype.element_ty),
                  mask=mask_vu & is_key[None, :])
         if pid_v == 0:
             tl.store(gr_base + phys_u, g_u, mask=mask_u & is_key)
@@ -439,7 +460,8 @@ def gdn_replayssm_spec_decode(
         launch_kernel(_gdn_spec_verify_kernel, grid, *args, PHASE=FOLD_ONLY.value, **chunked)
         hpp = math.gcd(cfg.heads_per_prog, HV // H)
         launch_kernel(_gdn_spec_verify_dot_kernel, (grid[0], HV // hpp, Bsz), *args,
-                      EXACT_X=exact_in_tf32(q.dtype) and exact_in_tf32(k.dtype), HEADS_PER_PROG=hpp, **common)
+                      EXACT_X=exact_in_tf32(q.dtype) and exact_in_tf32(k.dtype), HEADS_PER_PROG=hpp,
+                      KEY_CHUNK=min(cfg.key_chunk or block_k, block_k), **common)
     else:
         for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
             launch_kernel(_gdn_spec_verify_kernel, grid, *args, PHASE=phase.value, **chunked)

@@ -134,7 +134,8 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
             return gdn_spec._gdn_spec_verify_kernel, dict(shape, PHASE=phase, USE_DOT=True,
                                                           BLOCK_T=triton.next_power_of_2(T),
                                                           K_CHUNK=gdn_spec.key_chunk(128), EXACT_B=False)
-        return gdn_spec._gdn_spec_verify_dot_kernel, dict(shape, EXACT_X=True, KEY_CHUNK=cfg.key_chunk or 128,
+        return gdn_spec._gdn_spec_verify_dot_kernel, dict(shape, EXACT_X=True, KEY_CHUNK=cfg.key_chunk or 128, NUM_TOKENS=T,
+                                                          SMALL_PRECISION=gdn_spec.SMALL_DOT_PRECISION,
                                                           HEADS_PER_PROG=math.gcd(cfg.heads_per_prog, 4))
 
     for family, phase_kernel, candidates in (("mamba2", mamba2_phase, MAMBA2_SPEC_CANDIDATES),

@@ -42,6 +42,9 @@ GDN_SPEC_CONFIG = LaunchConfig(block_p=32, num_warps=2, heads_per_prog=4, split_
 # launch) where the tiles allow (>= 16 rows of V and key columns); False keeps the chunked
 # FMA kernel for every phase (a benchmark's comparison).
 VERIFY_ON_DOT = True
+# The dot verify's products that are not with the state ([16, 16] matrices of the solve,
+# the history's [V, 16] x [16, 16]): fp32-accurate either way.
+SMALL_DOT_PRECISION = DOT_PRECISION
 
 
 def key_chunk(block_k: int) -> int:
@@ -258,7 +261,7 @@ def _gdn_spec_verify_dot_kernel(
     BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BUF: tl.constexpr, BLOCK_L: tl.constexpr,
     EXACT_X: tl.constexpr, DOT_PRECISION: tl.constexpr,
     ONE_PASS_PRECISION: tl.constexpr, EVEN_TILE: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
-    KEY_CHUNK: tl.constexpr,
+    KEY_CHUNK: tl.constexpr, NUM_TOKENS: tl.constexpr, SMALL_PRECISION: tl.constexpr,
 ):
     """The verify (after the flush rows' fold launch) with every product on tl.dot.
 
@@ -281,17 +284,17 @@ def _gdn_spec_verify_dot_kernel(
     mask_v, mask_k = tile_masks(offs_v, offs_k, head_v_dim, head_k_dim, EVEN_TILE)
     tok = offs_u % DRAFT_COLS  # the draft a column belongs to
     is_key = offs_u < DRAFT_COLS
-    mask_u = tok < num_tokens
+    mask_u = tok < NUM_TOKENS
 
     slot, wp, origin, is_flush, is_pad, is_bad = load_spec_row(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, pid_b,
-                                                               num_slots, num_tokens, capacity, pad_slot_id,
+                                                               num_slots, NUM_TOKENS, capacity, pad_slot_id,
                                                                HAS_SLOT_IDX, BUF)
     if is_pad:
         return
     if is_bad:
         for hh in range(0, HEADS_PER_PROG):
             store_nan_tokens(out_ptr, offs_v, mask_v, pid_b, hv0 + hh, stride_out_b, stride_out_t, stride_out_h,
-                             num_tokens, DRAFT_COLS)
+                             NUM_TOKENS, DRAFT_COLS)
         return
     n_hist = tl.where(is_flush, 0, wp)  # a flush row's history is in its checkpoint already
     h = hv0 // v_heads_per_k_head
@@ -351,36 +354,45 @@ def _gdn_spec_verify_dot_kernel(
         decay_l = tl.where(mask_l, tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0)), 0.0)
         D_w = tl.load(dr_base + phys_l[None, :] * stride_dr_l + offs_v[:, None],
                       mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32) * decay_l[None, :]
-        # S_0 X, streaming the state in chunks of KEY_CHUNK key columns (the drafts' tile
-        # chunk comes again from L1: holding the whole tile across the heads costs registers).
-        SX = tl.zeros((BLOCK_V, 2 * DRAFT_COLS), tl.float32)
+        # S_0 X: the whole state tile against the drafts' tile, or the state streamed in
+        # chunks of KEY_CHUNK key columns (the drafts' tile chunk is then read again from
+        # L1, as the whole tile held across the heads would cost the registers saved).
         state_rows = state_ptr + slot * stride_state_slot + hv * stride_state_h + offs_v[:, None] * stride_state_v
-        for c in tl.range(0, BLOCK_K // KEY_CHUNK):
-            offs_c = c * KEY_CHUNK + tl.arange(0, KEY_CHUNK)
-            mask_c = dim_mask(offs_c, head_k_dim, EVEN_TILE)
-            S0 = tl.load(state_rows + offs_c[None, :], mask=mask_v[:, None] & mask_c[None, :], other=0.0).to(tl.float32)
-            Xc = _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_c, mask_c, tok, is_key, mask_u)
-            SX += small_matmul(S0, Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
+        if KEY_CHUNK == BLOCK_K:
+            S0 = tl.load(state_rows + offs_k[None, :], mask=mask_v[:, None] & mask_k[None, :], other=0.0)
+            SX = small_matmul(S0.to(tl.float32), Xf, True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
+        else:
+            SX = tl.zeros((BLOCK_V, 2 * DRAFT_COLS), tl.float32)
+            for c in tl.range(0, BLOCK_K // KEY_CHUNK):
+                offs_c = c * KEY_CHUNK + tl.arange(0, KEY_CHUNK)
+                mask_c = dim_mask(offs_c, head_k_dim, EVEN_TILE)
+                S0 = tl.load(state_rows + offs_c[None, :], mask=mask_v[:, None] & mask_c[None, :], other=0.0)
+                Xc = _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_c, mask_c, tok, is_key, mask_u)
+                SX += small_matmul(S0.to(tl.float32), Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION,
+                                   ONE_PASS_PRECISION)
         SX = tl.exp(G) * SX * col_scale[None, :]
-        SX += small_matmul(D_w, HX, True, False, DOT_PRECISION, ONE_PASS_PRECISION)
+        SX += small_matmul(D_w, HX, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)
 
         # (I + M) D = R on the key columns: M[u, s] = beta_u exp(A_u - A_s) (k_s . k_u)
-        # for s < u, R[:, u] = beta_u (v_u - exp(A_u) S_h k_u); M is nilpotent (T <= 8),
-        # so (I + M)^-1 = (I - M)(I + M^2)(I + M^4).
+        # for s < u, R[:, u] = beta_u (v_u - exp(A_u) S_h k_u); M^T = 0, so
+        # (I + M)^-1 = (I - M)(I + M^2)(I + M^4), the factors past T dropped.
         M = tl.where(strictly_lower, beta[:, None] * decay_us * Gram, 0.0)
-        M2 = small_matmul(M, M, True, False, DOT_PRECISION, ONE_PASS_PRECISION)
-        M4 = small_matmul(M2, M2, True, False, DOT_PRECISION, ONE_PASS_PRECISION)
-        Inv = small_matmul(small_matmul(eye - M, eye + M2, True, False, DOT_PRECISION, ONE_PASS_PRECISION),
-                           eye + M4, True, False, DOT_PRECISION, ONE_PASS_PRECISION)
+        Inv = eye - M  # enough for T <= 2 (M^2 = 0)
+        if NUM_TOKENS > 2:
+            M2 = small_matmul(M, M, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)
+            Inv = small_matmul(Inv, eye + M2, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)
+            if NUM_TOKENS > 4:
+                M4 = small_matmul(M2, M2, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)
+                Inv = small_matmul(Inv, eye + M4, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)
         # O[:, u] on the query columns: exp(A_u) S_h q_u + sum_{s <= tok(u)} exp(A_u - A_s) (q_u . k_s) d_s,
         # i.e. D W^T with W[u, s] = exp(A_u - A_s) (q_u . k_s): one product, R Z with
         # Z = Inv^T (I + W^T), gives D on the key columns and D W^T on the query columns.
         W = tl.where(causal_qk, decay_us * Gram, 0.0)
-        Z = small_matmul(tl.trans(Inv), eye + tl.trans(W), True, False, DOT_PRECISION, ONE_PASS_PRECISION)
+        Z = small_matmul(tl.trans(Inv), eye + tl.trans(W), True, False, SMALL_PRECISION, ONE_PASS_PRECISION)
         Vd = tl.load(v_ptr + pid_b * stride_v_b + tok[None, :] * stride_v_t + hv * stride_v_h + offs_v[:, None],
                      mask=mask_vu & is_key[None, :], other=0.0).to(tl.float32)
         R = tl.where(is_key[None, :], beta[None, :] * (Vd - tl.exp(A_u)[None, :] * SX), 0.0)
-        RZ = small_matmul(R, Z, True, False, DOT_PRECISION, ONE_PASS_PRECISION)  # [V, 16]: D | D W^T
+        RZ = small_matmul(R, Z, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)  # [V, 16]: D | D W^T
         O = tl.exp(A_u)[None, :] * SX + RZ
 
         # Append the drafts' corrected values and gates (reads stop at wp: they never meet
@@ -461,7 +473,8 @@ def gdn_replayssm_spec_decode(
         hpp = math.gcd(cfg.heads_per_prog, HV // H)
         launch_kernel(_gdn_spec_verify_dot_kernel, (grid[0], HV // hpp, Bsz), *args,
                       EXACT_X=exact_in_tf32(q.dtype) and exact_in_tf32(k.dtype), HEADS_PER_PROG=hpp,
-                      KEY_CHUNK=min(cfg.key_chunk or block_k, block_k), **common)
+                      KEY_CHUNK=min(cfg.key_chunk or block_k, block_k), NUM_TOKENS=T,
+                      SMALL_PRECISION=SMALL_DOT_PRECISION, **common)
     else:
         for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
             launch_kernel(_gdn_spec_verify_kernel, grid, *args, PHASE=phase.value, **chunked)

@@ -46,13 +46,15 @@ MAMBA2_SPEC_CANDIDATES = [LaunchConfig(b, w) for b, w in [(16, 1), (32, 2), (64,
      for b, w, h in [(16, 1, 4), (16, 1, 8), (16, 1, 16), (32, 2, 8), (32, 2, 16)]]
 # GDN's verify runs on tl.dot after a fold-only launch (``ops/gdn/spec.py``), so every
 # candidate folds apart; ``heads_per_prog`` value heads of one key head share the drafts'
-# tile, Gram and history products, which took Qwen3.5-122B's verify (T = 4, batch 128)
-# from 607-924 us to 541-702 at 16-64 rows (32 rows on 4 warps: 847-1261; 64 rows on 8
-# warps faulted on the H200, an illegal memory access, Triton 3.6); ``key_chunk`` streams
-# the state through the matmul in chunks of key columns.
-GDN_SPEC_CANDIDATES = [LaunchConfig(32, 2, heads_per_prog=1, split_fold=1)] + \
-    [LaunchConfig(b, w, heads_per_prog=4, split_fold=1, key_chunk=c)
-     for b, w in [(16, 1), (32, 2), (64, 4)] for c in (0, 64, 32)]
+# tile, Gram and history products; ``key_chunk`` streams the state through the matmul in
+# chunks of key columns. H200, Qwen3.5-122B, T = 4, batch 128, us a step
+# (``benchmarks/results/gdn_spec_dot_variants.json``): 128 rows on 4 warps, 4 heads,
+# chunks of 32: 419; of 64: 448; whole tile 1044 (spilled); 64 rows on 2 warps 464; 32
+# rows on 2 warps, whole tile 484; one head a program 607-924. 64 rows on 8 warps faulted
+# (an illegal memory access, Triton 3.6).
+GDN_SPEC_CANDIDATES = [LaunchConfig(b, w, heads_per_prog=h, split_fold=1, key_chunk=c)
+                       for b, w, h, c in [(128, 4, 4, 32), (128, 4, 4, 64), (128, 4, 1, 32), (64, 2, 4, 64),
+                                          (64, 4, 4, 0), (32, 2, 4, 0)]]
 
 
 def spec_candidates(geom: Union[Mamba2Geometry, GDNGeometry]) -> list:

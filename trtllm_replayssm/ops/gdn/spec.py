@@ -34,17 +34,20 @@ from ..mamba2.spec import AFTER_FOLD, BOTH, FOLD_ONLY, MAX_T, _check_cursors, _c
 from .step_inputs import parse_gdn_step
 
 RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-# 32 rows of V a program on 2 warps, 4 value heads of a key head in one program (H200,
-# Qwen3.5-122B, T = 4, batch 128: 541 us a verify step on tl.dot; the chunked FMA form's
-# best, 64 rows on 4 warps, 877-890).
-GDN_SPEC_CONFIG = LaunchConfig(block_p=32, num_warps=2, heads_per_prog=4, split_fold=1)
+# A head's 128 rows of V in one program on 4 warps (the solve's matrices are then formed
+# once a head), 4 value heads of a key head a program, the state through the matmul in
+# chunks of 32 key columns (H200, Qwen3.5-122B, T = 4, batch 128: 419 us a verify step;
+# 32 rows on 2 warps 484-541; the chunked FMA form's best, 64 rows on 4 warps, 877-890).
+GDN_SPEC_CONFIG = LaunchConfig(block_p=128, num_warps=4, heads_per_prog=4, split_fold=1, key_chunk=32)
 # Whether the verify runs on tl.dot (:func:`_gdn_spec_verify_dot_kernel`, after a fold-only
 # launch) where the tiles allow (>= 16 rows of V and key columns); False keeps the chunked
 # FMA kernel for every phase (a benchmark's comparison).
 VERIFY_ON_DOT = True
-# The dot verify's products that are not with the state ([16, 16] matrices of the solve,
-# the history's [V, 16] x [16, 16]): fp32-accurate either way.
-SMALL_DOT_PRECISION = DOT_PRECISION
+# The dot verify's products that are not with the state (the solve's [16, 16] matrices,
+# the history's and the solve's [V, 16] x [16, 16]): fp32 FMAs ("ieee") rather than
+# tf32x3 on the tensor cores (H200, Qwen3.5-122B, T = 4, batch 128, 128 rows on 4 warps:
+# 448 against 524 us; on 2 warps tf32x3 was ahead, 484 against 551).
+SMALL_DOT_PRECISION = "ieee"
 
 
 def key_chunk(block_k: int) -> int:

@@ -52,10 +52,9 @@ MAMBA2_SPEC_CANDIDATES = [LaunchConfig(b, w) for b, w in [(16, 1), (32, 2), (64,
 # chunks of 32: 419; of 64: 448; whole tile 1044 (spilled); 64 rows on 2 warps 464; 32
 # rows on 2 warps, whole tile 484; one head a program 607-924. 64 rows on 8 warps faulted
 # (an illegal memory access, Triton 3.6).
-GDN_SPEC_CANDIDATES = [LaunchConfig(b, w, heads_per_prog=h, split_fold=f, key_chunk=c)
-                       for b, w, h, c, f in [(128, 4, 4, 32, 1), (128, 4, 4, 64, 1), (128, 4, 1, 32, 1),
-                                             (64, 2, 4, 64, 1), (64, 4, 4, 0, 1), (32, 2, 4, 0, 1),
-                                             (128, 4, 4, 32, 0), (128, 4, 4, 64, 0), (64, 2, 4, 64, 0)]]
+GDN_SPEC_CANDIDATES = [LaunchConfig(b, w, heads_per_prog=h, split_fold=1, key_chunk=c)
+                       for b, w, h, c in [(128, 4, 4, 32), (128, 4, 4, 64), (128, 4, 1, 32), (64, 2, 4, 64),
+                                          (64, 4, 4, 0), (32, 2, 4, 0)]]
 
 
 def spec_candidates(geom: Union[Mamba2Geometry, GDNGeometry]) -> list:

@@ -264,7 +264,7 @@ def _gdn_spec_verify_dot_kernel(
     BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BUF: tl.constexpr, BLOCK_L: tl.constexpr,
     EXACT_X: tl.constexpr, DOT_PRECISION: tl.constexpr,
     ONE_PASS_PRECISION: tl.constexpr, EVEN_TILE: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
-    KEY_CHUNK: tl.constexpr, NUM_TOKENS: tl.constexpr, SMALL_PRECISION: tl.constexpr, FOLD_HERE: tl.constexpr,
+    KEY_CHUNK: tl.constexpr, NUM_TOKENS: tl.constexpr, SMALL_PRECISION: tl.constexpr,
 ):
     """The verify (after the flush rows' fold launch) with every product on tl.dot.
 
@@ -299,12 +299,7 @@ def _gdn_spec_verify_dot_kernel(
             store_nan_tokens(out_ptr, offs_v, mask_v, pid_b, hv0 + hh, stride_out_b, stride_out_t, stride_out_h,
                              NUM_TOKENS, DRAFT_COLS)
         return
-    if FOLD_HERE:  # a flush row folds its history into the checkpoint on the way through
-        n_hist = wp
-        fold = is_flush
-    else:  # after the fold-only launch: a flush row's history is in its checkpoint already
-        n_hist = tl.where(is_flush, 0, wp)
-        fold = False
+    n_hist = tl.where(is_flush, 0, wp)  # a flush row's history is in its checkpoint already
     h = hv0 // v_heads_per_k_head
     phys_u = (origin + wp + tok) & (BUF - 1)  # where draft tok(u) goes (logical wp + t)
 
@@ -366,36 +361,20 @@ def _gdn_spec_verify_dot_kernel(
         # chunks of KEY_CHUNK key columns (the drafts' tile chunk is then read again from
         # L1, as the whole tile held across the heads would cost the registers saved).
         state_rows = state_ptr + slot * stride_state_slot + hv * stride_state_h + offs_v[:, None] * stride_state_v
-        if fold:
-            # S_h = exp(G) S_0 + D_w K_hist chunk by chunk, stored, and S_h X on the way.
+        if KEY_CHUNK == BLOCK_K:
+            S0 = tl.load(state_rows + offs_k[None, :], mask=mask_v[:, None] & mask_k[None, :], other=0.0)
+            SX = small_matmul(S0.to(tl.float32), Xf, True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
+        else:
             SX = tl.zeros((BLOCK_V, 2 * DRAFT_COLS), tl.float32)
             for c in tl.range(0, BLOCK_K // KEY_CHUNK):
                 offs_c = c * KEY_CHUNK + tl.arange(0, KEY_CHUNK)
                 mask_c = dim_mask(offs_c, head_k_dim, EVEN_TILE)
-                mask_vc = mask_v[:, None] & mask_c[None, :]
-                K_hist_c = tl.load(kr_base + phys_l[:, None] * stride_kr_l + offs_c[None, :],
-                                   mask=mask_l[:, None] & mask_c[None, :], other=0.0).to(tl.float32)
-                S_h = tl.exp(G) * tl.load(state_rows + offs_c[None, :], mask=mask_vc, other=0.0).to(tl.float32) \
-                    + small_matmul(D_w, K_hist_c, True, False, DOT_PRECISION, ONE_PASS_PRECISION)
-                tl.store(state_rows + offs_c[None, :], S_h.to(state_ptr.dtype.element_ty), mask=mask_vc)
+                S0 = tl.load(state_rows + offs_c[None, :], mask=mask_v[:, None] & mask_c[None, :], other=0.0)
                 Xc = _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_c, mask_c, tok, is_key, mask_u)
-                SX += small_matmul(S_h, Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
-            SX = SX * col_scale[None, :]
-        else:
-            if KEY_CHUNK == BLOCK_K:
-                S0 = tl.load(state_rows + offs_k[None, :], mask=mask_v[:, None] & mask_k[None, :], other=0.0)
-                SX = small_matmul(S0.to(tl.float32), Xf, True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
-            else:
-                SX = tl.zeros((BLOCK_V, 2 * DRAFT_COLS), tl.float32)
-                for c in tl.range(0, BLOCK_K // KEY_CHUNK):
-                    offs_c = c * KEY_CHUNK + tl.arange(0, KEY_CHUNK)
-                    mask_c = dim_mask(offs_c, head_k_dim, EVEN_TILE)
-                    S0 = tl.load(state_rows + offs_c[None, :], mask=mask_v[:, None] & mask_c[None, :], other=0.0)
-                    Xc = _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_c, mask_c, tok, is_key, mask_u)
-                    SX += small_matmul(S0.to(tl.float32), Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION,
-                                       ONE_PASS_PRECISION)
-            SX = tl.exp(G) * SX * col_scale[None, :]
-            SX += small_matmul(D_w, HX, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)
+                SX += small_matmul(S0.to(tl.float32), Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION,
+                                   ONE_PASS_PRECISION)
+        SX = tl.exp(G) * SX * col_scale[None, :]
+        SX += small_matmul(D_w, HX, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)
 
         # (I + M) D = R on the key columns: M[u, s] = beta_u exp(A_u - A_s) (k_s . k_u)
         # for s < u, R[:, u] = beta_u (v_u - exp(A_u) S_h k_u); M^T = 0, so
@@ -491,15 +470,14 @@ def gdn_replayssm_spec_decode(
     chunked = dict(BLOCK_T=max(2, triton.next_power_of_2(T)), USE_DOT=use_dot, EXACT_B=exact_in_tf32(k_ring.dtype),
                    K_CHUNK=key_chunk(block_k), **common)
     if use_dot and VERIFY_ON_DOT:
-        if cfg.split_fold:
-            # The flush rows fold first (the chunked kernel's fold-only phase); the verify
-            # on tl.dot then reads their new checkpoint with an empty history.
-            launch_kernel(_gdn_spec_verify_kernel, grid, *args, PHASE=FOLD_ONLY.value, **chunked)
+        # The flush rows fold first (the chunked kernel's fold-only phase); the verify on
+        # tl.dot then reads their new checkpoint with an empty history.
+        launch_kernel(_gdn_spec_verify_kernel, grid, *args, PHASE=FOLD_ONLY.value, **chunked)
         hpp = math.gcd(cfg.heads_per_prog, HV // H)
         launch_kernel(_gdn_spec_verify_dot_kernel, (grid[0], HV // hpp, Bsz), *args,
                       EXACT_X=exact_in_tf32(q.dtype) and exact_in_tf32(k.dtype), HEADS_PER_PROG=hpp,
                       KEY_CHUNK=min(cfg.key_chunk or block_k, block_k), NUM_TOKENS=T,
-                      SMALL_PRECISION=SMALL_DOT_PRECISION, FOLD_HERE=not cfg.split_fold, **common)
+                      SMALL_PRECISION=SMALL_DOT_PRECISION, **common)
     else:
         for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
             launch_kernel(_gdn_spec_verify_kernel, grid, *args, PHASE=phase.value, **chunked)

@@ -51,7 +51,9 @@ MAMBA2_SPEC_CANDIDATES = [LaunchConfig(b, w) for b, w in [(16, 1), (32, 2), (64,
 # (``benchmarks/results/gdn_spec_dot_variants.json``): 128 rows on 4 warps, 4 heads,
 # chunks of 32: 419; of 64: 448; whole tile 1044 (spilled); 64 rows on 2 warps 464; 32
 # rows on 2 warps, whole tile 484; one head a program 607-924. 64 rows on 8 warps faulted
-# (an illegal memory access, Triton 3.6).
+# (an illegal memory access, Triton 3.6). Folding a flush row inside the verify (state read
+# once) ran 555-1164 (the fold's registers in every program), and 2 pipeline stages in
+# the chunk loop instead of 3-4 lost 36 (``gdn_spec_fold_in_verify.json``, commit b8e31c5).
 GDN_SPEC_CANDIDATES = [LaunchConfig(b, w, heads_per_prog=h, split_fold=1, key_chunk=c)
                        for b, w, h, c in [(128, 4, 4, 32), (128, 4, 4, 64), (128, 4, 1, 32), (64, 2, 4, 64),
                                           (64, 4, 4, 0), (32, 2, 4, 0)]]

@@ -121,28 +121,30 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
     common = dict(HAS_SLOT_IDX=True, BUF=buf, BLOCK_L=max(16, buf), DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32",
                   EVEN_TILE=True)
 
-    def mamba2_phase(cfg, phase):
+    def mamba2_phase(cfg, phase):  # -> (kernel, constexprs, warps)
         return m2_spec._spec_verify_kernel, dict(
             common, HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, DT_SOFTPLUS=True, NUM_TOKENS=T, PHASE=phase, USE_DOT=True,
             BLOCK_T=m2_spec.token_tile(T, use_dot=True), BLOCK_P=min(cfg.block_p, 64), BLOCK_N=128,
             EXACT_B=True,  # B ring in bf16
-            HEADS_PER_PROG=m2_spec.heads_per_program(cfg, 16, fold_only=phase == 1))
+            HEADS_PER_PROG=m2_spec.heads_per_program(cfg, 16, fold_only=phase == 1)), cfg.num_warps
 
-    def gdn_phase(cfg, phase):  # the fold-only launch of the chunked kernel, then the verify on tl.dot
-        shape = dict(common, USE_QK_L2NORM=True, BLOCK_V=cfg.block_p, BLOCK_K=128)
+    def gdn_phase(cfg, phase):  # the fold-only launch of the chunked kernel (its own config), then the verify on tl.dot
+        shape = dict(common, USE_QK_L2NORM=True, BLOCK_K=128)
         if phase == 1:  # k ring in fp32 (the default)
-            return gdn_spec._gdn_spec_verify_kernel, dict(shape, PHASE=phase, USE_DOT=True,
+            fold = gdn_spec.GDN_SPEC_FOLD_CONFIG
+            return gdn_spec._gdn_spec_verify_kernel, dict(shape, PHASE=phase, USE_DOT=True, BLOCK_V=fold.block_p,
                                                           BLOCK_T=triton.next_power_of_2(T),
-                                                          K_CHUNK=gdn_spec.key_chunk(128), EXACT_B=False)
-        return gdn_spec._gdn_spec_verify_dot_kernel, dict(shape, EXACT_X=True, KEY_CHUNK=cfg.key_chunk or 128, NUM_TOKENS=T,
+                                                          K_CHUNK=gdn_spec.key_chunk(128), EXACT_B=False), fold.num_warps
+        return gdn_spec._gdn_spec_verify_dot_kernel, dict(shape, BLOCK_V=cfg.block_p, EXACT_X=True,
+                                                          KEY_CHUNK=cfg.key_chunk or 128, NUM_TOKENS=T,
                                                           SMALL_PRECISION=gdn_spec.SMALL_DOT_PRECISION,
-                                                          HEADS_PER_PROG=math.gcd(cfg.heads_per_prog, 4))
+                                                          HEADS_PER_PROG=math.gcd(cfg.heads_per_prog, 4)), cfg.num_warps
 
     for family, phase_kernel, candidates in (("mamba2", mamba2_phase, MAMBA2_SPEC_CANDIDATES),
                                              ("gdn", gdn_phase, GDN_SPEC_CANDIDATES)):
         for cfg in candidates:
             phases = {"fold": 1, "verify": 2} if cfg.split_fold else {"verify+fold": 0}
-            regs = ", ".join(f"{name} {registers(*phase_kernel(cfg, p), cfg.num_warps, state_dtype)}"
+            regs = ", ".join(f"{name} {registers(*phase_kernel(cfg, p), state_dtype)}"
                              for name, p in phases.items())
             yield [family, f"spec T={T}", str(cfg), regs]
 

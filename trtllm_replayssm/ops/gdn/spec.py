@@ -39,6 +39,9 @@ RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # chunks of 32 key columns (H200, Qwen3.5-122B, T = 4, batch 128: 419 us a verify step;
 # 32 rows on 2 warps 484-541; the chunked FMA form's best, 64 rows on 4 warps, 877-890).
 GDN_SPEC_CONFIG = LaunchConfig(block_p=128, num_warps=4, heads_per_prog=4, split_fold=1, key_chunk=32)
+# The fold-only launch before the tl.dot verify: 64 rows of V on 4 warps (the chunked
+# kernel's fold at 126 registers a thread; at the verify's 128 rows, 220).
+GDN_SPEC_FOLD_CONFIG = LaunchConfig(block_p=64, num_warps=4)
 # Whether the verify runs on tl.dot (:func:`_gdn_spec_verify_dot_kernel`, after a fold-only
 # launch) where the tiles allow (>= 16 rows of V and key columns); False keeps the chunked
 # FMA kernel for every phase (a benchmark's comparison).
@@ -453,7 +456,6 @@ def gdn_replayssm_spec_decode(
     cfg = config or GDN_SPEC_CONFIG
     block_v, block_k = min(cfg.block_p, triton.next_power_of_2(V)), triton.next_power_of_2(K)
     use_dot = min(block_v, block_k) >= 16
-    grid = (triton.cdiv(V, block_v), HV, Bsz)
     args = (state, d_ring, k_ring, g_ring, write_pos, origin, is_flush, q, k, v, a, b, A_log, dt_bias, out,
             initial_state_indices if initial_state_indices is not None else write_pos,
             slots, T, K, V, HV // H, capacity, pad_slot_id,
@@ -463,22 +465,29 @@ def gdn_replayssm_spec_decode(
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1),
             v.stride(2), a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2),
             out.stride(0), out.stride(1), out.stride(2), step.scale, step.softplus_beta, step.softplus_threshold)
-    common = dict(USE_QK_L2NORM=step.use_qk_l2norm, HAS_SLOT_IDX=initial_state_indices is not None, BLOCK_V=block_v,
+    shared = dict(USE_QK_L2NORM=step.use_qk_l2norm, HAS_SLOT_IDX=initial_state_indices is not None,
                   BLOCK_K=block_k, BUF=buf, BLOCK_L=max(16, buf), DOT_PRECISION=DOT_PRECISION,
-                  ONE_PASS_PRECISION=ONE_PASS_PRECISION, EVEN_TILE=even_tile(V, block_v, K, block_k),
-                  num_warps=cfg.num_warps)
-    chunked = dict(BLOCK_T=max(2, triton.next_power_of_2(T)), USE_DOT=use_dot, EXACT_B=exact_in_tf32(k_ring.dtype),
-                   K_CHUNK=key_chunk(block_k), **common)
+                  ONE_PASS_PRECISION=ONE_PASS_PRECISION)
+
+    def launch_chunked(phase, rows: int, num_warps: int) -> None:
+        rows = min(rows, triton.next_power_of_2(V))
+        launch_kernel(_gdn_spec_verify_kernel, (triton.cdiv(V, rows), HV, Bsz), *args, PHASE=phase.value,
+                      BLOCK_V=rows, BLOCK_T=max(2, triton.next_power_of_2(T)), USE_DOT=min(rows, block_k) >= 16,
+                      EXACT_B=exact_in_tf32(k_ring.dtype), K_CHUNK=key_chunk(block_k),
+                      EVEN_TILE=even_tile(V, rows, K, block_k), num_warps=num_warps, **shared)
+
     if use_dot and VERIFY_ON_DOT:
-        # The flush rows fold first (the chunked kernel's fold-only phase); the verify on
-        # tl.dot then reads their new checkpoint with an empty history.
-        launch_kernel(_gdn_spec_verify_kernel, grid, *args, PHASE=FOLD_ONLY.value, **chunked)
+        # The flush rows fold first (the chunked kernel's fold-only phase, on a launch
+        # config of its own); the verify on tl.dot then reads their new checkpoint with an
+        # empty history.
+        launch_chunked(FOLD_ONLY, GDN_SPEC_FOLD_CONFIG.block_p, GDN_SPEC_FOLD_CONFIG.num_warps)
         hpp = math.gcd(cfg.heads_per_prog, HV // H)
-        launch_kernel(_gdn_spec_verify_dot_kernel, (grid[0], HV // hpp, Bsz), *args,
-                      EXACT_X=exact_in_tf32(q.dtype) and exact_in_tf32(k.dtype), HEADS_PER_PROG=hpp,
-                      KEY_CHUNK=min(cfg.key_chunk or block_k, block_k), NUM_TOKENS=T,
-                      SMALL_PRECISION=SMALL_DOT_PRECISION, **common)
+        launch_kernel(_gdn_spec_verify_dot_kernel, (triton.cdiv(V, block_v), HV // hpp, Bsz), *args,
+                      BLOCK_V=block_v, EXACT_X=exact_in_tf32(q.dtype) and exact_in_tf32(k.dtype),
+                      HEADS_PER_PROG=hpp, KEY_CHUNK=min(cfg.key_chunk or block_k, block_k), NUM_TOKENS=T,
+                      SMALL_PRECISION=SMALL_DOT_PRECISION, EVEN_TILE=even_tile(V, block_v, K, block_k),
+                      num_warps=cfg.num_warps, **shared)
     else:
         for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
-            launch_kernel(_gdn_spec_verify_kernel, grid, *args, PHASE=phase.value, **chunked)
+            launch_chunked(phase, cfg.block_p, cfg.num_warps)
     return out

@@ -128,7 +128,7 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
             EXACT_B=True,  # B ring in bf16
             HEADS_PER_PROG=m2_spec.heads_per_program(cfg, 16, fold_only=phase == 1)), cfg.num_warps
 
-    def gdn_phase(cfg, phase):  # the fold-only launch of the chunked kernel (its own config), then the verify on tl.dot
+    def gdn_phase(cfg, phase):  # the chunked kernel's fold-only launch (a config of its own), then the tl.dot verify
         shape = dict(common, USE_QK_L2NORM=True, BLOCK_K=128)
         if phase == 1:  # k ring in fp32 (the default)
             fold = gdn_spec.GDN_SPEC_FOLD_CONFIG

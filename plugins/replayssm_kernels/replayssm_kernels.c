@@ -376,8 +376,9 @@ int rs_mamba2_step(const rs_mamba2_step_args* a, void* stream) {
     return fail(RS_ERR_INVALID_ARGUMENT, "buffer_len %lld outside [1, 64]", (long long)a->buffer_len);
   if (a->batch == 0) return RS_SUCCESS;
   char key[256];
-  snprintf(key, sizeof key, "mamba2_step|L=%lld|N=%lld|P=%lld|act=%s|ff=%d|route=%s|state=%s|z=%d",
-           standard ? 0LL : (long long)a->buffer_len, (long long)a->dstate, (long long)a->headdim, ad,
+  snprintf(key, sizeof key, "mamba2_step|G=%lld|H=%lld|L=%lld|N=%lld|P=%lld|act=%s|ff=%d|route=%s|state=%s|z=%d",
+           (long long)a->ngroups, (long long)a->nheads, standard ? 0LL : (long long)a->buffer_len, (long long)a->dstate,
+           (long long)a->headdim, ad,
            (!standard && a->force_flush) ? 1 : 0, route, sd, a->z ? 1 : 0);
   /* The cursor bound the standard kernel checks: none, an empty ring, or any cursor. */
   const int64_t cursor_len = standard ? 0 : a->route == RS_ROUTE_STANDARD_STEP ? 1 : a->buffer_len;
@@ -428,9 +429,10 @@ int rs_gdn_step(const rs_gdn_step_args* a, void* stream) {
     return fail(RS_ERR_INVALID_ARGUMENT, "buffer_len %lld outside [1, 64]", (long long)a->buffer_len);
   if (a->batch == 0) return RS_SUCCESS;
   char key[256];
-  snprintf(key, sizeof key, "gdn_step|K=%lld|L=%lld|V=%lld|act=%s|ff=%d|route=%s|state=%s", (long long)a->head_k_dim,
-           standard ? 0LL : (long long)a->buffer_len, (long long)a->head_v_dim, ad, (!standard && a->force_flush) ? 1 : 0,
-           route, sd);
+  snprintf(key, sizeof key, "gdn_step|H=%lld|HV=%lld|K=%lld|L=%lld|V=%lld|act=%s|ff=%d|route=%s|state=%s",
+           (long long)a->num_k_heads, (long long)a->num_v_heads, (long long)a->head_k_dim,
+           standard ? 0LL : (long long)a->buffer_len, (long long)a->head_v_dim, ad,
+           (!standard && a->force_flush) ? 1 : 0, route, sd);
   const int64_t cursor_len = standard ? 0 : a->route == RS_ROUTE_STANDARD_STEP ? 1 : a->buffer_len;
   static const char* const names[] = {GDN_VALUES(NAME_OF)};
   const rs_value values[] = {GDN_VALUES(VALUE_OF)};
@@ -485,8 +487,9 @@ int rs_mamba2_spec_verify(const rs_mamba2_spec_args* a, void* stream) {
     return fail(RS_ERR_INVALID_ARGUMENT, "bad sizes");
   if (a->batch == 0) return RS_SUCCESS;
   char key[256];
-  snprintf(key, sizeof key, "mamba2_spec|Bh=%lld|N=%lld|P=%lld|T=%lld|act=%s|state=%s|z=%d", (long long)a->history_len,
-           (long long)a->dstate, (long long)a->headdim, (long long)a->num_tokens, ad, sd, a->z ? 1 : 0);
+  snprintf(key, sizeof key, "mamba2_spec|Bh=%lld|G=%lld|H=%lld|N=%lld|P=%lld|T=%lld|act=%s|state=%s|z=%d",
+           (long long)a->history_len, (long long)a->ngroups, (long long)a->nheads, (long long)a->dstate,
+           (long long)a->headdim, (long long)a->num_tokens, ad, sd, a->z ? 1 : 0);
   static const char* const names[] = {MAMBA2_SPEC_VALUES(NAME_OF)};
   const rs_value values[] = {MAMBA2_SPEC_VALUES(VALUE_OF)};
   const named_values nv = {names, values, COUNT_OF(names)};
@@ -533,8 +536,9 @@ int rs_gdn_spec_verify(const rs_gdn_spec_args* a, void* stream) {
   if (a->batch == 0) return RS_SUCCESS;
   const double scale = a->scale != 0.f ? a->scale : 1.0 / sqrt((double)a->head_k_dim);
   char key[256];
-  snprintf(key, sizeof key, "gdn_spec|Bh=%lld|K=%lld|T=%lld|V=%lld|act=%s|state=%s", (long long)a->history_len,
-           (long long)a->head_k_dim, (long long)a->num_tokens, (long long)a->head_v_dim, ad, sd);
+  snprintf(key, sizeof key, "gdn_spec|Bh=%lld|H=%lld|HV=%lld|K=%lld|T=%lld|V=%lld|act=%s|state=%s",
+           (long long)a->history_len, (long long)a->num_k_heads, (long long)a->num_v_heads, (long long)a->head_k_dim,
+           (long long)a->num_tokens, (long long)a->head_v_dim, ad, sd);
   static const char* const names[] = {GDN_SPEC_VALUES(NAME_OF)};
   const rs_value values[] = {GDN_SPEC_VALUES(VALUE_OF)};
   const named_values nv = {names, values, COUNT_OF(names)};

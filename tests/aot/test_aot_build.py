@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import re
+from pathlib import Path
 
 import pytest
 
@@ -65,6 +67,23 @@ def test_c_table_block_covers_a_programs_run_of_blocks(aot_build, manifest):
         chunked += cx.get("CHUNKS", 1) > 1
         assert row.split(", ")[5] == str(block), (k["key"], row)
     assert chunked > 0  # the tuned tables pick loop_blocks > 1 somewhere (Super fp32 fold at batch 128, 512)
+
+
+def test_c_case_keys_name_the_fields_the_build_writes(manifest):
+    """The C library finds a call's case by a key it formats itself (``snprintf`` in
+    ``replayssm_kernels.c``); its fields must be the ones the build writes
+    (``OpCase.key_string``: the head counts included), or every call of that op misses, and
+    only on a GPU."""
+    c_source = Path(__file__).resolve().parents[2] / "plugins/replayssm_kernels/replayssm_kernels.c"
+    formats = dict(re.findall(r'"(\w+)\|([^"]*)"', c_source.read_text()))  # op -> "A=%lld|B=%s|..."
+    checked = set()
+    for case in manifest["cases"]:
+        op, *fields = case["key"].split("|")
+        if fields:
+            assert op in formats, f"{op}: no key format in {c_source.name}"
+            assert [f.split("=")[0] for f in formats[op].split("|")] == [f.split("=")[0] for f in fields], op
+            checked.add(op)
+    assert {"mamba2_step", "gdn_step", "mamba2_spec", "gdn_spec"} <= checked
 
 
 @pytest.fixture(scope="module")

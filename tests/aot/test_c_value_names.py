@@ -18,7 +18,7 @@ KERNELS = {
                       m2_standard._selective_state_update_kernel],
     "GDN_VALUES": [gdn_replay._gdn_replay_kernel, gdn_standard._gdn_update_kernel],
     "MAMBA2_SPEC_VALUES": [m2_spec._spec_verify_kernel],
-    "GDN_SPEC_VALUES": [gdn_spec._gdn_spec_verify_kernel],
+    "GDN_SPEC_VALUES": [gdn_spec._gdn_spec_verify_kernel, gdn_spec._gdn_spec_verify_dot_kernel],
 }
 
 

@@ -275,24 +275,29 @@ def op_cases(arch: str, buffer_lens: Sequence[int] = DEFAULT_BUFFER_LENS,
             case.launches.append((spec_of(launch.kernel, launch.kwargs), launch.grid))
         cases.append(case)
 
-    mamba2_geoms = {(m.geom.headdim, m.geom.dstate): m.geom for m in MAMBA2_MODELS.values()}
-    gdn_geoms = {(m.geom.head_v_dim, m.geom.head_k_dim): m.geom for m in GDN_MODELS.values()}
+    # Every model's geometry, head counts included: the tuned table's configs and the
+    # kernels' heads a program depend on them, so two models that share a head shape
+    # (Qwen3.5-4B and -122B) get cases of their own (the C library's keys carry them too).
+    mamba2_geoms = {(m.geom.headdim, m.geom.dstate, m.geom.nheads, m.geom.ngroups): m.geom
+                    for m in MAMBA2_MODELS.values()}
+    gdn_geoms = {(m.geom.head_v_dim, m.geom.head_k_dim, m.geom.num_v_heads, m.geom.num_k_heads): m.geom
+                 for m in GDN_MODELS.values()}
     for sd in state_dtypes:
         for ad in act_dtypes:
             s, a = DTYPE_NAMES[sd], DTYPE_NAMES[ad]
             for L in buffer_lens:
                 for b in batches:
-                    for (P, N), g in sorted(mamba2_geoms.items()):
+                    for (P, N, H, G), g in sorted(mamba2_geoms.items()):
                         for route in STEP_ROUTES:
                             for has_z in (False, True):
                                 for ff in ((False,) if route == "standard" else (False, True)):
-                                    key = dict(state=sd, act=ad, P=P, N=N, L=L if route != "standard" else 0,
+                                    key = dict(state=sd, act=ad, P=P, N=N, H=H, G=G, L=L if route != "standard" else 0,
                                                route=route, z=int(has_z), ff=int(ff))
                                     add("mamba2_step", key, b, _mamba2_calls(g, s, a, b, L, has_z, ff, route, arch))
-                    for (V, K), g in sorted(gdn_geoms.items()):
+                    for (V, K, HV, H), g in sorted(gdn_geoms.items()):
                         for route in STEP_ROUTES:
                             for ff in ((False,) if route == "standard" else (False, True)):
-                                key = dict(state=sd, act=ad, V=V, K=K, L=L if route != "standard" else 0,
+                                key = dict(state=sd, act=ad, V=V, K=K, HV=HV, H=H, L=L if route != "standard" else 0,
                                            route=route, ff=int(ff))
                                 add("gdn_step", key, b, _gdn_calls(g, s, a, b, L, ff, route, arch))
     # Speculative verify (one config for every batch) and its cursor ops.
@@ -300,12 +305,13 @@ def op_cases(arch: str, buffer_lens: Sequence[int] = DEFAULT_BUFFER_LENS,
         for sd in state_dtypes:
             for ad in act_dtypes:
                 s, a = DTYPE_NAMES[sd], DTYPE_NAMES[ad]
-                for (P, N), g in sorted(mamba2_geoms.items()):
+                for (P, N, H, G), g in sorted(mamba2_geoms.items()):
                     for has_z in (False, True):
-                        add("mamba2_spec", dict(state=sd, act=ad, P=P, N=N, T=T, Bh=SPEC_HISTORY, z=int(has_z)), 1,
+                        add("mamba2_spec", dict(state=sd, act=ad, P=P, N=N, H=H, G=G, T=T, Bh=SPEC_HISTORY,
+                                                z=int(has_z)), 1,
                             _spec_calls("mamba2", g, s, a, 1, T, SPEC_HISTORY, has_z))
-                for (V, K), g in sorted(gdn_geoms.items()):
-                    add("gdn_spec", dict(state=sd, act=ad, V=V, K=K, T=T, Bh=SPEC_HISTORY), 1,
+                for (V, K, HV, H), g in sorted(gdn_geoms.items()):
+                    add("gdn_spec", dict(state=sd, act=ad, V=V, K=K, HV=HV, H=H, T=T, Bh=SPEC_HISTORY), 1,
                         _spec_calls("gdn", g, s, a, 1, T, SPEC_HISTORY, False))
         for op in ("commit_spec", "reset_spec"):
             add(op, dict(T=T, Bh=SPEC_HISTORY), 1, _spec_cursor_calls(op, T, SPEC_HISTORY))

@@ -10,6 +10,7 @@ from trtllm_replayssm.benchmarking.spec import GDN_SPEC_CANDIDATES
 from trtllm_replayssm.ops.launch import LaunchConfig
 from trtllm_replayssm.cache import GDNGeometry
 from trtllm_replayssm.ops.gdn.naive import gdn_step_ref, l2norm
+from trtllm_replayssm.ops.gdn import spec as gdn_spec_module
 from trtllm_replayssm.ops.gdn.spec import gdn_replayssm_spec_decode
 from trtllm_replayssm.ops.mamba2.spec import commit_replayssm_spec, reset_replayssm_spec_cursors, ring_capacity
 
@@ -86,6 +87,15 @@ def test_flush_rows_fold_in_their_own_launch():
     """``split_fold``: the flush rows fold first, then the verify launch (compiled without
     the fold) reads their new checkpoint with an empty history."""
     flushes = run_gdn_spec_fuzz(T=4, Bh=16, steps=40, seed=3, config=LaunchConfig(16, 4, split_fold=1))
+    assert min(flushes.values()) >= 1, flushes
+
+
+@pytest.mark.parametrize("split_fold", [0, 1])
+def test_chunked_fma_verify(monkeypatch, split_fold):
+    """The chunked FMA kernel's own verify (tiles too small for tl.dot, or VERIFY_ON_DOT
+    off), with the fold in the same launch or apart."""
+    monkeypatch.setattr(gdn_spec_module, "VERIFY_ON_DOT", False)
+    flushes = run_gdn_spec_fuzz(T=3, Bh=5, steps=16, seed=9, config=LaunchConfig(16, 4, split_fold=split_fold))
     assert min(flushes.values()) >= 1, flushes
 
 

@@ -13,8 +13,14 @@ corrected values solve a unit lower-triangular system, all T at once:
 
 ``(I + M)^-1`` is formed as ``(I - M)(I + M^2)(I + M^4)`` (``M`` is nilpotent, T <= 8).
 On a flush step the committed history is first folded into the checkpoint and stored.
-The checkpoint streams through the kernel in chunks of key columns, every product with
-the drafts an fp32 FMA reduction (see the kernel's comments for the forms measured).
+
+Two kernels:
+- :func:`_gdn_spec_verify_dot_kernel`, the verify wherever the tiles allow tl.dot (>= 16
+  rows of V and key columns: every real model). All products on the 16 columns of the
+  drafts' keys and queries; the flush rows fold before it, in a launch of the other kernel.
+- :func:`_gdn_spec_verify_kernel` streams the checkpoint in chunks of key columns, every
+  product with the drafts an fp32 FMA reduction: the fold-only launch, and the whole
+  verify on tiles too small for tl.dot (or with :data:`VERIFY_ON_DOT` off).
 """
 
 from __future__ import annotations

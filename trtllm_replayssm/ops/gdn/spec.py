@@ -42,8 +42,8 @@ from .step_inputs import parse_gdn_step
 RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # A head's 128 rows of V in one program on 4 warps (the solve's matrices are then formed
 # once a head), 4 value heads of a key head a program, the state through the matmul in
-# chunks of 32 key columns (H200, Qwen3.5-122B, T = 4, batch 128: 419 us a verify step;
-# 32 rows on 2 warps 484-541; the chunked FMA form's best, 64 rows on 4 warps, 877-890).
+# chunks of 32 key columns (H200, Qwen3.5-122B, T = 4, batch 128: 413-419 us a verify
+# step, fold launch included; 32 rows on 2 warps 484-541; the chunked FMA form's best, 64 rows on 4 warps, 877-890).
 GDN_SPEC_CONFIG = LaunchConfig(block_p=128, num_warps=4, heads_per_prog=4, split_fold=1, key_chunk=32)
 # The fold-only launch before the tl.dot verify: 64 rows of V on 4 warps (the chunked
 # kernel's fold at 126 registers a thread; at the verify's 128 rows, 220).
@@ -426,8 +426,10 @@ def gdn_replayssm_spec_decode(
     ``a, b (B, T, HV)``; returns ``out (B, T, HV, V)``. Ring of this layer:
     ``d_ring (slots, HV, buf, V)``, ``k_ring (slots, H, buf, K)``, ``g_ring (slots, HV, buf)``
     fp32, ``buf = ring_capacity(T, history_len)``; cursors as for Mamba2, moved by
-    :func:`commit_replayssm_spec`. ``config``: rows of V per program (``block_p``) and warps
-    (default :data:`GDN_SPEC_CONFIG`)."""
+    :func:`commit_replayssm_spec`. ``config`` (default :data:`GDN_SPEC_CONFIG`): rows of V
+    a program (``block_p``), warps, value heads of a key head a program (``heads_per_prog``)
+    and key columns a chunk (``key_chunk``) of the tl.dot verify; the chunked FMA kernel
+    (tiles below 16) takes ``block_p``, the warps and ``split_fold``."""
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         raise ValueError("q must have shape (batch, T, num_k_heads, head_k_dim)")
     Bsz, T = q.shape[0], q.shape[1]

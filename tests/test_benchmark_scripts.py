@@ -50,6 +50,17 @@ def test_bench_spec_dry_run(tmp_path):
     assert all(SCHEMA | {"T", "B", "acceptance"} <= set(r) for r in records)
 
 
+def test_every_spec_candidate_compiles_for_sm90():
+    """``kernel_registers.py --family spec`` compiles every speculative tuning candidate for
+    sm_90 (no GPU needed): the interpreter runs code the GPU compiler rejects (a tile used
+    in a branch a constexpr should have pruned), which would otherwise show only on the
+    device."""
+    run = subprocess.run([sys.executable, str(REPO / "benchmarks/kernel_registers.py"), "--family", "spec"],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.count("regs") >= 2 * 6
+
+
 def test_bench_gapped_pools_dry_run(tmp_path):
     out = tmp_path / "gapped.json"
     subprocess.run([sys.executable, str(REPO / "benchmarks/bench_gapped_pools.py"), "--dry-run", "--models", "tiny",

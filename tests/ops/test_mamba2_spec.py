@@ -15,6 +15,7 @@ from trtllm_replayssm.benchmarking.spec import MAMBA2_SPEC_CANDIDATES
 from trtllm_replayssm.ops.launch import LaunchConfig
 from trtllm_replayssm.cache import Mamba2Geometry
 from trtllm_replayssm.ops.mamba2.naive import mamba2_step_ref
+from trtllm_replayssm.ops.mamba2 import spec as m2_spec_module
 from trtllm_replayssm.ops.mamba2.spec import (
     commit_replayssm_spec,
     reset_replayssm_spec_cursors,
@@ -136,6 +137,20 @@ def test_flush_rows_fold_in_their_own_launch():
     """``split_fold``: the flush rows fold first, then the verify launch (compiled without
     the fold) reads their new checkpoint with an empty history."""
     flushes = run_spec_fuzz(T=4, Bh=16, steps=40, seed=3, move_row_at=20, config=LaunchConfig(16, 4, split_fold=1))
+    assert min(flushes.values()) >= 1, flushes
+
+
+@pytest.mark.parametrize("small_on_fma", [False, True], ids=["small_split_tf32", "small_on_fma"])
+@pytest.mark.parametrize("act_dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_state_streamed_in_dstate_chunks(monkeypatch, small_on_fma, act_dtype):
+    """``key_chunk`` on a verify launched apart from the fold: the state goes through
+    ``S_0 C^T`` in chunks of dstate columns (32 in two); ``SMALL_ON_FMA``: the x tiles'
+    products as fp32 FMAs."""
+    monkeypatch.setattr(m2_spec_module, "SMALL_ON_FMA", small_on_fma)
+    cfg = LaunchConfig(16, 1, heads_per_prog=2, split_fold=1, key_chunk=16)
+    flushes = run_spec_fuzz(T=4, Bh=8, steps=16, seed=23, geom=Mamba2Geometry(nheads=4, headdim=16, dstate=32,
+                                                                               ngroups=2),
+                            config=cfg, act_dtype=act_dtype)
     assert min(flushes.values()) >= 1, flushes
 
 

@@ -30,8 +30,8 @@ import triton
 import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_slot_major, check_tensor
-from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, even_tile, exact_in_tf32, exact_lhs_matmul, load_spec_row,
-                      native_dot, ring_positions, small_matmul, store_nan_tokens, tile_masks)
+from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, exact_lhs_matmul,
+                      load_spec_row, native_dot, ring_positions, small_matmul, store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel
 from .step_inputs import parse_mamba2_step
 
@@ -45,6 +45,10 @@ BOTH, FOLD_ONLY, AFTER_FOLD = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 # of their own, which keeps the fold's registers out of the heads loop. H200, Super,
 # T = 4, batch 128: 370 us a verify step, against 418-474 for (16, 1) alone.
 SPEC_CONFIG = LaunchConfig(block_p=16, num_warps=1, heads_per_prog=16, split_fold=1)
+# Whether the outputs' small products (the x tiles against their weights, [P, L] x [L, T]
+# and [P, T] x [T, T]) run as fp32 FMAs rather than two TF32 passes over a split weight.
+# Off until measured: on GDN's verify the FMAs won (448 against 524 us).
+SMALL_ON_FMA = False
 
 
 def heads_per_program(cfg: LaunchConfig, heads_per_group: int, fold_only: bool) -> int:
@@ -79,7 +83,8 @@ def _spec_verify_kernel(
     DT_SOFTPLUS: tl.constexpr, NUM_TOKENS: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_T: tl.constexpr, BUF: tl.constexpr, BLOCK_L: tl.constexpr, USE_DOT: tl.constexpr, EXACT_B: tl.constexpr,
     DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, PHASE: tl.constexpr, EVEN_TILE: tl.constexpr,
-    HEADS_PER_PROG: tl.constexpr,
+    HEADS_PER_PROG: tl.constexpr, STATE_CHUNK: tl.constexpr, STREAM_STATE: tl.constexpr,
+    SMALL_ON_FMA: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
     h0 = tl.program_id(1) * HEADS_PER_PROG  # the program's heads, all of one group
@@ -157,9 +162,10 @@ def _spec_verify_kernel(
                        + offs_p[:, None], mask=mask_pt, other=0.0).to(tl.float32)  # [P, T]
         dt_dr = tl.load(dt_ptr + pid_b * stride_dt_b + offs_t * stride_dt_t + pid_h * stride_dt_h, mask=mask_t,
                         other=0.0).to(tl.float32)
-        state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
-                      + offs_p[:, None] * stride_state_p + offs_n[None, :])
-        S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
+        state_rows = state_ptr + slot * stride_state_slot + pid_h * stride_state_h + offs_p[:, None] * stride_state_p
+        state_ptrs = state_rows + offs_n[None, :]
+        if not STREAM_STATE:  # the whole tile, for the fold and the outputs
+            S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
 
         if HAS_DT_BIAS:
             dt_dr += tl.load(dt_bias_ptr + pid_h * stride_dtb_h).to(tl.float32)
@@ -170,26 +176,43 @@ def _spec_verify_kernel(
         H = tl.sum(dt_hist, axis=0)  # dt summed over the committed history
         # coef_j = dt_j exp(A (dt summed after j)): history entry j's weight on top of S_0.
         coef = tl.where(mask_l, dt_hist * tl.exp(tl.minimum(A * (H - tl.cumsum(dt_hist, axis=0)), 0.0)), 0.0)
-        if fold:
-            # Fold only the committed history (never the drafts) and store the new
-            # checkpoint; the outputs then stand on it alone. (Flush rows only: the
-            # group's B history is read again here rather than held across the loop.)
-            B_fold = tl.load(Br_base + phys_l[:, None] * stride_Br_l + offs_n[None, :], mask=mask_ln,
-                             other=0.0).to(tl.float32)
-            S0 = S0 * tl.exp(tl.minimum(A * H, 0.0)) + small_matmul(X_hist * coef[None, :], B_fold, USE_DOT,
-                                                                   EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
-            tl.store(state_ptrs, S0.to(state_ptr.dtype.element_ty), mask=mask_pn)
-            H = H * 0.0
-            coef = coef * 0.0
+        if PHASE != AFTER_FOLD:  # (a launch that may fold; the compiler needs it said statically)
+            if fold:
+                # Fold only the committed history (never the drafts) and store the new
+                # checkpoint; the outputs then stand on it alone. (Flush rows only: the
+                # group's B history is read again here rather than held across the loop.)
+                B_fold = tl.load(Br_base + phys_l[:, None] * stride_Br_l + offs_n[None, :], mask=mask_ln,
+                                 other=0.0).to(tl.float32)
+                S0 = S0 * tl.exp(tl.minimum(A * H, 0.0)) + small_matmul(X_hist * coef[None, :], B_fold, USE_DOT,
+                                                                       EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+                tl.store(state_ptrs, S0.to(state_ptr.dtype.element_ty), mask=mask_pn)
+                H = H * 0.0
+                coef = coef * 0.0
         if PHASE != FOLD_ONLY:
-            Y = small_matmul(S0, CT.to(tl.float32), USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION) \
-                * tl.exp(tl.minimum(A * (H + D_cum), 0.0))[None, :]  # [P, T]
+            if STREAM_STATE:
+                # S_0 C^T with the state streamed in chunks of STATE_CHUNK dstate columns
+                # (the C^T chunk read again: it is small and in L1).
+                Y = tl.zeros((BLOCK_P, BLOCK_T), tl.float32)
+                for c in tl.range(0, BLOCK_N // STATE_CHUNK):
+                    offs_c = c * STATE_CHUNK + tl.arange(0, STATE_CHUNK)
+                    mask_c = dim_mask(offs_c, dstate, EVEN_TILE)
+                    S0 = tl.load(state_rows + offs_c[None, :], mask=mask_p[:, None] & mask_c[None, :],
+                                 other=0.0).to(tl.float32)
+                    CT_c = tl.load(C_ptr + pid_b * stride_C_b + offs_t[None, :] * stride_C_t + g * stride_C_g
+                                   + offs_c[:, None], mask=mask_c[:, None] & mask_t[None, :], other=0.0)
+                    Y += small_matmul(S0, CT_c.to(tl.float32), USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+            else:
+                Y = small_matmul(S0, CT.to(tl.float32), USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+            Y *= tl.exp(tl.minimum(A * (H + D_cum), 0.0))[None, :]  # [P, T]
             W_hist = coef[:, None] * BC_hist * tl.exp(tl.minimum(A * D_cum, 0.0))[None, :]  # [L, T]
             W_dr = tl.where(causal, dt_dr[:, None] * tl.exp(tl.minimum(A * (D_cum[None, :] - D_cum[:, None]), 0.0)),
                             0.0) * BC_dr  # [T(d), T(t)]
-            # The x tiles hold activation values (exact in TF32 where bf16/fp16): the weights take the split.
-            Y += exact_lhs_matmul(X_hist, W_hist, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION) \
-                + exact_lhs_matmul(X_dr, W_dr, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+            if SMALL_ON_FMA:  # fp32 FMAs, off the tensor cores (what GDN's verify gained by)
+                Y += tl.dot(X_hist, W_hist, input_precision="ieee") + tl.dot(X_dr, W_dr, input_precision="ieee")
+            else:
+                # The x tiles hold activation values (exact in TF32 where bf16/fp16): the weights take the split.
+                Y += exact_lhs_matmul(X_hist, W_hist, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION) \
+                    + exact_lhs_matmul(X_dr, W_dr, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
             if HAS_D:
                 Y += X_dr * tl.load(D_ptr + pid_h * stride_D_h + offs_p * stride_D_p, mask=mask_p,
                                     other=0.0).to(tl.float32)[:, None]
@@ -307,6 +330,9 @@ def selective_state_update_replayssm_spec(
     cfg = config or SPEC_CONFIG
     block_p, block_n = min(cfg.block_p, triton.next_power_of_2(P)), triton.next_power_of_2(N)
     use_dot = min(block_p, block_n) >= 16
+    # dstate columns a step of the outputs' matmul takes: a verify launch compiled without
+    # the fold (split_fold) can stream the state, the fold needs the whole tile.
+    state_chunk = min(cfg.key_chunk or block_n, block_n)
     for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
         hpp = heads_per_program(cfg, H // G, fold_only=phase is FOLD_ONLY)
         launch_kernel(_spec_verify_kernel, (triton.cdiv(P, block_p), H // hpp, Bsz),
@@ -328,7 +354,10 @@ def selective_state_update_replayssm_spec(
             BLOCK_P=block_p, BLOCK_N=block_n, BLOCK_T=token_tile(T, use_dot), BUF=buf,
             BLOCK_L=max(16, buf), USE_DOT=use_dot, EXACT_B=exact_in_tf32(B_ring.dtype),
             DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, PHASE=phase.value,
-            EVEN_TILE=even_tile(P, block_p, N, block_n), HEADS_PER_PROG=hpp, num_warps=cfg.num_warps,
+            EVEN_TILE=even_tile(P, block_p, N, block_n), HEADS_PER_PROG=hpp,
+            STATE_CHUNK=state_chunk, STREAM_STATE=state_chunk < block_n and phase is AFTER_FOLD,
+            SMALL_ON_FMA=SMALL_ON_FMA and use_dot,
+            num_warps=cfg.num_warps,
         )
     return out
 

@@ -127,7 +127,7 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
             BLOCK_T=m2_spec.token_tile(T, use_dot=True), BLOCK_P=min(cfg.block_p, 64), BLOCK_N=128,
             EXACT_B=True,  # B ring in bf16
             HEADS_PER_PROG=m2_spec.heads_per_program(cfg, 16, fold_only=phase == 1),
-            STATE_CHUNK=cfg.key_chunk or 128, STREAM_STATE=0 < cfg.key_chunk < 128 and phase == 2,
+            STATE_CHUNK=(cfg.key_chunk or 128) if phase == 2 else 128,
             SMALL_ON_FMA=m2_spec.SMALL_ON_FMA), cfg.num_warps
 
     def gdn_phase(cfg, phase):  # the chunked kernel's fold-only launch (a config of its own), then the tl.dot verify

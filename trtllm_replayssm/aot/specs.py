@@ -291,14 +291,15 @@ def op_cases(arch: str, buffer_lens: Sequence[int] = DEFAULT_BUFFER_LENS,
                         for route in STEP_ROUTES:
                             for has_z in (False, True):
                                 for ff in ((False,) if route == "standard" else (False, True)):
-                                    key = dict(state=sd, act=ad, P=P, N=N, H=H, G=G, L=L if route != "standard" else 0,
-                                               route=route, z=int(has_z), ff=int(ff))
+                                    key = dict(state=sd, act=ad, P=P, N=N, H=H, G=G,
+                                               L=L if route != "standard" else 0, route=route, z=int(has_z),
+                                               ff=int(ff))
                                     add("mamba2_step", key, b, _mamba2_calls(g, s, a, b, L, has_z, ff, route, arch))
                     for (V, K, HV, H), g in sorted(gdn_geoms.items()):
                         for route in STEP_ROUTES:
                             for ff in ((False,) if route == "standard" else (False, True)):
-                                key = dict(state=sd, act=ad, V=V, K=K, HV=HV, H=H, L=L if route != "standard" else 0,
-                                           route=route, ff=int(ff))
+                                key = dict(state=sd, act=ad, V=V, K=K, HV=HV, H=H,
+                                           L=L if route != "standard" else 0, route=route, ff=int(ff))
                                 add("gdn_step", key, b, _gdn_calls(g, s, a, b, L, ff, route, arch))
     # Speculative verify (one config for every batch) and its cursor ops.
     for T in SPEC_TOKENS:

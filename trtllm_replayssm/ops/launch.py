@@ -41,13 +41,14 @@ class LaunchConfig:
     heads_per_prog: int = 1
     split_fold: int = 0  # speculative verify: flush rows fold in a launch of their own
     loop_blocks: int = 1  # headdim blocks one program runs one after another
-    key_chunk: int = 0  # speculative verify: state columns (GDN keys, Mamba2 dstate) a step of its loop takes (0: all)
+    key_chunk: int = 0  # speculative verify: state columns (keys, dstate) a step of its loop takes (0: all)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-CONFIG_FIELDS = ("block_p", "num_warps", "fold_chunk", "fold_dot", "heads_per_prog", "split_fold", "loop_blocks", "key_chunk")
+CONFIG_FIELDS = ("block_p", "num_warps", "fold_chunk", "fold_dot", "heads_per_prog", "split_fold", "loop_blocks",
+                 "key_chunk")
 
 
 def grid(batch: int, nheads: int, headdim: int, cfg: LaunchConfig) -> tuple:

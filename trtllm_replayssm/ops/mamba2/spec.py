@@ -83,8 +83,7 @@ def _spec_verify_kernel(
     DT_SOFTPLUS: tl.constexpr, NUM_TOKENS: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_T: tl.constexpr, BUF: tl.constexpr, BLOCK_L: tl.constexpr, USE_DOT: tl.constexpr, EXACT_B: tl.constexpr,
     DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, PHASE: tl.constexpr, EVEN_TILE: tl.constexpr,
-    HEADS_PER_PROG: tl.constexpr, STATE_CHUNK: tl.constexpr, STREAM_STATE: tl.constexpr,
-    SMALL_ON_FMA: tl.constexpr,
+    HEADS_PER_PROG: tl.constexpr, STATE_CHUNK: tl.constexpr, SMALL_ON_FMA: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
     h0 = tl.program_id(1) * HEADS_PER_PROG  # the program's heads, all of one group
@@ -164,7 +163,7 @@ def _spec_verify_kernel(
                         other=0.0).to(tl.float32)
         state_rows = state_ptr + slot * stride_state_slot + pid_h * stride_state_h + offs_p[:, None] * stride_state_p
         state_ptrs = state_rows + offs_n[None, :]
-        if not STREAM_STATE:  # the whole tile, for the fold and the outputs
+        if STATE_CHUNK == BLOCK_N:  # the whole tile, for the fold and the outputs
             S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
 
         if HAS_DT_BIAS:
@@ -189,7 +188,7 @@ def _spec_verify_kernel(
                 H = H * 0.0
                 coef = coef * 0.0
         if PHASE != FOLD_ONLY:
-            if STREAM_STATE:
+            if STATE_CHUNK < BLOCK_N:
                 # S_0 C^T with the state streamed in chunks of STATE_CHUNK dstate columns
                 # (the C^T chunk read again: it is small and in L1).
                 Y = tl.zeros((BLOCK_P, BLOCK_T), tl.float32)
@@ -330,9 +329,6 @@ def selective_state_update_replayssm_spec(
     cfg = config or SPEC_CONFIG
     block_p, block_n = min(cfg.block_p, triton.next_power_of_2(P)), triton.next_power_of_2(N)
     use_dot = min(block_p, block_n) >= 16
-    # dstate columns a step of the outputs' matmul takes: a verify launch compiled without
-    # the fold (split_fold) can stream the state, the fold needs the whole tile.
-    state_chunk = min(cfg.key_chunk or block_n, block_n)
     for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
         hpp = heads_per_program(cfg, H // G, fold_only=phase is FOLD_ONLY)
         launch_kernel(_spec_verify_kernel, (triton.cdiv(P, block_p), H // hpp, Bsz),
@@ -355,7 +351,9 @@ def selective_state_update_replayssm_spec(
             BLOCK_L=max(16, buf), USE_DOT=use_dot, EXACT_B=exact_in_tf32(B_ring.dtype),
             DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, PHASE=phase.value,
             EVEN_TILE=even_tile(P, block_p, N, block_n), HEADS_PER_PROG=hpp,
-            STATE_CHUNK=state_chunk, STREAM_STATE=state_chunk < block_n and phase is AFTER_FOLD,
+            # dstate columns a step of the outputs' matmul takes: a verify launch compiled
+            # without the fold (split_fold) can stream the state, the fold needs the whole tile.
+            STATE_CHUNK=min(cfg.key_chunk or block_n, block_n) if phase is AFTER_FOLD else block_n,
             SMALL_ON_FMA=SMALL_ON_FMA and use_dot,
             num_warps=cfg.num_warps,
         )

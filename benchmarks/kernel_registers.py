@@ -136,7 +136,7 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
             fold = gdn_spec.GDN_SPEC_FOLD_CONFIG
             return gdn_spec._gdn_spec_verify_kernel, dict(shape, PHASE=phase, USE_DOT=True, BLOCK_V=fold.block_p,
                                                           BLOCK_T=triton.next_power_of_2(T),
-                                                          K_CHUNK=gdn_spec.key_chunk(128), EXACT_B=False), fold.num_warps
+                                                          K_CHUNK=gdn_spec.fma_key_chunk(128), EXACT_B=False), fold.num_warps
         return gdn_spec._gdn_spec_verify_dot_kernel, dict(shape, BLOCK_V=cfg.block_p, EXACT_X=True,
                                                           KEY_CHUNK=cfg.key_chunk or 128, NUM_TOKENS=T,
                                                           SMALL_PRECISION=gdn_spec.SMALL_DOT_PRECISION,

@@ -59,8 +59,9 @@ VERIFY_ON_DOT = True
 SMALL_DOT_PRECISION = "ieee"
 
 
-def key_chunk(block_k: int) -> int:
-    """Key columns of the state the verify kernel takes per step of its loop."""
+def fma_key_chunk(block_k: int) -> int:
+    """Key columns of the state the chunked FMA kernel (:func:`_gdn_spec_verify_kernel`)
+    takes per step of its loop; the tl.dot verify's come from ``LaunchConfig.key_chunk``."""
     return min(32, block_k)
 
 
@@ -481,7 +482,7 @@ def gdn_replayssm_spec_decode(
         rows = min(rows, triton.next_power_of_2(V))
         launch_kernel(_gdn_spec_verify_kernel, (triton.cdiv(V, rows), HV, Bsz), *args, PHASE=phase.value,
                       BLOCK_V=rows, BLOCK_T=max(2, triton.next_power_of_2(T)), USE_DOT=min(rows, block_k) >= 16,
-                      EXACT_B=exact_in_tf32(k_ring.dtype), K_CHUNK=key_chunk(block_k),
+                      EXACT_B=exact_in_tf32(k_ring.dtype), K_CHUNK=fma_key_chunk(block_k),
                       EVEN_TILE=even_tile(V, rows, K, block_k), num_warps=num_warps, **shared)
 
     if use_dot and VERIFY_ON_DOT:

@@ -122,13 +122,14 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
                   EVEN_TILE=True)
 
     def mamba2_phase(cfg, phase):  # -> (kernel, constexprs, warps)
+        launch_cfg = (m2_spec.SPEC_FOLD_CONFIG or cfg) if phase == 1 else cfg
         return m2_spec._spec_verify_kernel, dict(
             common, HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, DT_SOFTPLUS=True, NUM_TOKENS=T, PHASE=phase, USE_DOT=True,
-            BLOCK_T=m2_spec.token_tile(T, use_dot=True), BLOCK_P=min(cfg.block_p, 64), BLOCK_N=128,
+            BLOCK_T=m2_spec.token_tile(T, use_dot=True), BLOCK_P=min(launch_cfg.block_p, 64), BLOCK_N=128,
             EXACT_B=True,  # B ring in bf16
             HEADS_PER_PROG=m2_spec.heads_per_program(cfg, 16, fold_only=phase == 1),
             STATE_CHUNK=(cfg.key_chunk or 128) if phase == 2 else 128,
-            SMALL_ON_FMA=m2_spec.SMALL_ON_FMA), cfg.num_warps
+            SMALL_ON_FMA=m2_spec.SMALL_ON_FMA), launch_cfg.num_warps
 
     def gdn_phase(cfg, phase):  # the chunked kernel's fold-only launch (a config of its own), then the tl.dot verify
         shape = dict(common, USE_QK_L2NORM=True, BLOCK_K=128)

@@ -140,6 +140,16 @@ def test_flush_rows_fold_in_their_own_launch():
     assert min(flushes.values()) >= 1, flushes
 
 
+def test_fold_launch_with_a_config_of_its_own(monkeypatch):
+    """``SPEC_FOLD_CONFIG``: the fold-only launch takes its own rows a program (here 32,
+    the whole headdim, against the verify's 16), so its grid differs from the verify's."""
+    monkeypatch.setattr(m2_spec_module, "SPEC_FOLD_CONFIG", LaunchConfig(32, 2))
+    flushes = run_spec_fuzz(T=4, Bh=8, steps=16, seed=29, geom=Mamba2Geometry(nheads=4, headdim=32, dstate=16,
+                                                                               ngroups=2),
+                            config=LaunchConfig(16, 1, heads_per_prog=2, split_fold=1))
+    assert min(flushes.values()) >= 1, flushes
+
+
 @pytest.mark.parametrize("small_on_fma", [False, True], ids=["small_split_tf32", "small_on_fma"])
 @pytest.mark.parametrize("act_dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_state_streamed_in_dstate_chunks(monkeypatch, small_on_fma, act_dtype):

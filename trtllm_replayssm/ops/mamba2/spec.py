@@ -45,6 +45,10 @@ BOTH, FOLD_ONLY, AFTER_FOLD = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 # of their own, which keeps the fold's registers out of the heads loop. H200, Super,
 # T = 4, batch 128: 370 us a verify step, against 418-474 for (16, 1) alone.
 SPEC_CONFIG = LaunchConfig(block_p=16, num_warps=1, heads_per_prog=16, split_fold=1)
+# Rows and warps of the fold-only launch that runs before a split_fold verify (one head a
+# program, the whole state tile); None: the verify's own. GDN's fold got a config of its
+# own once its verify moved to 128 rows a program (``ops/gdn/spec.py``).
+SPEC_FOLD_CONFIG: Optional[LaunchConfig] = None
 # Whether the outputs' small products (the x tiles against their weights, [P, L] x [L, T]
 # and [P, T] x [T, T]) run as fp32 FMAs rather than two TF32 passes over a split weight.
 # Off until measured: on GDN's verify the FMAs won (448 against 524 us).
@@ -327,9 +331,11 @@ def selective_state_update_replayssm_spec(
     dt4 = dt if dt.dim() == 3 else dt[..., 0]
     Dt = step.D
     cfg = config or SPEC_CONFIG
-    block_p, block_n = min(cfg.block_p, triton.next_power_of_2(P)), triton.next_power_of_2(N)
-    use_dot = min(block_p, block_n) >= 16
+    block_n = triton.next_power_of_2(N)
     for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
+        phase_cfg = (SPEC_FOLD_CONFIG or cfg) if phase is FOLD_ONLY else cfg
+        block_p = min(phase_cfg.block_p, triton.next_power_of_2(P))
+        use_dot = min(block_p, block_n) >= 16
         hpp = heads_per_program(cfg, H // G, fold_only=phase is FOLD_ONLY)
         launch_kernel(_spec_verify_kernel, (triton.cdiv(P, block_p), H // hpp, Bsz),
             state, x_ring, dt_ring, B_ring, write_pos, origin, is_flush,
@@ -355,7 +361,7 @@ def selective_state_update_replayssm_spec(
             # without the fold (split_fold) can stream the state, the fold needs the whole tile.
             STATE_CHUNK=min(cfg.key_chunk or block_n, block_n) if phase is AFTER_FOLD else block_n,
             SMALL_ON_FMA=SMALL_ON_FMA and use_dot,
-            num_warps=cfg.num_warps,
+            num_warps=phase_cfg.num_warps,
         )
     return out
 

@@ -32,6 +32,35 @@ from ..launch import LaunchConfig, clamp_loop_blocks, grid, launch_kernel
 from ._common import finish_output, load_dt
 
 
+@triton.jit
+def fold_ring_weights(A, w, dt, B, dtc_base, Bc_base, stride_Bc_l, offs_l, offs_n, mask_n):
+    """A head's side of its fold, shared by all its rows: the ring's B rows ``[L, N]`` with
+    the step's own ``B`` as entry ``w``, the weights ``coef_j = dt_j exp(A (T - c_j))``
+    ``[L]`` and the checkpoint's decay ``exp(A T)``."""
+    in_ring = offs_l < w
+    at_w = offs_l == w  # this step's token is entry w
+    dt_ring = tl.where(at_w, dt, tl.load(dtc_base + offs_l, mask=in_ring, other=0.0))
+    Bm = tl.load(Bc_base + offs_l[:, None] * stride_Bc_l + offs_n[None, :],
+                 mask=in_ring[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
+    Bm = tl.where(at_w[:, None], B[None, :], Bm)
+    total = tl.sum(dt_ring, axis=0)
+    after = total - tl.cumsum(dt_ring, axis=0)  # dt summed over the entries after j
+    coef = dt_ring * tl.exp(tl.minimum(A * after, 0.0))
+    decay = tl.exp(tl.minimum(A * total, 0.0))
+    return Bm, coef, decay
+
+
+@triton.jit
+def fold_rows(S0, x, w, Bm, coef, decay, xc_base, stride_xc_l, offs_p, offs_l, mask_p, EXACT_B: tl.constexpr,
+              DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr):
+    """A block of rows' new checkpoint ``exp(A T) S_0 + (X * coef) @ B_ring`` ``[P, N]`` (fp32
+    ``S0``, ``x``), X ``[P, L]`` the ring's x with the step's own ``x`` as entry ``w``."""
+    X = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
+                mask=mask_p[:, None] & (offs_l < w)[None, :], other=0.0).to(tl.float32)
+    X = tl.where((offs_l == w)[None, :], x[:, None], X)
+    return S0 * decay + small_matmul(X * coef[None, :], Bm, True, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+
+
 @triton.jit(do_not_specialize=["num_slots"])
 def _replay_fold_kernel(
     state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr, write_pos_ptr, force_flush_ptr,
@@ -76,7 +105,6 @@ def _replay_fold_kernel(
     offs_n = tl.arange(0, BLOCK_N)
     offs_l = tl.arange(0, BLOCK_L)
     mask_n = dim_mask(offs_n, dstate, EVEN_TILE)
-    in_ring = offs_l < w
     # A fold program may loop over several heads so that the launch is a few programs
     # that return at once on the many steps where no row flushes; and over several blocks
     # of a head's rows (CHUNKS), the head's ring scalars and B tile loaded once for all.
@@ -88,33 +116,22 @@ def _replay_fold_kernel(
             dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
             xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
             Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
-            dt_ring = tl.load(dtc_base + offs_l, mask=in_ring, other=0.0)
-            Bm = tl.load(Bc_base + offs_l[:, None] * stride_Bc_l + offs_n[None, :],
-                         mask=in_ring[:, None] & mask_n[None, :], other=0.0).to(tl.float32)  # [L, N]
-            at_w = offs_l == w  # this step's token is entry w
             B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
             dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h,
                          HAS_DT_BIAS, DT_SOFTPLUS)
-            dt_ring = tl.where(at_w, dt, dt_ring)
-            Bm = tl.where(at_w[:, None], B[None, :], Bm)
+            Bm, coef, decay = fold_ring_weights(A, w, dt, B, dtc_base, Bc_base, stride_Bc_l, offs_l, offs_n, mask_n)
             C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-            total = tl.sum(dt_ring, axis=0)
-            after = total - tl.cumsum(dt_ring, axis=0)  # dt summed over the entries after j
-            coef = dt_ring * tl.exp(tl.minimum(A * after, 0.0))
-            decay = tl.exp(tl.minimum(A * total, 0.0))
             for c in range(0, CHUNKS):
                 offs_p = offs_p0 + c * BLOCK_P
                 mask_p = dim_mask(offs_p, headdim, EVEN_TILE)
                 mask_pn = mask_p[:, None] & mask_n[None, :]
-                X = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
-                            mask=mask_p[:, None] & in_ring[None, :], other=0.0).to(tl.float32)  # [P, L]
                 x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p,
                             other=0.0).to(tl.float32)
-                X = tl.where(at_w[None, :], x[:, None], X)
                 state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
                               + offs_p[:, None] * stride_state_p + offs_n[None, :])
-                S = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32) * decay
-                S += small_matmul(X * coef[None, :], Bm, True, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+                S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
+                S = fold_rows(S0, x, w, Bm, coef, decay, xc_base, stride_xc_l, offs_p, offs_l, mask_p,
+                              EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
                 tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
                 y = tl.sum(S * C[None, :], axis=1)
                 finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,

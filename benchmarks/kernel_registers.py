@@ -76,10 +76,9 @@ def registers(fn, constexprs: dict, num_warps: int, state_dtype: str) -> str:
 
 def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int = 16):
     common = dict(HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, HAS_SLOT_IDX=True, DT_SOFTPLUS=True)
-    modes = {"output_only": 1, "output_only fused": 2, "state_and_output": 3}
-    fused = [replace(c, block_p=max(16, c.block_p)) for c in mamba2_ar.candidate_configs("output_only", headdim)]
-    for kernel in list(mamba2_ar.CANDIDATES) + ["output_only fused"]:
-        for cfg in (fused if kernel == "output_only fused" else mamba2_ar.candidate_configs(kernel, headdim)):
+    modes = {"output_only": 1, "state_and_output": 3}
+    for kernel in mamba2_ar.CANDIDATES:
+        for cfg in mamba2_ar.candidate_configs(kernel, headdim):
             if kernel in ("standard", "always_flush"):  # always_flush: the standard kernel, draining in-kernel
                 fn, c = m2_standard._selective_state_update_kernel, dict(common, BLOCK_P=cfg.block_p, BLOCK_N=dstate,
                                                                         HAS_CURSOR=kernel == "always_flush",
@@ -93,8 +92,7 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
             else:
                 fn, c = m2_replay._replay_step_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, MODE=modes[kernel], BLOCK_P=cfg.block_p, BLOCK_N=dstate,
-                    BLOCK_L=max(16, L), FOLD_CHUNK=cfg.fold_chunk, EVEN_TILE=headdim % cfg.block_p == 0, EXACT_B=True,
-                    DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32")
+                    BLOCK_L=L, FOLD_CHUNK=cfg.fold_chunk, EVEN_TILE=headdim % cfg.block_p == 0)
             yield ["mamba2", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype)]
 
 

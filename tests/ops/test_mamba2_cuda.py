@@ -29,19 +29,6 @@ def test_fold_with_matmul_real_shapes(state_dtype):
     run_replay(sc, 3 * 16 + 2, route="output_only", fold_config=LaunchConfig(32, 4, fold_dot=1))
 
 
-@pytest.mark.parametrize("config", [(16, 1, 4), (32, 4, 4), (64, 8, 4)], ids=str)
-@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("model", MODELS)
-def test_fold_in_the_step_launch_real_shapes(monkeypatch, model, state_dtype, config):
-    """``FUSE_FOLD``: output_only in one launch, the fold's matmul on the GPU inside the step kernel."""
-    from trtllm_replayssm.ops.launch import LaunchConfig
-    from trtllm_replayssm.ops.mamba2 import replay
-
-    monkeypatch.setattr(replay, "FUSE_FOLD", True)
-    sc = Scenario(MAMBA2_MODELS[model].geom, 16, state_dtype, torch.bfloat16, tied_params=True)
-    run_replay(sc, 3 * 16 + 2, route="output_only", config=LaunchConfig(*config))
-
-
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("model", MODELS)
 def test_standard_real_shapes(model, state_dtype):

@@ -177,19 +177,12 @@ def test_standard_step_route_refuses_a_non_empty_ring():
     assert torch.equal(cache.x_cache, before["x_cache"]) and torch.equal(cache.write_pos, before["write_pos"])
 
 
-@pytest.mark.parametrize("scenario", [
-    dict(geom=GEOM, L=4), dict(geom=GEOM, L=1),
-    dict(geom=Mamba2Geometry(nheads=2, headdim=80, dstate=16, ngroups=1), L=4),  # P past the last 16-row tile
-    dict(geom=GEOM, L=8, state_dtype=torch.bfloat16, force_flush_at={2: [0], 5: [2, 3]}),
-], ids=["L4", "L1", "headdim80", "bf16_state_force_flush"])
-def test_output_only_with_the_fold_in_the_step_launch(monkeypatch, scenario):
-    """``FUSE_FOLD``: output_only in one launch, flush rows folding in the step kernel (its
-    tile raised to 16 rows where the config asks for less)."""
+@pytest.mark.parametrize("geom,L", [(GEOM, 4), (GEOM, 16), (Mamba2Geometry(nheads=2, headdim=80, dstate=16, ngroups=1), 4)],
+                         ids=["L4", "L16", "headdim80"])
+def test_non_flush_step_with_the_ring_as_tiles(geom, L):
+    """``fold_chunk = 0``: the non-flush launch loads the ring as whole tiles (masked past
+    each row's cursor) and takes every B_j . C in one reduction."""
     from trtllm_replayssm.ops.launch import LaunchConfig
-    from trtllm_replayssm.ops.mamba2 import replay
 
-    monkeypatch.setattr(replay, "FUSE_FOLD", True)
-    L, flush_at = scenario["L"], scenario.get("force_flush_at")
-    res = run_replay(Scenario(scenario["geom"], L, scenario.get("state_dtype", torch.float32), seed=21), cycles(L),
-                     route="output_only", config=LaunchConfig(8, 1, 2), force_flush_at=flush_at)
+    res = run_replay(Scenario(geom, L, seed=22), cycles(L), route="output_only", config=LaunchConfig(16, 1, 0))
     assert all(res.flushes_per_row[r] >= 3 for r, s in enumerate(SLOTS) if s >= 0), res.flushes_per_row

@@ -27,8 +27,9 @@ KERNELS = ("standard",) + ROUTES
 # counts (sm_90): tiles that need > ~170 registers a thread lose on occupancy.
 CANDIDATES = {
     "standard": [(4, 1), (8, 1), (16, 1), (32, 1), (8, 2), (16, 2), (16, 4), (32, 4)],
+    # fold_chunk 0: the ring as whole tiles
     "output_only": [(16, 1), (16, 1, 4), (32, 1), (32, 1, 4), (32, 2), (32, 4), (32, 4, 4), (64, 2, 4),
-                    (64, 4), (64, 4, 4)],
+                    (64, 4), (64, 4, 4), (16, 1, 0), (32, 1, 0), (32, 2, 0), (32, 4, 0), (64, 4, 0)],
     # The fold launch (a kernel of its own, one tf32x3 matmul over the ring; tiles of at
     # least 16 rows) also runs, and returns at once, on every non-flush step, so fewer,
     # larger programs can win over the fastest flush step: the fifth entry is the heads

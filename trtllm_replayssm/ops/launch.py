@@ -23,7 +23,8 @@ import triton
 @dataclass(frozen=True)
 class LaunchConfig:
     """Compile-time choices of one launch: rows of headdim per program, warps, and for
-    the replay kernel how many ring entries are loaded together (``fold_chunk``),
+    the replay kernel how many ring entries are loaded together (``fold_chunk``; 0 on
+    the Mamba2 output_only step: the whole ring as tiles),
     whether a fold uses one matmul over the ring instead (``fold_dot``; GDN only: the
     Mamba2 fold kernel always does), how many heads one program of the fold launch (or
     of the Mamba2 speculative verify, heads of one group) loops over

@@ -34,7 +34,6 @@ Routes (``MODE`` is a compile-time switch of the step kernel):
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Optional
 
 import torch
@@ -43,18 +42,15 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
-from ..common import DOT_PRECISION, ONE_PASS_PRECISION, even_tile, exact_in_tf32, load_slot, store_nan_output, tile_masks
+from ..common import even_tile, load_slot, store_nan_output, tile_masks
 from ._common import finish_output, load_dt, ring_args
 from ..cursors import FLUSH_EVERY_STEP
 from ..launch import LaunchConfig, grid, launch_kernel, select_config, select_route
-from .replay_fold import fold_ring_weights, fold_rows, launch_fold
+from .replay_fold import launch_fold
 from .standard import launch_standard_step
 from .step_inputs import Mamba2Step, check_state_pool, parse_mamba2_step
 
 ROUTES = ("output_only", "state_and_output", "standard_step", "always_flush")
-# output_only in one launch (FUSED: flush rows fold in the step kernel) rather than two
-# (the non-flush launch, then the fold kernel's). Off until measured.
-FUSE_FOLD = False
 
 
 @triton.jit
@@ -74,28 +70,7 @@ def _ring_entry(j, w, seen, total, A, dtc_base, xc_base, Bc_base, stride_xc_l, s
 # Kernel modes: which rows a launch serves and how it forms the output. (Rows that flush
 # on the output_only route are the fold kernel's: :mod:`.replay_fold`.)
 NONFLUSH = tl.constexpr(1)  # rows that do not flush: output only, never forms S; appends
-FUSED = tl.constexpr(2)  # NONFLUSH's rows as NONFLUSH does, and flush rows fold (one launch)
 REBUILD = tl.constexpr(3)  # every row: rebuild S each step, store it on flush, else append
-
-
-@triton.jit
-def _output_from_ring(S0, C, Bf, xf, dt, A, w, total, decay0, dtc_base, xc_base, Bc_base, stride_xc_l, stride_Bc_l,
-                      offs_p, offs_n, mask_p, mask_n, BLOCK_L: tl.constexpr, FOLD_CHUNK: tl.constexpr):
-    """``y = exp(A T) S_0 C + sum_j coef_j (B_j . C) x_j + dt (B . C) x`` ``[P]``, never forming S.
-
-    The ring is walked in chunks of FOLD_CHUNK entries: a chunk's loads are independent
-    and issue together, and a chunk past w is skipped by a uniform branch. (The trip
-    count is a constant: the interpreter cannot loop to a loaded bound.)"""
-    y = decay0 * tl.sum(S0 * C[None, :], axis=1) + (dt * tl.sum(Bf * C, axis=0)) * xf
-    seen = dt * 0.0
-    for c in range(0, BLOCK_L // FOLD_CHUNK):
-        if c * FOLD_CHUNK < w:
-            for i in tl.static_range(FOLD_CHUNK):
-                seen, coef_j, x_j, B_j = _ring_entry(c * FOLD_CHUNK + i, w, seen, total, A, dtc_base, xc_base,
-                                                     Bc_base, stride_xc_l, stride_Bc_l, offs_p, offs_n, mask_p,
-                                                     mask_n)
-                y += (coef_j * tl.sum(B_j * C, axis=0)) * x_j
-    return y
 
 
 # Batch-dependent sizes are not specialised on, so one compile serves every batch.
@@ -115,7 +90,7 @@ def _replay_step_kernel(
     HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
     HAS_FORCE_FLUSH: tl.constexpr, MODE: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr, FOLD_CHUNK: tl.constexpr,
-    EVEN_TILE: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
+    EVEN_TILE: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -163,26 +138,37 @@ def _replay_step_kernel(
     dt_hist = tl.load(dtc_base + offs_l, mask=offs_l < w, other=0.0)
     total = tl.sum(dt_hist, axis=0) + dt  # T: dt summed over the cached steps and this one
     decay0 = tl.exp(tl.minimum(A * total, 0.0))
+    seen = dt * 0.0
 
+    # The ring is walked in chunks of FOLD_CHUNK entries: a chunk's loads are independent
+    # and issue together, and a chunk past w is skipped by a uniform branch. (The trip
+    # count is a constant: the interpreter cannot loop to a loaded bound.) Everything
+    # stays in the blocked layout of the checkpoint.
     if MODE == NONFLUSH:
-        y = _output_from_ring(S0, C, Bf, xf, dt, A, w, total, decay0, dtc_base, xc_base, Bc_base, stride_xc_l,
-                              stride_Bc_l, offs_p, offs_n, mask_p, mask_n, BLOCK_L, FOLD_CHUNK)
-    elif MODE == FUSED:
-        # A flush row folds here, as the fold launch would (one matmul over the ring), so
-        # the step is one launch whose programs all do a tile's work on every step.
-        if is_flush:
-            Bm, coef, decay = fold_ring_weights(A, w, dt, Bf, dtc_base, Bc_base, stride_Bc_l, offs_l, offs_n, mask_n)
-            S = fold_rows(S0, xf, w, Bm, coef, decay, xc_base, stride_xc_l, offs_p, offs_l, mask_p, EXACT_B,
-                          DOT_PRECISION, ONE_PASS_PRECISION)
-            tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
-            y = tl.sum(S * C[None, :], axis=1)
+        # y = exp(A T) S_0 C + sum_j coef_j (B_j . C) x_j + dt (B . C) x, never forming S.
+        y = decay0 * tl.sum(S0 * C[None, :], axis=1) + (dt * tl.sum(Bf * C, axis=0)) * xf
+        if FOLD_CHUNK == 0:
+            # The whole ring as tiles ([L, N] of B, [P, L] of x, masked past w): every
+            # entry's loads and its B_j . C issue together, with no chain over j.
+            in_ring = offs_l < w
+            dt_ring = tl.load(dtc_base + offs_l, mask=in_ring, other=0.0)
+            coef = dt_ring * tl.exp(tl.minimum(A * (total - tl.cumsum(dt_ring, axis=0)), 0.0))
+            Bm = tl.load(Bc_base + offs_l[:, None] * stride_Bc_l + offs_n[None, :],
+                         mask=in_ring[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
+            X = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
+                        mask=mask_p[:, None] & in_ring[None, :], other=0.0).to(tl.float32)
+            y += tl.sum(X * (coef * tl.sum(Bm * C[None, :], axis=1))[None, :], axis=1)
         else:
-            y = _output_from_ring(S0, C, Bf, xf, dt, A, w, total, decay0, dtc_base, xc_base, Bc_base, stride_xc_l,
-                                  stride_Bc_l, offs_p, offs_n, mask_p, mask_n, BLOCK_L, FOLD_CHUNK)
+            for c in range(0, BLOCK_L // FOLD_CHUNK):
+                if c * FOLD_CHUNK < w:
+                    for i in tl.static_range(FOLD_CHUNK):
+                        seen, coef_j, x_j, B_j = _ring_entry(c * FOLD_CHUNK + i, w, seen, total, A, dtc_base,
+                                                             xc_base, Bc_base, stride_xc_l, stride_Bc_l, offs_p,
+                                                             offs_n, mask_p, mask_n)
+                        y += (coef_j * tl.sum(B_j * C, axis=0)) * x_j
     else:
         # S = exp(A T) S_0 + sum_j coef_j x_j B_j^T + dt x B^T, as w rank-1 updates (fp32 FMAs).
         S = S0 * decay0 + (dt * xf)[:, None] * Bf[None, :]
-        seen = dt * 0.0
         for c in range(0, BLOCK_L // FOLD_CHUNK):
             if c * FOLD_CHUNK < w:
                 for i in tl.static_range(FOLD_CHUNK):
@@ -296,8 +282,7 @@ def selective_state_update_replayssm(
             launch_standard_step(state, step, cfg, write_pos, 1)
         return step.out
     launches = {
-        "output_only": ([(FUSED.value, pick("output_only", config))] if FUSE_FOLD else
-                        [(NONFLUSH.value, pick("output_only", config)), ("fold", pick("fold", fold_config))]),
+        "output_only": [(NONFLUSH.value, pick("output_only", config)), ("fold", pick("fold", fold_config))],
         "state_and_output": [(REBUILD.value, pick("state_and_output", config))],
     }[route]
     args = dict(
@@ -313,15 +298,12 @@ def selective_state_update_replayssm(
         if mode == "fold":
             launch_fold(args, step, cfg, block_n, block_l)
         else:
-            # The fused mode's fold is a matmul: tiles of at least 16 a side.
-            block_p = max(16, cfg.block_p) if mode == FUSED.value else cfg.block_p
-            launch_kernel(_replay_step_kernel, grid(step.batch, step.nheads, step.headdim, replace(cfg, block_p=block_p)),
-                          **args, MODE=mode, BLOCK_P=block_p, BLOCK_N=max(16, block_n) if mode == FUSED.value else block_n,
-                          BLOCK_L=max(16, block_l) if mode == FUSED.value else block_l,
-                          FOLD_CHUNK=min(cfg.fold_chunk, block_l),
-                          EVEN_TILE=even_tile(step.headdim, block_p, step.dstate, block_n),
-                          EXACT_B=exact_in_tf32(B_cache.dtype), DOT_PRECISION=DOT_PRECISION,
-                          ONE_PASS_PRECISION=ONE_PASS_PRECISION, num_warps=cfg.num_warps)
+            launch_kernel(_replay_step_kernel, grid(step.batch, step.nheads, step.headdim, cfg), **args,
+                          MODE=mode, BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_L=block_l,
+                          # 0: the non-flush launch walks the ring as whole tiles (no chunks)
+                          FOLD_CHUNK=min(cfg.fold_chunk, block_l) if mode == NONFLUSH.value else max(1, min(cfg.fold_chunk, block_l)),
+                          EVEN_TILE=even_tile(step.headdim, cfg.block_p, step.dstate, block_n),
+                          num_warps=cfg.num_warps)
     return step.out
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -54,6 +55,8 @@ def main() -> None:
         gpu, arch = "none (dry run)", "cpu"
     table_path = Path(args.table_dir) / f"gdn_{arch}.json"
     table = json.loads(table_path.read_text()) if table_path.exists() else {}
+    os.environ[launch_table.TUNED_DIR_ENV] = args.table_dir  # the dispatcher ("auto") reads the table written here
+    launch_table._load_table.cache_clear()
     commit, copy_gbps = git_commit(), copy_bandwidth_gbps()
     print(f"{gpu} ({arch}): copy bandwidth {copy_gbps:.0f} GB/s", flush=True)
     records, rows = [], []

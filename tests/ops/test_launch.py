@@ -64,3 +64,20 @@ def test_rows_carry_their_work_and_models_of_one_head_shape_keep_their_routes():
                                                nheads=nheads)
     assert route(32) == "standard_step"
     assert route(64) == "output_only"
+
+
+def test_tables_from_another_folder(tmp_path, monkeypatch):
+    """``REPLAYSSM_TUNED_DIR``: the dispatcher reads that folder's tables (a tuning run's)."""
+    key = launch.table_key("route", torch.float32, torch.bfloat16, 64, 128)
+    (tmp_path / "mamba2_sm90.json").write_text(json.dumps({key: [{"batch": 128, "route": "state_and_output"}]}))
+    monkeypatch.setenv(launch.TUNED_DIR_ENV, str(tmp_path))
+    launch._load_table.cache_clear()
+    try:
+        assert launch.select_route("sm90", torch.float32, torch.bfloat16, 64, 128, 128) == "state_and_output"
+        monkeypatch.setenv(launch.TUNED_DIR_ENV, str(tmp_path / "missing"))
+        launch._load_table.cache_clear()
+        assert launch.select_route("sm90", torch.float32, torch.bfloat16, 64, 128, 128) == "output_only"  # no table
+    finally:
+        monkeypatch.undo()
+        launch._load_table.cache_clear()
+    assert launch.select_route("sm90", torch.float32, torch.bfloat16, 64, 128, 128) == "output_only"

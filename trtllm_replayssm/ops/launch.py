@@ -11,9 +11,11 @@ ahead-of-time build.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
 import torch
@@ -69,10 +71,19 @@ def _dtype_key(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+# A folder of tables to read instead of the package's (a tuning run on another GPU, or
+# the benchmarks' --table-dir, whose dispatcher is timed on the table they just wrote).
+TUNED_DIR_ENV = "REPLAYSSM_TUNED_DIR"
+
+
 @lru_cache(maxsize=None)
 def _load_table(arch: str, family: str = "mamba2") -> dict:
+    name = f"{family}_{arch}.json"
     try:
-        text = resources.files("trtllm_replayssm").joinpath(f"tuned/{family}_{arch}.json").read_text()
+        if os.environ.get(TUNED_DIR_ENV):
+            text = Path(os.environ[TUNED_DIR_ENV], name).read_text()
+        else:
+            text = resources.files("trtllm_replayssm").joinpath(f"tuned/{name}").read_text()
     except (FileNotFoundError, ModuleNotFoundError):
         return {}
     return json.loads(text)

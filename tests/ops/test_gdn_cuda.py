@@ -30,3 +30,14 @@ def test_standard_real_shapes(state_dtype):
 def test_replay_looping_over_value_blocks_real_shapes(config, fold_config):
     run_gdn_replay(GDNScenario(GDN_MODELS["qwen3.5-122b"].geom, 16, torch.float32, torch.bfloat16), 3 * 16 + 2,
                    config=config, fold_config=fold_config)
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_replay_with_staged_block_loops_real_shapes(monkeypatch, stages):
+    """``LOOP_STAGES``: both launches' loops over value blocks software-pipelined."""
+    from trtllm_replayssm.ops.gdn import replay
+
+    monkeypatch.setitem(replay.LOOP_STAGES, replay.NONFLUSH.value, stages)
+    monkeypatch.setitem(replay.LOOP_STAGES, replay.FOLD.value, stages)
+    run_gdn_replay(GDNScenario(GDN_MODELS["qwen3.5-122b"].geom, 16, torch.float32, torch.bfloat16), 3 * 16 + 2,
+                   config=LaunchConfig(8, 1, loop_blocks=16), fold_config=LaunchConfig(16, 2, fold_dot=1, loop_blocks=8))

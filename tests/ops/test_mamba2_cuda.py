@@ -61,3 +61,15 @@ def test_replay_step_captures_in_cuda_graph():
     assert torch.equal(eager.cache.ssm_state, graphed.cache.ssm_state)
     assert torch.equal(eager.cache.write_pos, graphed.cache.write_pos)
     assert torch.equal(eager.step["out"], graphed.step["out"])
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("model", MODELS)
+def test_fold_with_staged_block_loop_real_shapes(monkeypatch, model, stages):
+    """``LOOP_STAGES``: the fold program's loop over a head's blocks software-pipelined."""
+    from trtllm_replayssm.ops.launch import LaunchConfig
+    from trtllm_replayssm.ops.mamba2 import replay_fold
+
+    monkeypatch.setattr(replay_fold, "LOOP_STAGES", stages)
+    sc = Scenario(MAMBA2_MODELS[model].geom, 16, torch.float32, torch.bfloat16, tied_params=True)
+    run_replay(sc, 3 * 16 + 2, route="output_only", fold_config=LaunchConfig(16, 2, 1, 1, 1, 0, 8))

@@ -186,3 +186,14 @@ def test_non_flush_step_with_the_ring_as_tiles(geom, L):
 
     res = run_replay(Scenario(geom, L, seed=22), cycles(L), route="output_only", config=LaunchConfig(16, 1, 0))
     assert all(res.flushes_per_row[r] >= 3 for r, s in enumerate(SLOTS) if s >= 0), res.flushes_per_row
+
+
+def test_fold_with_staged_block_loop(monkeypatch):
+    """``LOOP_STAGES`` set: the fold's loop over blocks as a ``tl.range`` with stages (the
+    interpreter runs it as a plain loop; the CUDA tests check the pipelined one)."""
+    from trtllm_replayssm.ops.launch import LaunchConfig
+    from trtllm_replayssm.ops.mamba2 import replay_fold
+
+    monkeypatch.setattr(replay_fold, "LOOP_STAGES", 2)
+    geom = Mamba2Geometry(nheads=4, headdim=80, dstate=16, ngroups=2)
+    run_replay(Scenario(geom, 4, seed=16), cycles(4), fold_config=LaunchConfig(16, 2, 1, 1, 1, 0, 8))

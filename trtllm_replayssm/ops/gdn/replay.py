@@ -39,6 +39,10 @@ ROUTES = ("output_only", "standard_step", "always_flush")
 RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 NONFLUSH = tl.constexpr(1)  # rows that do not flush: output only; append d, k, g
 FOLD = tl.constexpr(2)  # rows that flush: fold the ring and this token, store the checkpoint
+# Pipeline stages of a program's loop over blocks of value rows, per mode (None: Triton's
+# default, which stages only loads that feed a matmul; 2-3: every load, the next block's
+# state in flight while this one is used). Off until measured.
+LOOP_STAGES = {NONFLUSH.value: None, FOLD.value: None}
 
 
 @triton.jit
@@ -66,7 +70,7 @@ def _gdn_replay_kernel(
     USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr, MODE: tl.constexpr,
     BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_L: tl.constexpr,
     FOLD_CHUNK: tl.constexpr, FOLD_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
-    EVEN_TILE: tl.constexpr, V_INNER: tl.constexpr = False,
+    EVEN_TILE: tl.constexpr, V_INNER: tl.constexpr = False, LOOP_STAGES: tl.constexpr = None,
 ):
     """A program covers CHUNKS blocks of BLOCK_V value rows of HEADS_PER_PROG value heads of
     one batch row, one block after another. The work of a head that does not depend on the
@@ -131,7 +135,7 @@ def _gdn_replay_kernel(
             if MODE == NONFLUSH:
                 coef_k = decay * tl.sum(K_hist * k[None, :], axis=1)  # exp(G - G_j) (k_j . k)
                 coef_q = decay * tl.sum(K_hist * q[None, :], axis=1)
-                for c in range(0, CHUNKS):
+                for c in tl.range(0, CHUNKS, num_stages=LOOP_STAGES):
                     offs_v = offs_v0 + c * BLOCK_V
                     mask_v = dim_mask(offs_v, head_v_dim, EVEN_TILE)
                     S0 = tl.load(state_tile_ptrs(state_base, offs_v, offs_k, stride_state_row, V_INNER),
@@ -151,7 +155,7 @@ def _gdn_replay_kernel(
                     if hv % v_heads_per_k_head == 0:  # one value head per key head appends k
                         tl.store(kc_base + w * stride_kc_l + offs_k, k.to(k_cache_ptr.dtype.element_ty), mask=mask_k)
             else:
-                for c in range(0, CHUNKS):
+                for c in tl.range(0, CHUNKS, num_stages=LOOP_STAGES):
                     offs_v = offs_v0 + c * BLOCK_V
                     mask_v = dim_mask(offs_v, head_v_dim, EVEN_TILE)
                     mask_vk = mask_v[:, None] & mask_k[None, :]
@@ -298,7 +302,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
             FOLD_CHUNK=min(cfg.fold_chunk, block_l),
             FOLD_DOT=bool(cfg.fold_dot) and min(cfg.block_p, block_l, block_k) >= 16, DOT_PRECISION=DOT_PRECISION,
             HEADS_PER_PROG=hpp, EVEN_TILE=even_tile(step.head_v_dim, cfg.block_p * chunks, step.head_k_dim, block_k),
-            V_INNER=layout.v_inner,
+            V_INNER=layout.v_inner, **({"LOOP_STAGES": LOOP_STAGES[mode]} if LOOP_STAGES[mode] else {}),
             num_warps=cfg.num_warps,
         )
     return step.out

@@ -32,6 +32,12 @@ from ..launch import LaunchConfig, clamp_loop_blocks, grid, launch_kernel
 from ._common import finish_output, load_dt
 
 
+# Pipeline stages of the loop over a head's blocks of rows (None: Triton's default, which
+# stages only the loads that feed the matmul; 2-3: every load, the next block's state
+# in flight while this one folds). Off until measured.
+LOOP_STAGES = None
+
+
 @triton.jit
 def fold_ring_weights(A, w, dt, B, dtc_base, Bc_base, stride_Bc_l, offs_l, offs_n, mask_n):
     """A head's side of its fold, shared by all its rows: the ring's B rows ``[L, N]`` with
@@ -78,6 +84,7 @@ def _replay_fold_kernel(
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr,
     EVEN_TILE: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
     HEADS_PER_PROG: tl.constexpr, CHUNKS: tl.constexpr, EVEN_HEADS: tl.constexpr,
+    LOOP_STAGES: tl.constexpr = None,
 ):
     """Programs ``(runs of CHUNKS headdim blocks, groups of HEADS_PER_PROG heads, batch rows)``.
 
@@ -121,7 +128,7 @@ def _replay_fold_kernel(
                          HAS_DT_BIAS, DT_SOFTPLUS)
             Bm, coef, decay = fold_ring_weights(A, w, dt, B, dtc_base, Bc_base, stride_Bc_l, offs_l, offs_n, mask_n)
             C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-            for c in range(0, CHUNKS):
+            for c in tl.range(0, CHUNKS, num_stages=LOOP_STAGES):
                 offs_p = offs_p0 + c * BLOCK_P
                 mask_p = dim_mask(offs_p, headdim, EVEN_TILE)
                 mask_pn = mask_p[:, None] & mask_n[None, :]
@@ -151,4 +158,5 @@ def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int)
                   # fp32-accurate products (plain TF32 drifts ~1e-2); the interpreter has only fp32.
                   EXACT_B=exact_in_tf32(args["B_cache_ptr"].dtype),
                   DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, HEADS_PER_PROG=hpp,
-                  CHUNKS=cfg.loop_blocks, EVEN_HEADS=step.nheads % hpp == 0, num_warps=cfg.num_warps)
+                  CHUNKS=cfg.loop_blocks, EVEN_HEADS=step.nheads % hpp == 0,
+                  **({"LOOP_STAGES": LOOP_STAGES} if LOOP_STAGES else {}), num_warps=cfg.num_warps)

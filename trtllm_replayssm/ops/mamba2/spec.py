@@ -46,12 +46,13 @@ BOTH, FOLD_ONLY, AFTER_FOLD = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 # T = 4, batch 128: 370 us a verify step, against 418-474 for (16, 1) alone.
 SPEC_CONFIG = LaunchConfig(block_p=16, num_warps=1, heads_per_prog=16, split_fold=1)
 # Rows and warps of the fold-only launch that runs before a split_fold verify (one head a
-# program, the whole state tile); None: the verify's own. GDN's fold got a config of its
-# own once its verify moved to 128 rows a program (``ops/gdn/spec.py``).
+# program, the whole state tile); None: the verify's own. GDN's fold gained from one of
+# its own (``ops/gdn/spec.py``); this one did not (16 / 32 / 64 rows, 444-479 us).
 SPEC_FOLD_CONFIG: Optional[LaunchConfig] = None
 # Whether the outputs' small products (the x tiles against their weights, [P, L] x [L, T]
 # and [P, T] x [T, T]) run as fp32 FMAs rather than two TF32 passes over a split weight.
-# Off until measured: on GDN's verify the FMAs won (448 against 524 us).
+# Off: on GDN's verify the FMAs won (448 against 524 us), on this one they lost (H200,
+# Super, T = 4, batch 128: 418-537 against 375-479, ``mamba2_spec_variants.json``).
 SMALL_ON_FMA = False
 
 

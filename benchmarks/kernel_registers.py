@@ -88,7 +88,7 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
                     common, HAS_FORCE_FLUSH=False, BLOCK_P=max(16, cfg.block_p), BLOCK_N=dstate,
                     BLOCK_L=max(16, L), EVEN_TILE=headdim % max(16, cfg.block_p) == 0, EXACT_B=True, DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32",
                     HEADS_PER_PROG=cfg.heads_per_prog, CHUNKS=clamp_loop_blocks(replace(cfg, block_p=max(16, cfg.block_p)), headdim).loop_blocks,
-                    EVEN_HEADS=True)
+                    EVEN_HEADS=True, LOOP_STAGES=None)
             else:
                 fn, c = m2_replay._replay_step_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, MODE=modes[kernel], BLOCK_P=cfg.block_p, BLOCK_N=dstate,
@@ -110,7 +110,8 @@ def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16):
                     common, HAS_FORCE_FLUSH=False, MODE=modes[kernel],
                     BLOCK_V=cfg.block_p, CHUNKS=clamp_loop_blocks(cfg, head_dim).loop_blocks, BLOCK_L=L,
                     FOLD_CHUNK=cfg.fold_chunk, FOLD_DOT=bool(cfg.fold_dot) and kernel == "fold", DOT_PRECISION="tf32x3",
-                    HEADS_PER_PROG=cfg.heads_per_prog if kernel == "fold" else 1, EVEN_TILE=head_dim % cfg.block_p == 0)
+                    HEADS_PER_PROG=cfg.heads_per_prog if kernel == "fold" else 1, EVEN_TILE=head_dim % cfg.block_p == 0,
+                    LOOP_STAGES=None)
             yield ["gdn", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype)]
 
 

@@ -41,8 +41,10 @@ NONFLUSH = tl.constexpr(1)  # rows that do not flush: output only; append d, k, 
 FOLD = tl.constexpr(2)  # rows that flush: fold the ring and this token, store the checkpoint
 # Pipeline stages of a program's loop over blocks of value rows, per mode (None: Triton's
 # default, which stages only loads that feed a matmul; 2-3: every load, the next block's
-# state in flight while this one is used). Off until measured.
-LOOP_STAGES = {NONFLUSH.value: None, FOLD.value: None}
+# state in flight while this one is used). H200, Qwen3.5-122B, fp32 state, batch 128 /
+# 512 (``benchmarks/results/loop_stages.json``): the non-flush step 171 / 620 us -> 167 /
+# 614 with 2 stages; the fold's flush step 382 / 1408 -> 394-432 / 1603-1616 with 2-3.
+LOOP_STAGES = {NONFLUSH.value: 2, FOLD.value: None}
 
 
 @triton.jit

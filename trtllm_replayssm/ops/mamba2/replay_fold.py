@@ -34,8 +34,10 @@ from ._common import finish_output, load_dt
 
 # Pipeline stages of the loop over a head's blocks of rows (None: Triton's default, which
 # stages only the loads that feed the matmul; 2-3: every load, the next block's state
-# in flight while this one folds). Off until measured.
-LOOP_STAGES = None
+# in flight while this one folds). H200, fp32 state, batch 128 / 512, flush step in us
+# (``benchmarks/results/loop_stages.json``): Super 454 / 1759 -> 423 / 1670 with 3
+# stages, Nano 417 / 1633 -> 383 / 1495; 2 stages no gain.
+LOOP_STAGES = 3
 
 
 @triton.jit

@@ -27,7 +27,15 @@ def by_case(recs, *fields):
 
 def footer(recs) -> str:
     r0 = recs[0]
-    return (f"\n{r0['gpu']}, copy bandwidth {r0['copy_gbps']:.0f} GB/s, commit {r0['commit']}, "
+    # A results file can hold cases re-measured at a later commit: name each commit's cases.
+    cases = defaultdict(set)
+    for r in recs:
+        cases[r["commit"]].add(f"{r['model']} {r['state_dtype']} batch {r['batch']} L {r['L']}")
+    if len(cases) == 1:
+        commits = f"commit {r0['commit']}"
+    else:
+        commits = "commits " + "; ".join(f"{c} ({len(v)} case{'s' * (len(v) > 1)})" for c, v in cases.items())
+    return (f"\n{r0['gpu']}, copy bandwidth {r0['copy_gbps']:.0f} GB/s, {commits}, "
             "bf16 activations, fp32 ring, per layer-step.")
 
 

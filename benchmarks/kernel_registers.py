@@ -123,13 +123,13 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
                   EVEN_TILE=True)
 
     def mamba2_phase(cfg, phase):  # -> (kernel, constexprs, warps)
-        launch_cfg = (m2_spec.SPEC_FOLD_CONFIG or cfg) if phase == 1 else cfg
+        launch_cfg = (m2_spec.SPEC_FOLD_CONFIG or replace(cfg, heads_per_prog=1)) if phase in (1, 3) else cfg
         return m2_spec._spec_verify_kernel, dict(
             common, HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, DT_SOFTPLUS=True, NUM_TOKENS=T, PHASE=phase, USE_DOT=True,
             BLOCK_T=m2_spec.token_tile(T, use_dot=True), BLOCK_P=min(launch_cfg.block_p, 64), BLOCK_N=128,
             EXACT_B=True,  # B ring in bf16
-            HEADS_PER_PROG=m2_spec.heads_per_program(cfg, 16, fold_only=phase == 1),
-            STATE_CHUNK=(cfg.key_chunk or 128) if phase == 2 else 128,
+            HEADS_PER_PROG=m2_spec.heads_per_program(launch_cfg, 16, fold_only=phase == 1),
+            STATE_CHUNK=(cfg.key_chunk or 128) if phase in (2, 4) else 128,
             SMALL_ON_FMA=m2_spec.SMALL_ON_FMA), launch_cfg.num_warps
 
     def gdn_phase(cfg, phase):  # the chunked kernel's fold-only launch (a config of its own), then the tl.dot verify
@@ -147,7 +147,8 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
     for family, phase_kernel, candidates in (("mamba2", mamba2_phase, MAMBA2_SPEC_CANDIDATES),
                                              ("gdn", gdn_phase, GDN_SPEC_CANDIDATES)):
         for cfg in candidates:
-            phases = {"fold": 1, "verify": 2} if cfg.split_fold else {"verify+fold": 0}
+            phases = {0: {"verify+fold": 0}, 1: {"fold": 1, "verify": 2},
+                      2: {"flush rows": 3, "other rows": 4}}[cfg.split_fold]
             regs = ", ".join(f"{name} {registers(*phase_kernel(cfg, p), state_dtype)}"
                              for name, p in phases.items())
             yield [family, f"spec T={T}", str(cfg), regs]

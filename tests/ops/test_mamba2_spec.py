@@ -189,6 +189,11 @@ def test_corrupted_ring_is_detected():
         run_spec_fuzz(T=4, Bh=16, steps=12, seed=3, corrupt_at=3)
 
 
+def test_bad_split_fold_is_rejected():
+    with pytest.raises(ValueError, match="split_fold"):
+        run_spec_fuzz(T=2, Bh=2, steps=1, config=LaunchConfig(16, 1, split_fold=3))
+
+
 def test_bad_sizes():
     wp = torch.zeros(4, dtype=torch.int32, device=DEVICE)
     fl = torch.zeros(4, dtype=torch.int8, device=DEVICE)
@@ -259,7 +264,23 @@ def test_standard_spec_baseline_with_promote():
     assert torch.equal(state[[0, 2, 4]], untouched)
 
 
-def test_bad_slot_or_cursor_gives_nan_and_changes_nothing():
+@pytest.mark.parametrize("config, fold_config", [
+    (LaunchConfig(16, 1, split_fold=2), None),
+    (LaunchConfig(16, 1, heads_per_prog=2, split_fold=2), None),
+    (LaunchConfig(16, 1, heads_per_prog=2, split_fold=2, key_chunk=16), LaunchConfig(32, 2, heads_per_prog=1)),
+], ids=["one_head", "heads_of_a_group", "streamed_rest_own_flush_config"])
+def test_flush_rows_take_their_whole_step_in_their_own_launch(monkeypatch, config, fold_config):
+    """``split_fold = 2``: the flush rows fold and verify in one launch (their state read
+    once), the other rows in a launch compiled without the fold (which may stream the
+    state in chunks); the flush launch may take rows, warps and heads of its own."""
+    monkeypatch.setattr(m2_spec_module, "SPEC_FOLD_CONFIG", fold_config)
+    flushes = run_spec_fuzz(T=4, Bh=8, steps=14, seed=31, move_row_at=7, config=config,
+                            geom=Mamba2Geometry(nheads=4, headdim=32, dstate=32, ngroups=2))
+    assert min(flushes.values()) >= 1, flushes
+
+
+@pytest.mark.parametrize("split_fold", [0, 1, 2])
+def test_bad_slot_or_cursor_gives_nan_and_changes_nothing(split_fold):
     H, P, N, G, T, Bh = GEOM.nheads, GEOM.headdim, GEOM.dstate, GEOM.ngroups, 2, 4
     buf = ring_capacity(T, Bh)
     state = torch.randn(3, H, P, N, device=DEVICE)
@@ -271,6 +292,7 @@ def test_bad_slot_or_cursor_gives_nan_and_changes_nothing():
     out = selective_state_update_replayssm_spec(
         state, torch.randn(3, T, H, P, device=DEVICE), torch.randn(3, T, H, device=DEVICE), -torch.rand(H, device=DEVICE),
         torch.randn(3, T, G, N, device=DEVICE), torch.randn(3, T, G, N, device=DEVICE),
-        state_batch_indices=torch.tensor([0, 1, 7], dtype=torch.int32, device=DEVICE), history_len=Bh, **rings, **cur)
+        state_batch_indices=torch.tensor([0, 1, 7], dtype=torch.int32, device=DEVICE), history_len=Bh, **rings, **cur,
+        config=LaunchConfig(16, 1, split_fold=split_fold))
     assert not torch.isnan(out[0]).any() and torch.isnan(out[1]).all() and torch.isnan(out[2]).all()
     assert torch.equal(state, before) and torch.equal(rings["x_ring"][1:], torch.zeros_like(rings["x_ring"][1:]))

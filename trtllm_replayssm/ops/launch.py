@@ -42,7 +42,7 @@ class LaunchConfig:
     fold_chunk: int = 1
     fold_dot: int = 0
     heads_per_prog: int = 1
-    split_fold: int = 0  # speculative verify: flush rows fold in a launch of their own
+    split_fold: int = 0  # speculative verify: flush rows fold in a launch of their own (Mamba2 2: take their whole step)
     loop_blocks: int = 1  # headdim blocks one program runs one after another
     key_chunk: int = 0  # speculative verify: state columns (keys, dstate) a step of its loop takes (0: all)
 

@@ -23,6 +23,7 @@ drafts up to ``t``, output ``t`` is
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Optional
 
 import torch
@@ -37,16 +38,25 @@ from .step_inputs import parse_mamba2_step
 
 MAX_T = 8
 MAX_HISTORY = 64
-# Verify phases: one launch does everything, or the flush rows fold first in a launch of
-# their own (FOLD_ONLY) and the verify launch (AFTER_FOLD) is compiled without the fold.
+# Verify phases: one launch does everything (BOTH); or the flush rows fold first in a
+# launch of their own (FOLD_ONLY) and the verify launch (AFTER_FOLD) is compiled without
+# the fold (split_fold 1: a flush row's state is read twice); or the flush rows take the
+# whole step, fold and verify, in a launch of their own (FLUSH_ROWS) and the other rows
+# in one compiled without the fold (NONFLUSH_ROWS) (split_fold 2: the state read once).
 BOTH, FOLD_ONLY, AFTER_FOLD = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
+FLUSH_ROWS, NONFLUSH_ROWS = tl.constexpr(3), tl.constexpr(4)
+# The launches of each split_fold setting, in order.
+PHASES = {0: (BOTH,), 1: (FOLD_ONLY, AFTER_FOLD), 2: (FLUSH_ROWS, NONFLUSH_ROWS)}
 # 16 rows of headdim a warp (each warp holds its tl.dot operands whole); one program for
 # all the heads of a group (its B.C products computed once); flush rows fold in a launch
 # of their own, which keeps the fold's registers out of the heads loop. H200, Super,
 # T = 4, batch 128: 370 us a verify step, against 418-474 for (16, 1) alone.
 SPEC_CONFIG = LaunchConfig(block_p=16, num_warps=1, heads_per_prog=16, split_fold=1)
-# Rows and warps of the fold-only launch that runs before a split_fold verify (one head a
-# program, the whole state tile); None: the verify's own. GDN's fold gained from one of
+# Rows, warps (and, for split_fold 2, heads) of the launch of the flush rows alone (the
+# fold-only launch of split_fold 1: always one head a program; the flush rows' whole step
+# of split_fold 2); None: the verify's rows and warps, one head a program (the fold holds
+# the whole state tile: 255 registers and 52 B spilled at 16 rows on one warp, 428 B
+# with a group's heads in the program). GDN's fold gained from one of
 # its own (``ops/gdn/spec.py``); this one did not (16 / 32 / 64 rows, 444-479 us).
 SPEC_FOLD_CONFIG: Optional[LaunchConfig] = None
 # Whether the outputs' small products (the x tiles against their weights, [P, L] x [L, T]
@@ -105,20 +115,23 @@ def _spec_verify_kernel(
     if is_pad:
         return
     if is_bad:
-        if PHASE != FOLD_ONLY:  # the verify launch reports
+        if PHASE != FOLD_ONLY and PHASE != FLUSH_ROWS:  # the launch that verifies every row reports
             for hh in range(0, HEADS_PER_PROG):
                 store_nan_tokens(out_ptr, offs_p, mask_p, pid_b, h0 + hh, stride_out_b, stride_out_t, stride_out_h,
                                  NUM_TOKENS, BLOCK_T)
         return
-    if PHASE == FOLD_ONLY:
+    if PHASE == FOLD_ONLY or PHASE == FLUSH_ROWS:
         if not is_flush:
+            return
+    if PHASE == NONFLUSH_ROWS:
+        if is_flush:
             return
     # After a FOLD_ONLY launch the flush rows' history is in the checkpoint already.
     n_hist = wp
     if PHASE == AFTER_FOLD:
         n_hist = tl.where(is_flush, 0, wp)
     fold = False
-    if PHASE != AFTER_FOLD:
+    if PHASE != AFTER_FOLD and PHASE != NONFLUSH_ROWS:
         fold = is_flush
     g = h0 // heads_per_group
     Br_base = B_ring_ptr + slot * stride_Br_slot + g * stride_Br_g
@@ -180,7 +193,7 @@ def _spec_verify_kernel(
         H = tl.sum(dt_hist, axis=0)  # dt summed over the committed history
         # coef_j = dt_j exp(A (dt summed after j)): history entry j's weight on top of S_0.
         coef = tl.where(mask_l, dt_hist * tl.exp(tl.minimum(A * (H - tl.cumsum(dt_hist, axis=0)), 0.0)), 0.0)
-        if PHASE != AFTER_FOLD:  # (a launch that may fold; the compiler needs it said statically)
+        if PHASE != AFTER_FOLD and PHASE != NONFLUSH_ROWS:  # (a launch that may fold: said statically)
             if fold:
                 # Fold only the committed history (never the drafts) and store the new
                 # checkpoint; the outputs then stand on it alone. (Flush rows only: the
@@ -296,7 +309,8 @@ def selective_state_update_replayssm_spec(
     layers. Padding rows change nothing; a bad slot or cursor gives NaN outputs.
     ``config``: rows of headdim per program, warps, heads of a group per program
     (``heads_per_prog``, cut to a divisor of the heads a group has) and whether flush rows
-    fold in a launch of their own (``split_fold``); default :data:`SPEC_CONFIG`.
+    fold in a launch of their own (``split_fold`` 1) or take their whole step, fold and
+    verify, in one (2; see :data:`PHASES`); default :data:`SPEC_CONFIG`.
     """
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         raise ValueError("x must have shape (batch, T, nheads, headdim)")
@@ -333,11 +347,14 @@ def selective_state_update_replayssm_spec(
     Dt = step.D
     cfg = config or SPEC_CONFIG
     block_n = triton.next_power_of_2(N)
-    for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
-        phase_cfg = (SPEC_FOLD_CONFIG or cfg) if phase is FOLD_ONLY else cfg
+    if cfg.split_fold not in PHASES:
+        raise ValueError(f"config.split_fold must be one of {sorted(PHASES)}, got {cfg.split_fold}")
+    for phase in PHASES[cfg.split_fold]:
+        folds_apart = phase is FOLD_ONLY or phase is FLUSH_ROWS  # a launch of the flush rows alone
+        phase_cfg = (SPEC_FOLD_CONFIG or replace(cfg, heads_per_prog=1)) if folds_apart else cfg
         block_p = min(phase_cfg.block_p, triton.next_power_of_2(P))
         use_dot = min(block_p, block_n) >= 16
-        hpp = heads_per_program(cfg, H // G, fold_only=phase is FOLD_ONLY)
+        hpp = heads_per_program(phase_cfg, H // G, fold_only=phase is FOLD_ONLY)
         launch_kernel(_spec_verify_kernel, (triton.cdiv(P, block_p), H // hpp, Bsz),
             state, x_ring, dt_ring, B_ring, write_pos, origin, is_flush,
             x, dt4, step.A, B, C, Dt if Dt is not None else x, z if z is not None else x,
@@ -360,7 +377,8 @@ def selective_state_update_replayssm_spec(
             EVEN_TILE=even_tile(P, block_p, N, block_n), HEADS_PER_PROG=hpp,
             # dstate columns a step of the outputs' matmul takes: a verify launch compiled
             # without the fold (split_fold) can stream the state, the fold needs the whole tile.
-            STATE_CHUNK=min(cfg.key_chunk or block_n, block_n) if phase is AFTER_FOLD else block_n,
+            STATE_CHUNK=(min(cfg.key_chunk or block_n, block_n) if phase is AFTER_FOLD or phase is NONFLUSH_ROWS
+                         else block_n),
             SMALL_ON_FMA=SMALL_ON_FMA and use_dot,
             num_warps=phase_cfg.num_warps,
         )

@@ -139,10 +139,11 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
             return gdn_spec._gdn_spec_verify_kernel, dict(shape, PHASE=phase, USE_DOT=True, BLOCK_V=fold.block_p,
                                                           BLOCK_T=triton.next_power_of_2(T),
                                                           K_CHUNK=gdn_spec.fma_key_chunk(128), EXACT_B=False), fold.num_warps
+        hpp = 1 if phase == 3 else math.gcd(cfg.heads_per_prog, 4)  # the flush rows' launch: one head a program
         return gdn_spec._gdn_spec_verify_dot_kernel, dict(shape, BLOCK_V=cfg.block_p, EXACT_X=True,
                                                           KEY_CHUNK=cfg.key_chunk or 128, NUM_TOKENS=T,
-                                                          SMALL_PRECISION=gdn_spec.SMALL_DOT_PRECISION,
-                                                          HEADS_PER_PROG=math.gcd(cfg.heads_per_prog, 4)), cfg.num_warps
+                                                          SMALL_PRECISION=gdn_spec.SMALL_DOT_PRECISION, PHASE=phase,
+                                                          HEADS_PER_PROG=hpp), cfg.num_warps
 
     for family, phase_kernel, candidates in (("mamba2", mamba2_phase, MAMBA2_SPEC_CANDIDATES),
                                              ("gdn", gdn_phase, GDN_SPEC_CANDIDATES)):

@@ -17,7 +17,9 @@ On a flush step the committed history is first folded into the checkpoint and st
 Two kernels:
 - :func:`_gdn_spec_verify_dot_kernel`, the verify wherever the tiles allow tl.dot (>= 16
   rows of V and key columns: every real model). All products on the 16 columns of the
-  drafts' keys and queries; the flush rows fold before it, in a launch of the other kernel.
+  drafts' keys and queries. The flush rows fold before it, in a launch of the other
+  kernel (``split_fold`` 1), or fold on the way through in a launch of their own, the
+  other rows in one compiled without the fold (``split_fold`` 2: their state read once).
 - :func:`_gdn_spec_verify_kernel` streams the checkpoint in chunks of key columns, every
   product with the drafts an fp32 FMA reduction: the fold-only launch, and the whole
   verify on tiles too small for tl.dot (or with :data:`VERIFY_ON_DOT` off).
@@ -36,7 +38,8 @@ from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_last_dim_contiguous
 from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, load_spec_row,
                       native_dot, ring_positions, small_matmul, store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel
-from ..mamba2.spec import AFTER_FOLD, BOTH, FOLD_ONLY, MAX_T, _check_cursors, _check_spec_sizes, ring_capacity
+from ..mamba2.spec import (AFTER_FOLD, BOTH, FLUSH_ROWS, FOLD_ONLY, MAX_T, NONFLUSH_ROWS, _check_cursors,
+                           _check_spec_sizes, ring_capacity)
 from .step_inputs import parse_gdn_step
 
 RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -274,9 +277,13 @@ def _gdn_spec_verify_dot_kernel(
     BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BUF: tl.constexpr, BLOCK_L: tl.constexpr,
     EXACT_X: tl.constexpr, DOT_PRECISION: tl.constexpr,
     ONE_PASS_PRECISION: tl.constexpr, EVEN_TILE: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
-    KEY_CHUNK: tl.constexpr, NUM_TOKENS: tl.constexpr, SMALL_PRECISION: tl.constexpr,
+    KEY_CHUNK: tl.constexpr, NUM_TOKENS: tl.constexpr, SMALL_PRECISION: tl.constexpr, PHASE: tl.constexpr,
 ):
-    """The verify (after the flush rows' fold launch) with every product on tl.dot.
+    """The verify with every product on tl.dot (the Mamba2 verify's phases): of every row
+    after the flush rows' fold launch (``PHASE`` = ``AFTER_FOLD``), or of the flush rows
+    alone, folding their history on the way through (``FLUSH_ROWS``: a state chunk is read
+    once, folded, stored and multiplied), or of the other rows alone (``NONFLUSH_ROWS``,
+    compiled without the fold).
 
     The drafts' raw keys and queries are the columns of one tile ``X [K, 16]`` (key t at
     column t, query t at ``DRAFT_COLS + t``), so the checkpoint meets all 2T vectors in
@@ -305,11 +312,20 @@ def _gdn_spec_verify_dot_kernel(
     if is_pad:
         return
     if is_bad:
-        for hh in range(0, HEADS_PER_PROG):
-            store_nan_tokens(out_ptr, offs_v, mask_v, pid_b, hv0 + hh, stride_out_b, stride_out_t, stride_out_h,
-                             NUM_TOKENS, DRAFT_COLS)
+        if PHASE != FLUSH_ROWS:  # the launch that verifies every other row reports
+            for hh in range(0, HEADS_PER_PROG):
+                store_nan_tokens(out_ptr, offs_v, mask_v, pid_b, hv0 + hh, stride_out_b, stride_out_t, stride_out_h,
+                                 NUM_TOKENS, DRAFT_COLS)
         return
-    n_hist = tl.where(is_flush, 0, wp)  # a flush row's history is in its checkpoint already
+    if PHASE == FLUSH_ROWS:
+        if not is_flush:
+            return
+    if PHASE == NONFLUSH_ROWS:
+        if is_flush:
+            return
+    n_hist = wp
+    if PHASE == AFTER_FOLD:
+        n_hist = tl.where(is_flush, 0, wp)  # a flush row's history is in its checkpoint already
     h = hv0 // v_heads_per_k_head
     phys_u = (origin + wp + tok) & (BUF - 1)  # where draft tok(u) goes (logical wp + t)
 
@@ -371,20 +387,36 @@ def _gdn_spec_verify_dot_kernel(
         # chunks of KEY_CHUNK key columns (the drafts' tile chunk is then read again from
         # L1, as the whole tile held across the heads would cost the registers saved).
         state_rows = state_ptr + slot * stride_state_slot + hv * stride_state_h + offs_v[:, None] * stride_state_v
-        if KEY_CHUNK == BLOCK_K:
-            S0 = tl.load(state_rows + offs_k[None, :], mask=mask_v[:, None] & mask_k[None, :], other=0.0)
-            SX = small_matmul(S0.to(tl.float32), Xf, True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
-        else:
+        if PHASE == FLUSH_ROWS:
+            # Fold on the way: S_h = exp(G) S_0 + D_w K_hist chunk by chunk, stored, and S_h X.
             SX = tl.zeros((BLOCK_V, 2 * DRAFT_COLS), tl.float32)
             for c in tl.range(0, BLOCK_K // KEY_CHUNK):
                 offs_c = c * KEY_CHUNK + tl.arange(0, KEY_CHUNK)
                 mask_c = dim_mask(offs_c, head_k_dim, EVEN_TILE)
-                S0 = tl.load(state_rows + offs_c[None, :], mask=mask_v[:, None] & mask_c[None, :], other=0.0)
+                mask_vc = mask_v[:, None] & mask_c[None, :]
+                K_hist_c = tl.load(kr_base + phys_l[:, None] * stride_kr_l + offs_c[None, :],
+                                   mask=mask_l[:, None] & mask_c[None, :], other=0.0).to(tl.float32)
+                S_h = tl.exp(G) * tl.load(state_rows + offs_c[None, :], mask=mask_vc, other=0.0).to(tl.float32) \
+                    + small_matmul(D_w, K_hist_c, True, False, DOT_PRECISION, ONE_PASS_PRECISION)
+                tl.store(state_rows + offs_c[None, :], S_h.to(state_ptr.dtype.element_ty), mask=mask_vc)
                 Xc = _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_c, mask_c, tok, is_key, mask_u)
-                SX += small_matmul(S0.to(tl.float32), Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION,
-                                   ONE_PASS_PRECISION)
-        SX = tl.exp(G) * SX * col_scale[None, :]
-        SX += small_matmul(D_w, HX, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)
+                SX += small_matmul(S_h, Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
+            SX = SX * col_scale[None, :]
+        else:
+            if KEY_CHUNK == BLOCK_K:
+                S0 = tl.load(state_rows + offs_k[None, :], mask=mask_v[:, None] & mask_k[None, :], other=0.0)
+                SX = small_matmul(S0.to(tl.float32), Xf, True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
+            else:
+                SX = tl.zeros((BLOCK_V, 2 * DRAFT_COLS), tl.float32)
+                for c in tl.range(0, BLOCK_K // KEY_CHUNK):
+                    offs_c = c * KEY_CHUNK + tl.arange(0, KEY_CHUNK)
+                    mask_c = dim_mask(offs_c, head_k_dim, EVEN_TILE)
+                    S0 = tl.load(state_rows + offs_c[None, :], mask=mask_v[:, None] & mask_c[None, :], other=0.0)
+                    Xc = _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_c, mask_c, tok, is_key, mask_u)
+                    SX += small_matmul(S0.to(tl.float32), Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION,
+                                       ONE_PASS_PRECISION)
+            SX = tl.exp(G) * SX * col_scale[None, :]
+            SX += small_matmul(D_w, HX, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)
 
         # (I + M) D = R on the key columns: M[u, s] = beta_u exp(A_u - A_s) (k_s . k_u)
         # for s < u, R[:, u] = beta_u (v_u - exp(A_u) S_h k_u); M^T = 0, so
@@ -485,17 +517,28 @@ def gdn_replayssm_spec_decode(
                       EXACT_B=exact_in_tf32(k_ring.dtype), K_CHUNK=fma_key_chunk(block_k),
                       EVEN_TILE=even_tile(V, rows, K, block_k), num_warps=num_warps, **shared)
 
+    if cfg.split_fold not in (0, 1, 2):
+        raise ValueError(f"config.split_fold must be 0, 1 or 2, got {cfg.split_fold}")
     if use_dot and VERIFY_ON_DOT:
-        # The flush rows fold first (the chunked kernel's fold-only phase, on a launch
-        # config of its own); the verify on tl.dot then reads their new checkpoint with an
-        # empty history.
-        launch_chunked(FOLD_ONLY, GDN_SPEC_FOLD_CONFIG.block_p, GDN_SPEC_FOLD_CONFIG.num_warps)
-        hpp = math.gcd(cfg.heads_per_prog, HV // H)
-        launch_kernel(_gdn_spec_verify_dot_kernel, (triton.cdiv(V, block_v), HV // hpp, Bsz), *args,
-                      BLOCK_V=block_v, EXACT_X=exact_in_tf32(q.dtype) and exact_in_tf32(k.dtype),
-                      HEADS_PER_PROG=hpp, KEY_CHUNK=min(cfg.key_chunk or block_k, block_k), NUM_TOKENS=T,
-                      SMALL_PRECISION=SMALL_DOT_PRECISION, EVEN_TILE=even_tile(V, block_v, K, block_k),
-                      num_warps=cfg.num_warps, **shared)
+        if cfg.split_fold == 2:
+            # The flush rows fold and verify in a launch of their own (their state read
+            # once), the other rows in one compiled without the fold.
+            row_launches = (FLUSH_ROWS, NONFLUSH_ROWS)
+        else:
+            # The flush rows fold first (the chunked kernel's fold-only phase, on a launch
+            # config of its own); the verify on tl.dot then reads their new checkpoint with
+            # an empty history.
+            launch_chunked(FOLD_ONLY, GDN_SPEC_FOLD_CONFIG.block_p, GDN_SPEC_FOLD_CONFIG.num_warps)
+            row_launches = (AFTER_FOLD,)
+        for phase in row_launches:
+            # The flush rows' launch holds the fold's chunk tiles too: one value head a
+            # program (252 registers; 4 spilled 184 B at 128 rows on 4 warps).
+            hpp = 1 if phase is FLUSH_ROWS else math.gcd(cfg.heads_per_prog, HV // H)
+            launch_kernel(_gdn_spec_verify_dot_kernel, (triton.cdiv(V, block_v), HV // hpp, Bsz), *args,
+                          BLOCK_V=block_v, EXACT_X=exact_in_tf32(q.dtype) and exact_in_tf32(k.dtype),
+                          HEADS_PER_PROG=hpp, KEY_CHUNK=min(cfg.key_chunk or block_k, block_k), NUM_TOKENS=T,
+                          SMALL_PRECISION=SMALL_DOT_PRECISION, EVEN_TILE=even_tile(V, block_v, K, block_k),
+                          PHASE=phase.value, num_warps=cfg.num_warps, **shared)
     else:
         for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
             launch_chunked(phase, cfg.block_p, cfg.num_warps)

@@ -169,3 +169,25 @@ def test_standard_spec_baseline_with_promote():
         for s in (2, 0):
             assert rel_err(state[s].cpu(), ref[s][0]) <= 2e-5
     assert torch.equal(state[[1, 3]], untouched)
+
+
+@pytest.mark.parametrize("split_fold", [1, 2])
+def test_bad_slot_or_cursor_gives_nan_and_changes_nothing(split_fold):
+    """A row whose slot is out of range or whose drafts would overflow the ring gets NaN
+    outputs (from one launch: the flush rows' own launch of split_fold 2 skips it) and
+    leaves its state and ring alone; the good row is served."""
+    H, HV, K, V, T, Bh = GEOM.num_k_heads, GEOM.num_v_heads, GEOM.head_k_dim, GEOM.head_v_dim, 2, 4
+    buf = ring_capacity(T, Bh)
+    state = torch.randn(3, HV, V, K, device=DEVICE)
+    rings = dict(d_ring=torch.zeros(3, HV, buf, V, device=DEVICE), k_ring=torch.zeros(3, H, buf, K, device=DEVICE),
+                 g_ring=torch.zeros(3, HV, buf, device=DEVICE))
+    wp = torch.tensor([0, Bh + 1, 0], dtype=torch.int32, device=DEVICE)  # slot 1: drafts would overflow the ring
+    cur = dict(write_pos=wp, origin=torch.zeros_like(wp), is_flush=torch.ones(3, dtype=torch.int8, device=DEVICE))
+    before = state.clone()
+    rand = lambda *shape: torch.randn(*shape, device=DEVICE)  # noqa: E731
+    out = gdn_replayssm_spec_decode(
+        state, rand(3, T, H, K), rand(3, T, H, K), rand(3, T, HV, V), rand(3, T, HV), rand(3, T, HV), rand(HV), rand(HV),
+        initial_state_indices=torch.tensor([0, 1, 7], dtype=torch.int32, device=DEVICE), history_len=Bh, **rings,
+        **cur, config=LaunchConfig(16, 1, split_fold=split_fold))
+    assert not torch.isnan(out[0]).any() and torch.isnan(out[1]).all() and torch.isnan(out[2]).all()
+    assert torch.equal(state[1:], before[1:]) and torch.equal(rings["d_ring"][1:], torch.zeros_like(rings["d_ring"][1:]))

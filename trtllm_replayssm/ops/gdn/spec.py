@@ -539,7 +539,7 @@ def gdn_replayssm_spec_decode(
                           HEADS_PER_PROG=hpp, KEY_CHUNK=min(cfg.key_chunk or block_k, block_k), NUM_TOKENS=T,
                           SMALL_PRECISION=SMALL_DOT_PRECISION, EVEN_TILE=even_tile(V, block_v, K, block_k),
                           PHASE=phase.value, num_warps=cfg.num_warps, **shared)
-    else:
+    else:  # (split_fold 2 folds apart here, as 1 does: its flush rows' launch is the tl.dot verify's)
         for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
             launch_chunked(phase, cfg.block_p, cfg.num_warps)
     return out

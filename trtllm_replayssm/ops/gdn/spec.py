@@ -39,7 +39,7 @@ from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, ex
                       native_dot, ring_positions, small_matmul, store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel
 from ..mamba2.spec import (AFTER_FOLD, BOTH, FLUSH_ROWS, FOLD_ONLY, MAX_T, NONFLUSH_ROWS, _check_cursors,
-                           _check_spec_sizes, ring_capacity)
+                           _check_spec_sizes, leaves_row, ring_capacity)
 from .step_inputs import parse_gdn_step
 
 RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -317,12 +317,8 @@ def _gdn_spec_verify_dot_kernel(
                 store_nan_tokens(out_ptr, offs_v, mask_v, pid_b, hv0 + hh, stride_out_b, stride_out_t, stride_out_h,
                                  NUM_TOKENS, DRAFT_COLS)
         return
-    if PHASE == FLUSH_ROWS:
-        if not is_flush:
-            return
-    if PHASE == NONFLUSH_ROWS:
-        if is_flush:
-            return
+    if leaves_row(is_flush, PHASE):
+        return
     n_hist = wp
     if PHASE == AFTER_FOLD:
         n_hist = tl.where(is_flush, 0, wp)  # a flush row's history is in its checkpoint already

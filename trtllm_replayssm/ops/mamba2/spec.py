@@ -47,6 +47,19 @@ BOTH, FOLD_ONLY, AFTER_FOLD = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 FLUSH_ROWS, NONFLUSH_ROWS = tl.constexpr(3), tl.constexpr(4)
 # The launches of each split_fold setting, in order.
 PHASES = {0: (BOTH,), 1: (FOLD_ONLY, AFTER_FOLD), 2: (FLUSH_ROWS, NONFLUSH_ROWS)}
+
+
+@triton.jit
+def leaves_row(is_flush, PHASE: tl.constexpr):
+    """Whether a verify launch in ``PHASE`` leaves this row to another launch: FOLD_ONLY
+    and FLUSH_ROWS serve the flush rows alone, NONFLUSH_ROWS the others (shared by the
+    Mamba2 and GDN verify kernels)."""
+    if PHASE == FOLD_ONLY or PHASE == FLUSH_ROWS:
+        return is_flush == 0
+    elif PHASE == NONFLUSH_ROWS:
+        return is_flush != 0
+    else:
+        return is_flush & False
 # 16 rows of headdim a warp (each warp holds its tl.dot operands whole); one program for
 # all the heads of a group (its B.C products computed once); flush rows fold in a launch
 # of their own, which keeps the fold's registers out of the heads loop. H200, Super,
@@ -120,12 +133,8 @@ def _spec_verify_kernel(
                 store_nan_tokens(out_ptr, offs_p, mask_p, pid_b, h0 + hh, stride_out_b, stride_out_t, stride_out_h,
                                  NUM_TOKENS, BLOCK_T)
         return
-    if PHASE == FOLD_ONLY or PHASE == FLUSH_ROWS:
-        if not is_flush:
-            return
-    if PHASE == NONFLUSH_ROWS:
-        if is_flush:
-            return
+    if leaves_row(is_flush, PHASE):
+        return
     # After a FOLD_ONLY launch the flush rows' history is in the checkpoint already.
     n_hist = wp
     if PHASE == AFTER_FOLD:

@@ -12,7 +12,6 @@ kernel loses occupancy, so this prunes tuning candidates before device time is s
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import re
 import subprocess
@@ -88,7 +87,7 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
                     common, HAS_FORCE_FLUSH=False, BLOCK_P=max(16, cfg.block_p), BLOCK_N=dstate,
                     BLOCK_L=max(16, L), EVEN_TILE=headdim % max(16, cfg.block_p) == 0, EXACT_B=True, DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32",
                     HEADS_PER_PROG=cfg.heads_per_prog, CHUNKS=clamp_loop_blocks(replace(cfg, block_p=max(16, cfg.block_p)), headdim).loop_blocks,
-                    EVEN_HEADS=True, LOOP_STAGES=None)
+                    EVEN_HEADS=True, LOOP_STAGES=m2_replay_fold.LOOP_STAGES)
             else:
                 fn, c = m2_replay._replay_step_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, MODE=modes[kernel], BLOCK_P=cfg.block_p, BLOCK_N=dstate,
@@ -111,7 +110,7 @@ def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16):
                     BLOCK_V=cfg.block_p, CHUNKS=clamp_loop_blocks(cfg, head_dim).loop_blocks, BLOCK_L=L,
                     FOLD_CHUNK=cfg.fold_chunk, FOLD_DOT=bool(cfg.fold_dot) and kernel == "fold", DOT_PRECISION="tf32x3",
                     HEADS_PER_PROG=cfg.heads_per_prog if kernel == "fold" else 1, EVEN_TILE=head_dim % cfg.block_p == 0,
-                    LOOP_STAGES=None)
+                    LOOP_STAGES=gdn_replay.LOOP_STAGES[modes[kernel]])
             yield ["gdn", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype)]
 
 
@@ -122,36 +121,34 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
     common = dict(HAS_SLOT_IDX=True, BUF=buf, BLOCK_L=max(16, buf), DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32",
                   EVEN_TILE=True)
 
-    def mamba2_phase(cfg, phase):  # -> (kernel, constexprs, warps)
-        launch_cfg = (m2_spec.SPEC_FOLD_CONFIG or replace(cfg, heads_per_prog=1)) if phase in (1, 3) else cfg
+    def mamba2_phase(cfg, phase):  # -> (kernel, constexprs, warps); phase: one of m2_spec.PHASES
+        launch_cfg = m2_spec.phase_config(cfg, phase)
         return m2_spec._spec_verify_kernel, dict(
-            common, HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, DT_SOFTPLUS=True, NUM_TOKENS=T, PHASE=phase, USE_DOT=True,
-            BLOCK_T=m2_spec.token_tile(T, use_dot=True), BLOCK_P=min(launch_cfg.block_p, 64), BLOCK_N=128,
+            common, HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, DT_SOFTPLUS=True, NUM_TOKENS=T, PHASE=phase.value,
+            USE_DOT=True, BLOCK_T=m2_spec.token_tile(T, use_dot=True), BLOCK_P=min(launch_cfg.block_p, 64), BLOCK_N=128,
             EXACT_B=True,  # B ring in bf16
-            HEADS_PER_PROG=m2_spec.heads_per_program(launch_cfg, 16, fold_only=phase == 1),
-            STATE_CHUNK=(cfg.key_chunk or 128) if phase in (2, 4) else 128,
+            HEADS_PER_PROG=m2_spec.heads_per_program(launch_cfg, 16, fold_only=phase is m2_spec.FOLD_ONLY),
+            STATE_CHUNK=(cfg.key_chunk or 128) if phase in (m2_spec.AFTER_FOLD, m2_spec.NONFLUSH_ROWS) else 128,
             SMALL_ON_FMA=m2_spec.SMALL_ON_FMA), launch_cfg.num_warps
 
     def gdn_phase(cfg, phase):  # the chunked kernel's fold-only launch (a config of its own), then the tl.dot verify
         shape = dict(common, USE_QK_L2NORM=True, BLOCK_K=128)
-        if phase == 1:  # k ring in fp32 (the default)
+        if phase is m2_spec.FOLD_ONLY:  # k ring in fp32 (the default)
             fold = gdn_spec.GDN_SPEC_FOLD_CONFIG
-            return gdn_spec._gdn_spec_verify_kernel, dict(shape, PHASE=phase, USE_DOT=True, BLOCK_V=fold.block_p,
+            return gdn_spec._gdn_spec_verify_kernel, dict(shape, PHASE=phase.value, USE_DOT=True, BLOCK_V=fold.block_p,
                                                           BLOCK_T=triton.next_power_of_2(T),
                                                           K_CHUNK=gdn_spec.fma_key_chunk(128), EXACT_B=False), fold.num_warps
-        hpp = 1 if phase == 3 else math.gcd(cfg.heads_per_prog, 4)  # the flush rows' launch: one head a program
-        return gdn_spec._gdn_spec_verify_dot_kernel, dict(shape, BLOCK_V=cfg.block_p, EXACT_X=True,
-                                                          KEY_CHUNK=cfg.key_chunk or 128, NUM_TOKENS=T,
-                                                          SMALL_PRECISION=gdn_spec.SMALL_DOT_PRECISION, PHASE=phase,
-                                                          HEADS_PER_PROG=hpp), cfg.num_warps
+        dot = dict(shape, BLOCK_V=cfg.block_p, EXACT_X=True, KEY_CHUNK=cfg.key_chunk or 128, NUM_TOKENS=T,
+                   SMALL_PRECISION=gdn_spec.SMALL_DOT_PRECISION, PHASE=phase.value,
+                   HEADS_PER_PROG=gdn_spec.dot_heads_per_program(cfg, 4, phase))
+        return gdn_spec._gdn_spec_verify_dot_kernel, dot, cfg.num_warps
 
     for family, phase_kernel, candidates in (("mamba2", mamba2_phase, MAMBA2_SPEC_CANDIDATES),
                                              ("gdn", gdn_phase, GDN_SPEC_CANDIDATES)):
         for cfg in candidates:
-            phases = {0: {"verify+fold": 0}, 1: {"fold": 1, "verify": 2},
-                      2: {"flush rows": 3, "other rows": 4}}[cfg.split_fold]
+            names = {0: ["verify+fold"], 1: ["fold", "verify"], 2: ["flush rows", "other rows"]}[cfg.split_fold]
             regs = ", ".join(f"{name} {registers(*phase_kernel(cfg, p), state_dtype)}"
-                             for name, p in phases.items())
+                             for name, p in zip(names, m2_spec.PHASES[cfg.split_fold]))
             yield [family, f"spec T={T}", str(cfg), regs]
 
 

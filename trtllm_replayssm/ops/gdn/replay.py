@@ -304,7 +304,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
             FOLD_CHUNK=min(cfg.fold_chunk, block_l),
             FOLD_DOT=bool(cfg.fold_dot) and min(cfg.block_p, block_l, block_k) >= 16, DOT_PRECISION=DOT_PRECISION,
             HEADS_PER_PROG=hpp, EVEN_TILE=even_tile(step.head_v_dim, cfg.block_p * chunks, step.head_k_dim, block_k),
-            V_INNER=layout.v_inner, **({"LOOP_STAGES": LOOP_STAGES[mode]} if LOOP_STAGES[mode] else {}),
+            V_INNER=layout.v_inner, LOOP_STAGES=LOOP_STAGES[mode],
             num_warps=cfg.num_warps,
         )
     return step.out

@@ -39,7 +39,7 @@ from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, ex
                       native_dot, ring_positions, small_matmul, store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel
 from ..mamba2.spec import (AFTER_FOLD, BOTH, FLUSH_ROWS, FOLD_ONLY, MAX_T, NONFLUSH_ROWS, _check_cursors,
-                           _check_spec_sizes, leaves_row, ring_capacity)
+                           _check_spec_sizes, check_split_fold, leaves_row, ring_capacity)
 from .step_inputs import parse_gdn_step
 
 RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -60,6 +60,13 @@ VERIFY_ON_DOT = True
 # tf32x3 on the tensor cores (H200, Qwen3.5-122B, T = 4, batch 128, 128 rows on 4 warps:
 # 448 against 524 us; on 2 warps tf32x3 was ahead, 484 against 551).
 SMALL_DOT_PRECISION = "ieee"
+
+
+def dot_heads_per_program(cfg: LaunchConfig, v_heads_per_k_head: int, phase) -> int:
+    """Value heads one program of the tl.dot verify runs in ``phase``: ``cfg.heads_per_prog``
+    cut to a divisor of a key head's, except in the flush rows' own launch, whose fold's
+    chunk tiles leave room for one (252 registers; 4 spilled 184 B at 128 rows on 4 warps)."""
+    return 1 if phase is FLUSH_ROWS else math.gcd(cfg.heads_per_prog, v_heads_per_k_head)
 
 
 def fma_key_chunk(block_k: int) -> int:
@@ -513,8 +520,7 @@ def gdn_replayssm_spec_decode(
                       EXACT_B=exact_in_tf32(k_ring.dtype), K_CHUNK=fma_key_chunk(block_k),
                       EVEN_TILE=even_tile(V, rows, K, block_k), num_warps=num_warps, **shared)
 
-    if cfg.split_fold not in (0, 1, 2):
-        raise ValueError(f"config.split_fold must be 0, 1 or 2, got {cfg.split_fold}")
+    check_split_fold(cfg)
     if use_dot and VERIFY_ON_DOT:
         if cfg.split_fold == 2:
             # The flush rows fold and verify in a launch of their own (their state read
@@ -527,9 +533,7 @@ def gdn_replayssm_spec_decode(
             launch_chunked(FOLD_ONLY, GDN_SPEC_FOLD_CONFIG.block_p, GDN_SPEC_FOLD_CONFIG.num_warps)
             row_launches = (AFTER_FOLD,)
         for phase in row_launches:
-            # The flush rows' launch holds the fold's chunk tiles too: one value head a
-            # program (252 registers; 4 spilled 184 B at 128 rows on 4 warps).
-            hpp = 1 if phase is FLUSH_ROWS else math.gcd(cfg.heads_per_prog, HV // H)
+            hpp = dot_heads_per_program(cfg, HV // H, phase)
             launch_kernel(_gdn_spec_verify_dot_kernel, (triton.cdiv(V, block_v), HV // hpp, Bsz), *args,
                           BLOCK_V=block_v, EXACT_X=exact_in_tf32(q.dtype) and exact_in_tf32(k.dtype),
                           HEADS_PER_PROG=hpp, KEY_CHUNK=min(cfg.key_chunk or block_k, block_k), NUM_TOKENS=T,

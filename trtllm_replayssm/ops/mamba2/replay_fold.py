@@ -161,4 +161,4 @@ def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int)
                   EXACT_B=exact_in_tf32(args["B_cache_ptr"].dtype),
                   DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, HEADS_PER_PROG=hpp,
                   CHUNKS=cfg.loop_blocks, EVEN_HEADS=step.nheads % hpp == 0,
-                  **({"LOOP_STAGES": LOOP_STAGES} if LOOP_STAGES else {}), num_warps=cfg.num_warps)
+                  LOOP_STAGES=LOOP_STAGES, num_warps=cfg.num_warps)

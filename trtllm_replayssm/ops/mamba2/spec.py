@@ -47,19 +47,6 @@ BOTH, FOLD_ONLY, AFTER_FOLD = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 FLUSH_ROWS, NONFLUSH_ROWS = tl.constexpr(3), tl.constexpr(4)
 # The launches of each split_fold setting, in order.
 PHASES = {0: (BOTH,), 1: (FOLD_ONLY, AFTER_FOLD), 2: (FLUSH_ROWS, NONFLUSH_ROWS)}
-
-
-@triton.jit
-def leaves_row(is_flush, PHASE: tl.constexpr):
-    """Whether a verify launch in ``PHASE`` leaves this row to another launch: FOLD_ONLY
-    and FLUSH_ROWS serve the flush rows alone, NONFLUSH_ROWS the others (shared by the
-    Mamba2 and GDN verify kernels)."""
-    if PHASE == FOLD_ONLY or PHASE == FLUSH_ROWS:
-        return is_flush == 0
-    elif PHASE == NONFLUSH_ROWS:
-        return is_flush != 0
-    else:
-        return is_flush & False
 # 16 rows of headdim a warp (each warp holds its tl.dot operands whole); one program for
 # all the heads of a group (its B.C products computed once); flush rows fold in a launch
 # of their own, which keeps the fold's registers out of the heads loop. H200, Super,
@@ -77,6 +64,34 @@ SPEC_FOLD_CONFIG: Optional[LaunchConfig] = None
 # Off: on GDN's verify the FMAs won (448 against 524 us), on this one they lost (H200,
 # Super, T = 4, batch 128: 418-537 against 375-479, ``mamba2_spec_variants.json``).
 SMALL_ON_FMA = False
+
+
+def check_split_fold(cfg: LaunchConfig) -> None:
+    """``cfg.split_fold`` names a launch split of :data:`PHASES` (both families' verify)."""
+    if cfg.split_fold not in PHASES:
+        raise ValueError(f"config.split_fold must be one of {sorted(PHASES)}, got {cfg.split_fold}")
+
+
+def phase_config(cfg: LaunchConfig, phase) -> LaunchConfig:
+    """The launch config of ``phase`` under the verify config ``cfg``: a launch of the flush
+    rows alone (FOLD_ONLY, FLUSH_ROWS) takes :data:`SPEC_FOLD_CONFIG`, or the verify's rows
+    and warps on one head a program; the others ``cfg``."""
+    if phase is FOLD_ONLY or phase is FLUSH_ROWS:
+        return SPEC_FOLD_CONFIG or replace(cfg, heads_per_prog=1)
+    return cfg
+
+
+@triton.jit
+def leaves_row(is_flush, PHASE: tl.constexpr):
+    """Whether a verify launch in ``PHASE`` leaves this row to another launch: FOLD_ONLY
+    and FLUSH_ROWS serve the flush rows alone, NONFLUSH_ROWS the others (shared by the
+    Mamba2 and GDN verify kernels)."""
+    if PHASE == FOLD_ONLY or PHASE == FLUSH_ROWS:
+        return is_flush == 0
+    elif PHASE == NONFLUSH_ROWS:
+        return is_flush != 0
+    else:
+        return is_flush & False
 
 
 def heads_per_program(cfg: LaunchConfig, heads_per_group: int, fold_only: bool) -> int:
@@ -356,11 +371,9 @@ def selective_state_update_replayssm_spec(
     Dt = step.D
     cfg = config or SPEC_CONFIG
     block_n = triton.next_power_of_2(N)
-    if cfg.split_fold not in PHASES:
-        raise ValueError(f"config.split_fold must be one of {sorted(PHASES)}, got {cfg.split_fold}")
+    check_split_fold(cfg)
     for phase in PHASES[cfg.split_fold]:
-        folds_apart = phase is FOLD_ONLY or phase is FLUSH_ROWS  # a launch of the flush rows alone
-        phase_cfg = (SPEC_FOLD_CONFIG or replace(cfg, heads_per_prog=1)) if folds_apart else cfg
+        phase_cfg = phase_config(cfg, phase)
         block_p = min(phase_cfg.block_p, triton.next_power_of_2(P))
         use_dot = min(block_p, block_n) >= 16
         hpp = heads_per_program(phase_cfg, H // G, fold_only=phase is FOLD_ONLY)

@@ -121,6 +121,9 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
     common = dict(HAS_SLOT_IDX=True, BUF=buf, BLOCK_L=max(16, buf), DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32",
                   EVEN_TILE=True)
 
+    def flush_rows(phase):  # a launch of the flush rows alone looks through blocks of rows (at batch >= 128)
+        return m2_spec.FLUSH_ROW_BLOCK if phase in (m2_spec.FOLD_ONLY, m2_spec.FLUSH_ROWS) else 1
+
     def mamba2_phase(cfg, phase):  # -> (kernel, constexprs, warps); phase: one of m2_spec.PHASES
         launch_cfg = m2_spec.phase_config(cfg, phase)
         return m2_spec._spec_verify_kernel, dict(
@@ -129,7 +132,7 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
             EXACT_B=True,  # B ring in bf16
             HEADS_PER_PROG=m2_spec.heads_per_program(launch_cfg, 16, fold_only=phase is m2_spec.FOLD_ONLY),
             STATE_CHUNK=(cfg.key_chunk or 128) if phase in (m2_spec.AFTER_FOLD, m2_spec.NONFLUSH_ROWS) else 128,
-            SMALL_ON_FMA=m2_spec.SMALL_ON_FMA), launch_cfg.num_warps
+            SMALL_ON_FMA=m2_spec.SMALL_ON_FMA, ROW_BLOCK=flush_rows(phase)), launch_cfg.num_warps
 
     def gdn_phase(cfg, phase):  # the chunked kernel's fold-only launch (a config of its own), then the tl.dot verify
         shape = dict(common, USE_QK_L2NORM=True, BLOCK_K=128)

@@ -318,8 +318,8 @@ static int launch_step_case(const char* key, int64_t batch, int64_t inner, int64
   if ((status = find_case(arch, key, batch, &c)) != RS_SUCCESS) return status;
   for (int i = 0; i < c->num_launches; ++i) {
     const rs_kernel_desc* d = &rs_kernels[c->launches[i]];
-    status = launch_named(c->launches[i], cdiv(inner, d->block), cdiv(heads, d->heads_per_prog), (unsigned)batch, nv,
-                          stream);
+    status = launch_named(c->launches[i], cdiv(inner, d->block), cdiv(heads, d->heads_per_prog),
+                          cdiv(batch, d->row_block), nv, stream);
     if (status != RS_SUCCESS) return status;
   }
   return RS_SUCCESS;
@@ -452,6 +452,7 @@ static int check_spec_sizes(int64_t T, int64_t history) {
   X(state_ptr, PTR(a->state)) X(x_ring_ptr, PTR(a->x_ring)) X(dt_ring_ptr, PTR(a->dt_ring))                    \
   X(B_ring_ptr, PTR(a->B_ring)) X(wp_ptr, PTR(a->write_pos)) X(origin_ptr, PTR(a->origin))                     \
   X(flush_ptr, PTR(a->is_flush)) X(x_ptr, PTR(a->x)) X(dt_ptr, PTR(a->dt)) X(A_ptr, PTR(a->A))                   \
+  X(batch, INT(a->batch))                                                                                     \
   X(B_ptr, PTR(a->B)) X(C_ptr, PTR(a->C)) X(D_ptr, PTR(a->D)) X(z_ptr, PTR(a->z ? a->z : a->x))                 \
   X(dt_bias_ptr, PTR(a->dt_bias)) X(out_ptr, PTR(a->out)) X(slot_idx_ptr, PTR(a->slot_idx))                    \
   X(num_slots, INT(a->num_slots)) X(headdim, INT(a->headdim)) X(dstate, INT(a->dstate))                        \

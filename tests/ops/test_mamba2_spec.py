@@ -279,15 +279,39 @@ def test_flush_rows_take_their_whole_step_in_their_own_launch(monkeypatch, confi
     assert min(flushes.values()) >= 1, flushes
 
 
-@pytest.mark.parametrize("split_fold", [0, 1, 2])
-def test_bad_slot_or_cursor_gives_nan_and_changes_nothing(split_fold):
+@pytest.mark.parametrize("split_fold", [1, 2])
+def test_flush_launch_takes_blocks_of_rows(monkeypatch, split_fold):
+    """A launch of the flush rows alone gives each program a block of batch rows (2 here:
+    rows 0-1 with the padding row, rows 2-3) and folds those that flush; a flush row of
+    either block left unfolded fails the checkpoint check."""
+    monkeypatch.setattr(m2_spec_module, "FLUSH_ROW_BLOCK", 2)
+    monkeypatch.setattr(m2_spec_module, "FLUSH_MIN_PROGRAMS", 0)
+    flushes = run_spec_fuzz(T=3, Bh=5, steps=16, seed=7, move_row_at=8, config=LaunchConfig(16, 1, split_fold=split_fold))
+    assert min(flushes.values()) >= 2, flushes
+
+
+def test_flush_row_block_keeps_enough_programs(monkeypatch):
+    monkeypatch.setattr(m2_spec_module, "FLUSH_ROW_BLOCK", 16)
+    monkeypatch.setattr(m2_spec_module, "FLUSH_MIN_PROGRAMS", 4096)
+    assert m2_spec_module.flush_row_block(512, 128) == 16  # Super's fold: 4 x 128 programs a row
+    assert m2_spec_module.flush_row_block(128, 128) == 4  # Qwen3.5-122B's: 2 x 64
+    assert m2_spec_module.flush_row_block(128, 512) == 16
+    assert m2_spec_module.flush_row_block(8, 3) == 1
+
+
+@pytest.mark.parametrize("split_fold, row_block", [(0, 1), (1, 1), (2, 1), (1, 2), (2, 2)])
+def test_bad_slot_or_cursor_gives_nan_and_changes_nothing(monkeypatch, split_fold, row_block):
+    """Every row flushing, so the bad rows reach the flush rows' launches too (with blocks
+    of 2 rows: the second block's second row lies past the batch)."""
+    monkeypatch.setattr(m2_spec_module, "FLUSH_ROW_BLOCK", row_block)
+    monkeypatch.setattr(m2_spec_module, "FLUSH_MIN_PROGRAMS", 0)
     H, P, N, G, T, Bh = GEOM.nheads, GEOM.headdim, GEOM.dstate, GEOM.ngroups, 2, 4
     buf = ring_capacity(T, Bh)
     state = torch.randn(3, H, P, N, device=DEVICE)
     rings = dict(x_ring=torch.zeros(3, H, buf, P, device=DEVICE), dt_ring=torch.zeros(3, H, buf, device=DEVICE),
                  B_ring=torch.zeros(3, G, buf, N, device=DEVICE))
     wp = torch.tensor([0, Bh + 1, 0], dtype=torch.int32, device=DEVICE)  # slot 1: drafts would overflow the ring
-    cur = dict(write_pos=wp, origin=torch.zeros_like(wp), is_flush=torch.zeros(3, dtype=torch.int8, device=DEVICE))
+    cur = dict(write_pos=wp, origin=torch.zeros_like(wp), is_flush=torch.ones(3, dtype=torch.int8, device=DEVICE))
     before = state.clone()
     out = selective_state_update_replayssm_spec(
         state, torch.randn(3, T, H, P, device=DEVICE), torch.randn(3, T, H, device=DEVICE), -torch.rand(H, device=DEVICE),
@@ -295,4 +319,4 @@ def test_bad_slot_or_cursor_gives_nan_and_changes_nothing(split_fold):
         state_batch_indices=torch.tensor([0, 1, 7], dtype=torch.int32, device=DEVICE), history_len=Bh, **rings, **cur,
         config=LaunchConfig(16, 1, split_fold=split_fold))
     assert not torch.isnan(out[0]).any() and torch.isnan(out[1]).all() and torch.isnan(out[2]).all()
-    assert torch.equal(state, before) and torch.equal(rings["x_ring"][1:], torch.zeros_like(rings["x_ring"][1:]))
+    assert torch.equal(state[1:], before[1:]) and torch.equal(rings["x_ring"][1:], torch.zeros_like(rings["x_ring"][1:]))

@@ -42,7 +42,8 @@ from .timing import capture, layers_for_cold_l2, time_graph_ms
 # 370; the earlier per-token loop's best 654). GDN's shape (the state streamed in chunks
 # of dstate columns, 64 rows on 4 warps) lost: 403-485 (``mamba2_spec_variants.json``).
 # split_fold 2 (flush rows fold and verify in a launch of their own, the state read once:
-# the way past the 3.33x bound of split_fold 1 at T = 4) is not measured yet.
+# the way past the 3.33x bound of split_fold 1 at T = 4) lost: 380-419 against 375 (its
+# flush rows' launch spills; commit 2866a0e, before the flush launches took row blocks).
 MAMBA2_SPEC_CANDIDATES = [LaunchConfig(b, w) for b, w in [(16, 1), (32, 2), (64, 4)]] + \
     [LaunchConfig(b, w, split_fold=1) for b, w in [(16, 1), (32, 2)]] + \
     [LaunchConfig(b, w, heads_per_prog=h, split_fold=s)
@@ -60,7 +61,7 @@ MAMBA2_SPEC_CANDIDATES = [LaunchConfig(b, w) for b, w in [(16, 1), (32, 2), (64,
 GDN_SPEC_CANDIDATES = [LaunchConfig(b, w, heads_per_prog=h, split_fold=1, key_chunk=c)
                        for b, w, h, c in [(128, 4, 4, 32), (128, 4, 4, 64), (128, 4, 1, 32), (64, 2, 4, 64),
                                           (64, 4, 4, 0), (32, 2, 4, 0)]] + \
-    [LaunchConfig(b, w, heads_per_prog=h, split_fold=2, key_chunk=c)  # the flush rows' whole step apart: not measured
+    [LaunchConfig(b, w, heads_per_prog=h, split_fold=2, key_chunk=c)  # the flush rows' whole step apart: 400-430
      for b, w, h, c in [(128, 4, 4, 32), (128, 4, 1, 32), (64, 2, 4, 32)]]
 
 

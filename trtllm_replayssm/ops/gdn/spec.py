@@ -45,9 +45,11 @@ from .step_inputs import parse_gdn_step
 RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # A head's 128 rows of V in one program on 4 warps (the solve's matrices are then formed
 # once a head), 4 value heads of a key head a program, the state through the matmul in
-# chunks of 32 key columns (H200, Qwen3.5-122B, T = 4, batch 128: 413-419 us a verify
-# step, fold launch included; 32 rows on 2 warps 484-541; the chunked FMA form's best, 64 rows on 4 warps, 877-890).
-GDN_SPEC_CONFIG = LaunchConfig(block_p=128, num_warps=4, heads_per_prog=4, split_fold=1, key_chunk=32)
+# chunks of 32 key columns, the flush rows folding on the way through in a launch of their
+# own (split_fold 2). H200, Qwen3.5-122B, T = 4, batch 128, us a verify step: 401-402;
+# split_fold 1 (a fold-only launch first) 406-413; 32 rows on 2 warps 484-541; the
+# chunked FMA form's best, 64 rows on 4 warps, 877-890.
+GDN_SPEC_CONFIG = LaunchConfig(block_p=128, num_warps=4, heads_per_prog=4, split_fold=2, key_chunk=32)
 # The fold-only launch before the tl.dot verify: 64 rows of V on 4 warps (the chunked
 # kernel's fold at 126 registers a thread; at the verify's 128 rows, 220).
 GDN_SPEC_FOLD_CONFIG = LaunchConfig(block_p=64, num_warps=4)

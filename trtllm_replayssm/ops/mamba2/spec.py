@@ -64,6 +64,28 @@ SPEC_FOLD_CONFIG: Optional[LaunchConfig] = None
 # Off: on GDN's verify the FMAs won (448 against 524 us), on this one they lost (H200,
 # Super, T = 4, batch 128: 418-537 against 375-479, ``mamba2_spec_variants.json``).
 SMALL_ON_FMA = False
+# A launch that serves the flush rows alone (FOLD_ONLY, FLUSH_ROWS) gives each program up
+# to FLUSH_ROW_BLOCK batch rows, which it looks through with one vector load and folds
+# one after another; fewer where the launch would then have fewer than
+# FLUSH_MIN_PROGRAMS programs (a step in which every row flushes must still fill the GPU).
+# One program a row cost ~30-45 us a verify step at batch 128 with no row flushing (H200,
+# Super, ncu: every program's chain of cursor loads). H200, Super, T = 4, all rows
+# flushing together every 7th step, us a verify step, split_fold 1
+# (``benchmarks/results/spec_flush_rows.json``): batch 128, 32 rows on 2 warps 375 -> 367,
+# 16 rows on 1 warp 395 -> 367; batch 512, 1447 -> 1410. The GDN verify keeps a program a
+# row: blocks of 2-16 rows lost 1-4% there (its fold kernel's registers 126 -> 166).
+# (Pipeline stages on the verify's loop over heads, 2-3, lost too: 373-397 against 364-366.)
+FLUSH_ROW_BLOCK = 16
+FLUSH_MIN_PROGRAMS = 4096
+
+
+def flush_row_block(other_programs: int, batch: int) -> int:
+    """Batch rows a program of a flush-rows launch takes, given the programs it has along
+    the other grid axes (see :data:`FLUSH_ROW_BLOCK`)."""
+    rows = FLUSH_ROW_BLOCK
+    while rows > 1 and other_programs * triton.cdiv(batch, rows) < FLUSH_MIN_PROGRAMS:
+        rows //= 2
+    return rows
 
 
 def check_split_fold(cfg: LaunchConfig) -> None:
@@ -112,11 +134,39 @@ def ring_capacity(num_tokens: int, history_len: int) -> int:
     return triton.next_power_of_2(history_len + num_tokens)
 
 
-@triton.jit(do_not_specialize=["num_slots"])
+@triton.jit
+def flush_rows_of_block(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, block, batch, num_slots, num_tokens, capacity,
+                        pad_slot_id, HAS_SLOT_IDX: tl.constexpr, BUF: tl.constexpr, ROW_BLOCK: tl.constexpr):
+    """Which of the batch rows ``block * ROW_BLOCK ..`` are valid rows that flush (int32
+    0/1 ``[ROW_BLOCK]``), for a launch that serves the flush rows alone. One vector load
+    of the block's cursors: a program whose rows do not flush costs one memory round
+    trip (one program a row cost a chain of them on every row: ~30-45 us a launch at
+    batch 128 with no row flushing, H200, Super)."""
+    rows = block * ROW_BLOCK + tl.arange(0, ROW_BLOCK)
+    in_batch = rows < batch
+    if HAS_SLOT_IDX:
+        slot = tl.load(slot_idx_ptr + rows, mask=in_batch, other=pad_slot_id).to(tl.int64)
+    else:
+        slot = rows.to(tl.int64)
+    ok = in_batch & (slot != pad_slot_id) & (slot >= 0) & (slot < num_slots)
+    wp = tl.load(wp_ptr + slot, mask=ok, other=0)
+    origin = tl.load(origin_ptr + slot, mask=ok, other=0)
+    ok = ok & (tl.load(flush_ptr + slot, mask=ok, other=0) != 0)
+    ok = ok & (wp >= 0) & (wp + num_tokens <= capacity) & (origin >= 0) & (origin < BUF)  # load_spec_row's is_bad
+    return ok.to(tl.int32)
+
+
+@triton.jit
+def row_in_block(selected, i, ROW_BLOCK: tl.constexpr):
+    """Entry ``i`` of :func:`flush_rows_of_block`'s selection, as a scalar condition."""
+    return tl.sum(tl.where(tl.arange(0, ROW_BLOCK) == i, selected, 0), axis=0) != 0
+
+
+@triton.jit(do_not_specialize=["batch", "num_slots"])
 def _spec_verify_kernel(
     state_ptr, x_ring_ptr, dt_ring_ptr, B_ring_ptr, wp_ptr, origin_ptr, flush_ptr,
     x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr,
-    num_slots, headdim, dstate, heads_per_group, capacity, pad_slot_id,
+    batch, num_slots, headdim, dstate, heads_per_group, capacity, pad_slot_id,
     stride_state_slot, stride_state_h, stride_state_p,
     stride_xr_slot, stride_xr_h, stride_xr_l, stride_dtr_slot, stride_dtr_h, stride_Br_slot, stride_Br_g, stride_Br_l,
     stride_x_b, stride_x_t, stride_x_h, stride_dt_b, stride_dt_t, stride_dt_h, stride_A_h,
@@ -127,147 +177,152 @@ def _spec_verify_kernel(
     BLOCK_T: tl.constexpr, BUF: tl.constexpr, BLOCK_L: tl.constexpr, USE_DOT: tl.constexpr, EXACT_B: tl.constexpr,
     DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, PHASE: tl.constexpr, EVEN_TILE: tl.constexpr,
     HEADS_PER_PROG: tl.constexpr, STATE_CHUNK: tl.constexpr, SMALL_ON_FMA: tl.constexpr,
+    ROW_BLOCK: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
     h0 = tl.program_id(1) * HEADS_PER_PROG  # the program's heads, all of one group
-    pid_b = tl.program_id(2)
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
     offs_t = tl.arange(0, BLOCK_T)
     mask_p, mask_n = tile_masks(offs_p, offs_n, headdim, dstate, EVEN_TILE)
     mask_t = offs_t < NUM_TOKENS
 
-    slot, wp, origin, is_flush, is_pad, is_bad = load_spec_row(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, pid_b,
-                                                               num_slots, NUM_TOKENS, capacity, pad_slot_id,
-                                                               HAS_SLOT_IDX, BUF)
-    if is_pad:
-        return
-    if is_bad:
-        if PHASE != FOLD_ONLY and PHASE != FLUSH_ROWS:  # the launch that verifies every row reports
-            for hh in range(0, HEADS_PER_PROG):
-                store_nan_tokens(out_ptr, offs_p, mask_p, pid_b, h0 + hh, stride_out_b, stride_out_t, stride_out_h,
-                                 NUM_TOKENS, BLOCK_T)
-        return
-    if leaves_row(is_flush, PHASE):
-        return
-    # After a FOLD_ONLY launch the flush rows' history is in the checkpoint already.
-    n_hist = wp
-    if PHASE == AFTER_FOLD:
-        n_hist = tl.where(is_flush, 0, wp)
-    fold = False
-    if PHASE != AFTER_FOLD and PHASE != NONFLUSH_ROWS:
-        fold = is_flush
-    g = h0 // heads_per_group
-    Br_base = B_ring_ptr + slot * stride_Br_slot + g * stride_Br_g
-    offs_l, phys_l = ring_positions(origin, BUF, BLOCK_L)
-    mask_l = offs_l < n_hist
-    mask_ln = mask_l[:, None] & mask_n[None, :]
-    mask_tn = mask_t[:, None] & mask_n[None, :]
-    mask_pt = mask_p[:, None] & mask_t[None, :]
-    mask_pn = mask_p[:, None] & mask_n[None, :]
-    phys_t = (origin + wp + offs_t) & (BUF - 1)  # where the drafts go (logical wp + t)
+    if ROW_BLOCK > 1:  # a launch of the flush rows alone: a program takes those of ROW_BLOCK rows
+        selected = flush_rows_of_block(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, tl.program_id(2), batch,
+                                       num_slots, NUM_TOKENS, capacity, pad_slot_id, HAS_SLOT_IDX, BUF, ROW_BLOCK)
+    for i in range(0, ROW_BLOCK):
+        pid_b = tl.program_id(2) * ROW_BLOCK + i
+        take = True
+        if ROW_BLOCK > 1:
+            take = row_in_block(selected, i, ROW_BLOCK)
+        if take:
+            slot, wp, origin, is_flush, is_pad, is_bad = load_spec_row(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, pid_b,
+                                                                       num_slots, NUM_TOKENS, capacity, pad_slot_id,
+                                                                       HAS_SLOT_IDX, BUF)
+            if is_bad:
+                if PHASE != FOLD_ONLY and PHASE != FLUSH_ROWS:  # the launch that verifies every row reports
+                    for hh in range(0, HEADS_PER_PROG):
+                        store_nan_tokens(out_ptr, offs_p, mask_p, pid_b, h0 + hh, stride_out_b, stride_out_t,
+                                         stride_out_h, NUM_TOKENS, BLOCK_T)
+            if (not is_pad) & (not is_bad) & (not leaves_row(is_flush, PHASE)):
+                # After a FOLD_ONLY launch the flush rows' history is in the checkpoint already.
+                n_hist = wp
+                if PHASE == AFTER_FOLD:
+                    n_hist = tl.where(is_flush, 0, wp)
+                fold = False
+                if PHASE != AFTER_FOLD and PHASE != NONFLUSH_ROWS:
+                    fold = is_flush
+                g = h0 // heads_per_group
+                Br_base = B_ring_ptr + slot * stride_Br_slot + g * stride_Br_g
+                offs_l, phys_l = ring_positions(origin, BUF, BLOCK_L)
+                mask_l = offs_l < n_hist
+                mask_ln = mask_l[:, None] & mask_n[None, :]
+                mask_tn = mask_t[:, None] & mask_n[None, :]
+                mask_pt = mask_p[:, None] & mask_t[None, :]
+                mask_pn = mask_p[:, None] & mask_n[None, :]
+                phys_t = (origin + wp + offs_t) & (BUF - 1)  # where the drafts go (logical wp + t)
 
-    # The group's products, shared by the program's heads: B_j . C_t over the committed
-    # history [L, T] and B_d . C_t over the drafts [T, T], in the activations' own dtype
-    # (see native_dot). The outputs are
-    #   y_t = exp(A (H + D_t)) (S_0 C_t) + sum_j W_hist[j, t] x_j + sum_d W_dr[d, t] x_d
-    # with W_hist[j, t] = coef_j exp(A D_t) (B_j . C_t) and, for d <= t,
-    # W_dr[d, t] = dt_d exp(A (D_t - D_d)) (B_d . C_t); BLOCK_T is 16 on the tl.dot path.
-    if PHASE != FOLD_ONLY:
-        C_dr = tl.load(C_ptr + pid_b * stride_C_b + offs_t[:, None] * stride_C_t + g * stride_C_g + offs_n[None, :],
-                       mask=mask_tn, other=0.0)  # [T, N]
-        B_dr = tl.load(B_ptr + pid_b * stride_B_b + offs_t[:, None] * stride_B_t + g * stride_B_g + offs_n[None, :],
-                       mask=mask_tn, other=0.0)  # [T, N]
-        CT = tl.trans(C_dr)
-        BC_dr = native_dot(B_dr, CT, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
-        BC_hist = tl.zeros((BLOCK_L, BLOCK_T), tl.float32)
-        if not fold:  # a flush row's history is folded below: its outputs stand on the new checkpoint alone
-            B_hist = tl.load(Br_base + phys_l[:, None] * stride_Br_l + offs_n[None, :], mask=mask_ln, other=0.0)
-            BC_hist = native_dot(B_hist, CT, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
-        if pid_p == 0:
-            if h0 % heads_per_group == 0:  # one program per group appends the shared B (reads stop at wp)
-                tl.store(Br_base + phys_t[:, None] * stride_Br_l + offs_n[None, :],
-                         B_dr.to(B_ring_ptr.dtype.element_ty), mask=mask_tn)
-        causal = offs_t[:, None] <= offs_t[None, :]
+                # The group's products, shared by the program's heads: B_j . C_t over the committed
+                # history [L, T] and B_d . C_t over the drafts [T, T], in the activations' own dtype
+                # (see native_dot). The outputs are
+                #   y_t = exp(A (H + D_t)) (S_0 C_t) + sum_j W_hist[j, t] x_j + sum_d W_dr[d, t] x_d
+                # with W_hist[j, t] = coef_j exp(A D_t) (B_j . C_t) and, for d <= t,
+                # W_dr[d, t] = dt_d exp(A (D_t - D_d)) (B_d . C_t); BLOCK_T is 16 on the tl.dot path.
+                if PHASE != FOLD_ONLY:
+                    C_dr = tl.load(C_ptr + pid_b * stride_C_b + offs_t[:, None] * stride_C_t + g * stride_C_g + offs_n[None, :],
+                                   mask=mask_tn, other=0.0)  # [T, N]
+                    B_dr = tl.load(B_ptr + pid_b * stride_B_b + offs_t[:, None] * stride_B_t + g * stride_B_g + offs_n[None, :],
+                                   mask=mask_tn, other=0.0)  # [T, N]
+                    CT = tl.trans(C_dr)
+                    BC_dr = native_dot(B_dr, CT, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+                    BC_hist = tl.zeros((BLOCK_L, BLOCK_T), tl.float32)
+                    if not fold:  # a flush row's history is folded below: its outputs stand on the new checkpoint alone
+                        B_hist = tl.load(Br_base + phys_l[:, None] * stride_Br_l + offs_n[None, :], mask=mask_ln, other=0.0)
+                        BC_hist = native_dot(B_hist, CT, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+                    if pid_p == 0:
+                        if h0 % heads_per_group == 0:  # one program per group appends the shared B (reads stop at wp)
+                            tl.store(Br_base + phys_t[:, None] * stride_Br_l + offs_n[None, :],
+                                     B_dr.to(B_ring_ptr.dtype.element_ty), mask=mask_tn)
+                    causal = offs_t[:, None] <= offs_t[None, :]
 
-    for hh in range(0, HEADS_PER_PROG):
-        pid_h = h0 + hh
-        A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
-        xr_base = x_ring_ptr + slot * stride_xr_slot + pid_h * stride_xr_h
-        dtr_base = dt_ring_ptr + slot * stride_dtr_slot + pid_h * stride_dtr_h
-        # The head's history (gathered through the circular index), drafts and checkpoint.
-        dt_hist = tl.load(dtr_base + phys_l, mask=mask_l, other=0.0)
-        X_hist = tl.load(xr_base + phys_l[None, :] * stride_xr_l + offs_p[:, None],
-                         mask=mask_p[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [P, L]
-        X_dr = tl.load(x_ptr + pid_b * stride_x_b + offs_t[None, :] * stride_x_t + pid_h * stride_x_h
-                       + offs_p[:, None], mask=mask_pt, other=0.0).to(tl.float32)  # [P, T]
-        dt_dr = tl.load(dt_ptr + pid_b * stride_dt_b + offs_t * stride_dt_t + pid_h * stride_dt_h, mask=mask_t,
-                        other=0.0).to(tl.float32)
-        state_rows = state_ptr + slot * stride_state_slot + pid_h * stride_state_h + offs_p[:, None] * stride_state_p
-        state_ptrs = state_rows + offs_n[None, :]
-        if STATE_CHUNK == BLOCK_N:  # the whole tile, for the fold and the outputs
-            S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
+                for hh in range(0, HEADS_PER_PROG):
+                    pid_h = h0 + hh
+                    A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
+                    xr_base = x_ring_ptr + slot * stride_xr_slot + pid_h * stride_xr_h
+                    dtr_base = dt_ring_ptr + slot * stride_dtr_slot + pid_h * stride_dtr_h
+                    # The head's history (gathered through the circular index), drafts and checkpoint.
+                    dt_hist = tl.load(dtr_base + phys_l, mask=mask_l, other=0.0)
+                    X_hist = tl.load(xr_base + phys_l[None, :] * stride_xr_l + offs_p[:, None],
+                                     mask=mask_p[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [P, L]
+                    X_dr = tl.load(x_ptr + pid_b * stride_x_b + offs_t[None, :] * stride_x_t + pid_h * stride_x_h
+                                   + offs_p[:, None], mask=mask_pt, other=0.0).to(tl.float32)  # [P, T]
+                    dt_dr = tl.load(dt_ptr + pid_b * stride_dt_b + offs_t * stride_dt_t + pid_h * stride_dt_h, mask=mask_t,
+                                    other=0.0).to(tl.float32)
+                    state_rows = state_ptr + slot * stride_state_slot + pid_h * stride_state_h + offs_p[:, None] * stride_state_p
+                    state_ptrs = state_rows + offs_n[None, :]
+                    if STATE_CHUNK == BLOCK_N:  # the whole tile, for the fold and the outputs
+                        S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
 
-        if HAS_DT_BIAS:
-            dt_dr += tl.load(dt_bias_ptr + pid_h * stride_dtb_h).to(tl.float32)
-        if DT_SOFTPLUS:
-            dt_dr = tl.where(dt_dr <= 20.0, tl.log(1.0 + tl.exp(dt_dr)), dt_dr)
-        dt_dr = tl.where(mask_t, dt_dr, 0.0)
-        D_cum = tl.cumsum(dt_dr, axis=0)  # draft dt summed up to t
-        H = tl.sum(dt_hist, axis=0)  # dt summed over the committed history
-        # coef_j = dt_j exp(A (dt summed after j)): history entry j's weight on top of S_0.
-        coef = tl.where(mask_l, dt_hist * tl.exp(tl.minimum(A * (H - tl.cumsum(dt_hist, axis=0)), 0.0)), 0.0)
-        if PHASE != AFTER_FOLD and PHASE != NONFLUSH_ROWS:  # (a launch that may fold: said statically)
-            if fold:
-                # Fold only the committed history (never the drafts) and store the new
-                # checkpoint; the outputs then stand on it alone. (Flush rows only: the
-                # group's B history is read again here rather than held across the loop.)
-                B_fold = tl.load(Br_base + phys_l[:, None] * stride_Br_l + offs_n[None, :], mask=mask_ln,
-                                 other=0.0).to(tl.float32)
-                S0 = S0 * tl.exp(tl.minimum(A * H, 0.0)) + small_matmul(X_hist * coef[None, :], B_fold, USE_DOT,
-                                                                       EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
-                tl.store(state_ptrs, S0.to(state_ptr.dtype.element_ty), mask=mask_pn)
-                H = H * 0.0
-                coef = coef * 0.0
-        if PHASE != FOLD_ONLY:
-            if STATE_CHUNK < BLOCK_N:
-                # S_0 C^T with the state streamed in chunks of STATE_CHUNK dstate columns
-                # (the C^T chunk read again: it is small and in L1).
-                Y = tl.zeros((BLOCK_P, BLOCK_T), tl.float32)
-                for c in tl.range(0, BLOCK_N // STATE_CHUNK):
-                    offs_c = c * STATE_CHUNK + tl.arange(0, STATE_CHUNK)
-                    mask_c = dim_mask(offs_c, dstate, EVEN_TILE)
-                    S0 = tl.load(state_rows + offs_c[None, :], mask=mask_p[:, None] & mask_c[None, :],
-                                 other=0.0).to(tl.float32)
-                    CT_c = tl.load(C_ptr + pid_b * stride_C_b + offs_t[None, :] * stride_C_t + g * stride_C_g
-                                   + offs_c[:, None], mask=mask_c[:, None] & mask_t[None, :], other=0.0)
-                    Y += small_matmul(S0, CT_c.to(tl.float32), USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
-            else:
-                Y = small_matmul(S0, CT.to(tl.float32), USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
-            Y *= tl.exp(tl.minimum(A * (H + D_cum), 0.0))[None, :]  # [P, T]
-            W_hist = coef[:, None] * BC_hist * tl.exp(tl.minimum(A * D_cum, 0.0))[None, :]  # [L, T]
-            W_dr = tl.where(causal, dt_dr[:, None] * tl.exp(tl.minimum(A * (D_cum[None, :] - D_cum[:, None]), 0.0)),
-                            0.0) * BC_dr  # [T(d), T(t)]
-            if SMALL_ON_FMA:  # fp32 FMAs, off the tensor cores (what GDN's verify gained by)
-                Y += tl.dot(X_hist, W_hist, input_precision="ieee") + tl.dot(X_dr, W_dr, input_precision="ieee")
-            else:
-                # The x tiles hold activation values (exact in TF32 where bf16/fp16): the weights take the split.
-                Y += exact_lhs_matmul(X_hist, W_hist, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION) \
-                    + exact_lhs_matmul(X_dr, W_dr, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
-            if HAS_D:
-                Y += X_dr * tl.load(D_ptr + pid_h * stride_D_h + offs_p * stride_D_p, mask=mask_p,
-                                    other=0.0).to(tl.float32)[:, None]
-            if HAS_Z:
-                Z = tl.load(z_ptr + pid_b * stride_z_b + offs_t[None, :] * stride_z_t + pid_h * stride_z_h
-                            + offs_p[:, None], mask=mask_pt, other=0.0).to(tl.float32)
-                Y *= Z * tl.sigmoid(Z)
-            tl.store(out_ptr + pid_b * stride_out_b + offs_t[None, :] * stride_out_t + pid_h * stride_out_h
-                     + offs_p[:, None], Y.to(out_ptr.dtype.element_ty), mask=mask_pt)
-            # Append the drafts' x and dt for later steps.
-            tl.store(xr_base + phys_t[None, :] * stride_xr_l + offs_p[:, None], X_dr.to(x_ring_ptr.dtype.element_ty),
-                     mask=mask_pt)
-            if pid_p == 0:
-                tl.store(dtr_base + phys_t, dt_dr, mask=mask_t)
+                    if HAS_DT_BIAS:
+                        dt_dr += tl.load(dt_bias_ptr + pid_h * stride_dtb_h).to(tl.float32)
+                    if DT_SOFTPLUS:
+                        dt_dr = tl.where(dt_dr <= 20.0, tl.log(1.0 + tl.exp(dt_dr)), dt_dr)
+                    dt_dr = tl.where(mask_t, dt_dr, 0.0)
+                    D_cum = tl.cumsum(dt_dr, axis=0)  # draft dt summed up to t
+                    H = tl.sum(dt_hist, axis=0)  # dt summed over the committed history
+                    # coef_j = dt_j exp(A (dt summed after j)): history entry j's weight on top of S_0.
+                    coef = tl.where(mask_l, dt_hist * tl.exp(tl.minimum(A * (H - tl.cumsum(dt_hist, axis=0)), 0.0)), 0.0)
+                    if PHASE != AFTER_FOLD and PHASE != NONFLUSH_ROWS:  # (a launch that may fold: said statically)
+                        if fold:
+                            # Fold only the committed history (never the drafts) and store the new
+                            # checkpoint; the outputs then stand on it alone. (Flush rows only: the
+                            # group's B history is read again here rather than held across the loop.)
+                            B_fold = tl.load(Br_base + phys_l[:, None] * stride_Br_l + offs_n[None, :], mask=mask_ln,
+                                             other=0.0).to(tl.float32)
+                            S0 = S0 * tl.exp(tl.minimum(A * H, 0.0)) + small_matmul(X_hist * coef[None, :], B_fold, USE_DOT,
+                                                                                   EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+                            tl.store(state_ptrs, S0.to(state_ptr.dtype.element_ty), mask=mask_pn)
+                            H = H * 0.0
+                            coef = coef * 0.0
+                    if PHASE != FOLD_ONLY:
+                        if STATE_CHUNK < BLOCK_N:
+                            # S_0 C^T with the state streamed in chunks of STATE_CHUNK dstate columns
+                            # (the C^T chunk read again: it is small and in L1).
+                            Y = tl.zeros((BLOCK_P, BLOCK_T), tl.float32)
+                            for c in tl.range(0, BLOCK_N // STATE_CHUNK):
+                                offs_c = c * STATE_CHUNK + tl.arange(0, STATE_CHUNK)
+                                mask_c = dim_mask(offs_c, dstate, EVEN_TILE)
+                                S0 = tl.load(state_rows + offs_c[None, :], mask=mask_p[:, None] & mask_c[None, :],
+                                             other=0.0).to(tl.float32)
+                                CT_c = tl.load(C_ptr + pid_b * stride_C_b + offs_t[None, :] * stride_C_t + g * stride_C_g
+                                               + offs_c[:, None], mask=mask_c[:, None] & mask_t[None, :], other=0.0)
+                                Y += small_matmul(S0, CT_c.to(tl.float32), USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+                        else:
+                            Y = small_matmul(S0, CT.to(tl.float32), USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+                        Y *= tl.exp(tl.minimum(A * (H + D_cum), 0.0))[None, :]  # [P, T]
+                        W_hist = coef[:, None] * BC_hist * tl.exp(tl.minimum(A * D_cum, 0.0))[None, :]  # [L, T]
+                        W_dr = tl.where(causal, dt_dr[:, None] * tl.exp(tl.minimum(A * (D_cum[None, :] - D_cum[:, None]), 0.0)),
+                                        0.0) * BC_dr  # [T(d), T(t)]
+                        if SMALL_ON_FMA:  # fp32 FMAs, off the tensor cores (what GDN's verify gained by)
+                            Y += tl.dot(X_hist, W_hist, input_precision="ieee") + tl.dot(X_dr, W_dr, input_precision="ieee")
+                        else:
+                            # The x tiles hold activation values (exact in TF32 where bf16/fp16): the weights take the split.
+                            Y += exact_lhs_matmul(X_hist, W_hist, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION) \
+                                + exact_lhs_matmul(X_dr, W_dr, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+                        if HAS_D:
+                            Y += X_dr * tl.load(D_ptr + pid_h * stride_D_h + offs_p * stride_D_p, mask=mask_p,
+                                                other=0.0).to(tl.float32)[:, None]
+                        if HAS_Z:
+                            Z = tl.load(z_ptr + pid_b * stride_z_b + offs_t[None, :] * stride_z_t + pid_h * stride_z_h
+                                        + offs_p[:, None], mask=mask_pt, other=0.0).to(tl.float32)
+                            Y *= Z * tl.sigmoid(Z)
+                        tl.store(out_ptr + pid_b * stride_out_b + offs_t[None, :] * stride_out_t + pid_h * stride_out_h
+                                 + offs_p[:, None], Y.to(out_ptr.dtype.element_ty), mask=mask_pt)
+                        # Append the drafts' x and dt for later steps.
+                        tl.store(xr_base + phys_t[None, :] * stride_xr_l + offs_p[:, None], X_dr.to(x_ring_ptr.dtype.element_ty),
+                                 mask=mask_pt)
+                        if pid_p == 0:
+                            tl.store(dtr_base + phys_t, dt_dr, mask=mask_t)
 
 
 @triton.jit(do_not_specialize=["batch", "num_slots"])
@@ -377,12 +432,14 @@ def selective_state_update_replayssm_spec(
         block_p = min(phase_cfg.block_p, triton.next_power_of_2(P))
         use_dot = min(block_p, block_n) >= 16
         hpp = heads_per_program(phase_cfg, H // G, fold_only=phase is FOLD_ONLY)
-        launch_kernel(_spec_verify_kernel, (triton.cdiv(P, block_p), H // hpp, Bsz),
+        grid_ph = (triton.cdiv(P, block_p), H // hpp)
+        row_block = flush_row_block(grid_ph[0] * grid_ph[1], Bsz) if phase is FOLD_ONLY or phase is FLUSH_ROWS else 1
+        launch_kernel(_spec_verify_kernel, (*grid_ph, triton.cdiv(Bsz, row_block)),
             state, x_ring, dt_ring, B_ring, write_pos, origin, is_flush,
             x, dt4, step.A, B, C, Dt if Dt is not None else x, z if z is not None else x,
             step.dt_bias if step.dt_bias is not None else step.A, out,
             state_batch_indices if state_batch_indices is not None else write_pos,
-            slots, P, N, H // G, capacity, pad_slot_id,
+            Bsz, slots, P, N, H // G, capacity, pad_slot_id,
             state.stride(0), state.stride(1), state.stride(2),
             x_ring.stride(0), x_ring.stride(1), x_ring.stride(2), dt_ring.stride(0), dt_ring.stride(1),
             B_ring.stride(0), B_ring.stride(1), B_ring.stride(2),
@@ -402,6 +459,7 @@ def selective_state_update_replayssm_spec(
             STATE_CHUNK=(min(cfg.key_chunk or block_n, block_n) if phase is AFTER_FOLD or phase is NONFLUSH_ROWS
                          else block_n),
             SMALL_ON_FMA=SMALL_ON_FMA and use_dot,
+            ROW_BLOCK=row_block,
             num_warps=phase_cfg.num_warps,
         )
     return out

@@ -243,6 +243,28 @@ def _spec_calls(family, geom, state_dtype, act_dtype, batch, T, history_len, has
         out=torch.empty_like(v), d_ring=cache.d_cache[0], k_ring=cache.k_cache[0], g_ring=cache.g_cache[0], **cursors)
 
 
+def _mamba2_spec_batches(geom, state_dtype, act_dtype, T, has_z) -> List[int]:
+    """Batch points of a Mamba2 verify's cases: the least batch at which the launch of its
+    flush rows takes each row block (``ops/mamba2/spec.py``, ``flush_row_block``; the one
+    launch config serves every batch otherwise), so that every batch meets a built kernel."""
+    from ..ops.mamba2 import spec as m2_spec
+
+    with Recorder() as rec:
+        _spec_calls("mamba2", geom, state_dtype, act_dtype, 1, T, SPEC_HISTORY, has_z)()
+    flush_phases = (m2_spec.FOLD_ONLY.value, m2_spec.FLUSH_ROWS.value)
+    grids = [launch.grid for launch in rec.launches if launch.kwargs.get("PHASE") in flush_phases]
+    if not grids:  # no launch of the flush rows alone (split_fold 0)
+        return [1]
+    other = grids[0][0] * grids[0][1]
+    firsts: Dict[int, int] = {}
+    for batch in range(1, m2_spec.FLUSH_ROW_BLOCK * m2_spec.FLUSH_MIN_PROGRAMS + 2):
+        rows = m2_spec.flush_row_block(other, batch)
+        firsts.setdefault(rows, batch)
+        if rows == m2_spec.FLUSH_ROW_BLOCK:
+            break
+    return sorted(firsts.values())
+
+
 def _spec_cursor_calls(op, T, history_len):
     from ..ops.mamba2.spec import commit_replayssm_spec, reset_replayssm_spec_cursors
 
@@ -308,9 +330,10 @@ def op_cases(arch: str, buffer_lens: Sequence[int] = DEFAULT_BUFFER_LENS,
                 s, a = DTYPE_NAMES[sd], DTYPE_NAMES[ad]
                 for (P, N, H, G), g in sorted(mamba2_geoms.items()):
                     for has_z in (False, True):
-                        add("mamba2_spec", dict(state=sd, act=ad, P=P, N=N, H=H, G=G, T=T, Bh=SPEC_HISTORY,
-                                                z=int(has_z)), 1,
-                            _spec_calls("mamba2", g, s, a, 1, T, SPEC_HISTORY, has_z))
+                        for b in _mamba2_spec_batches(g, s, a, T, has_z):
+                            add("mamba2_spec", dict(state=sd, act=ad, P=P, N=N, H=H, G=G, T=T, Bh=SPEC_HISTORY,
+                                                    z=int(has_z)), b,
+                                _spec_calls("mamba2", g, s, a, b, T, SPEC_HISTORY, has_z))
                 for (V, K, HV, H), g in sorted(gdn_geoms.items()):
                     add("gdn_spec", dict(state=sd, act=ad, V=V, K=K, HV=HV, H=H, T=T, Bh=SPEC_HISTORY), 1,
                         _spec_calls("gdn", g, s, a, 1, T, SPEC_HISTORY, False))

@@ -126,16 +126,13 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
 
     def mamba2_phase(cfg, phase):  # -> (kernel, constexprs, warps); phase: one of m2_spec.PHASES
         launch_cfg = m2_spec.phase_config(cfg, phase)
-        no_fold = phase in (m2_spec.AFTER_FOLD, m2_spec.NONFLUSH_ROWS)
-        state_fma = m2_spec.STATE_ON_FMA and no_fold
         return m2_spec._spec_verify_kernel, dict(
             common, HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, DT_SOFTPLUS=True, NUM_TOKENS=T, PHASE=phase.value,
             USE_DOT=True, BLOCK_T=m2_spec.token_tile(T, use_dot=True), BLOCK_P=min(launch_cfg.block_p, 64), BLOCK_N=128,
             EXACT_B=True,  # B ring in bf16
             HEADS_PER_PROG=m2_spec.heads_per_program(launch_cfg, 16, fold_only=phase is m2_spec.FOLD_ONLY),
-            STATE_CHUNK=(cfg.key_chunk or (m2_spec.STATE_FMA_CHUNK if state_fma else 128)) if no_fold else 128,
-            SMALL_ON_FMA=m2_spec.SMALL_ON_FMA, ROW_BLOCK=flush_rows(phase), STATE_FMA=state_fma,
-            FMA_T=max(2, triton.next_power_of_2(T))), launch_cfg.num_warps
+            STATE_CHUNK=(cfg.key_chunk or 128) if phase in (m2_spec.AFTER_FOLD, m2_spec.NONFLUSH_ROWS) else 128,
+            SMALL_ON_FMA=m2_spec.SMALL_ON_FMA, ROW_BLOCK=flush_rows(phase)), launch_cfg.num_warps
 
     def gdn_phase(cfg, phase):  # the chunked kernel's fold-only launch (a config of its own), then the tl.dot verify
         shape = dict(common, USE_QK_L2NORM=True, BLOCK_K=128)

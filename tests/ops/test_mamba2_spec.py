@@ -290,18 +290,6 @@ def test_flush_launch_takes_blocks_of_rows(monkeypatch, split_fold):
     assert min(flushes.values()) >= 2, flushes
 
 
-@pytest.mark.parametrize("split_fold, chunk", [(1, 16), (2, 16), (1, 0)])
-def test_state_product_on_fma(monkeypatch, split_fold, chunk):
-    """``STATE_ON_FMA``: the launch without the fold takes S_0 C^T as FMAs over the T tokens
-    (T = 3: a padded fourth token), in chunks of dstate columns (16 of 32, or the default
-    cut to the tile)."""
-    monkeypatch.setattr(m2_spec_module, "STATE_ON_FMA", True)
-    flushes = run_spec_fuzz(T=3, Bh=5, steps=14, seed=13, move_row_at=6,
-                            config=LaunchConfig(16, 1, heads_per_prog=2, split_fold=split_fold, key_chunk=chunk),
-                            geom=Mamba2Geometry(nheads=4, headdim=16, dstate=32, ngroups=2))
-    assert min(flushes.values()) >= 2, flushes
-
-
 def test_flush_row_block_keeps_enough_programs(monkeypatch):
     monkeypatch.setattr(m2_spec_module, "FLUSH_ROW_BLOCK", 16)
     monkeypatch.setattr(m2_spec_module, "FLUSH_MIN_PROGRAMS", 4096)

@@ -64,11 +64,8 @@ SPEC_FOLD_CONFIG: Optional[LaunchConfig] = None
 # Off: on GDN's verify the FMAs won (448 against 524 us), on this one they lost (H200,
 # Super, T = 4, batch 128: 418-537 against 375-479, ``mamba2_spec_variants.json``).
 SMALL_ON_FMA = False
-# Whether a verify launch without the fold takes S_0 C^T as fp32 FMAs over the T tokens
-# (in chunks of STATE_FMA_CHUNK dstate columns where the config names none), rather than
-# two TF32 passes on the tensor cores over a token axis padded to 16.
-STATE_ON_FMA = False
-STATE_FMA_CHUNK = 32
+# (The state's product S_0 C^T as fp32 FMAs over the T tokens, chunked along dstate, lost
+# further: 460-834 against 366 us, commit d7dd343, ``mamba2_spec_state_fma.json``.)
 # A launch that serves the flush rows alone (FOLD_ONLY, FLUSH_ROWS) gives each program up
 # to FLUSH_ROW_BLOCK batch rows, which it looks through with one vector load and folds
 # one after another; fewer where the launch would then have fewer than
@@ -182,7 +179,7 @@ def _spec_verify_kernel(
     BLOCK_T: tl.constexpr, BUF: tl.constexpr, BLOCK_L: tl.constexpr, USE_DOT: tl.constexpr, EXACT_B: tl.constexpr,
     DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, PHASE: tl.constexpr, EVEN_TILE: tl.constexpr,
     HEADS_PER_PROG: tl.constexpr, STATE_CHUNK: tl.constexpr, SMALL_ON_FMA: tl.constexpr,
-    ROW_BLOCK: tl.constexpr, STATE_FMA: tl.constexpr, FMA_T: tl.constexpr,
+    ROW_BLOCK: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
     h0 = tl.program_id(1) * HEADS_PER_PROG  # the program's heads, all of one group
@@ -265,7 +262,7 @@ def _spec_verify_kernel(
                                     other=0.0).to(tl.float32)
                     state_rows = state_ptr + slot * stride_state_slot + pid_h * stride_state_h + offs_p[:, None] * stride_state_p
                     state_ptrs = state_rows + offs_n[None, :]
-                    if STATE_CHUNK == BLOCK_N and not STATE_FMA:  # the whole tile, for the fold and the outputs
+                    if STATE_CHUNK == BLOCK_N:  # the whole tile, for the fold and the outputs
                         S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
 
                     if HAS_DT_BIAS:
@@ -290,28 +287,7 @@ def _spec_verify_kernel(
                             H = H * 0.0
                             coef = coef * 0.0
                     if PHASE != FOLD_ONLY:
-                        if STATE_FMA:
-                            # S_0 C^T as fp32 FMAs over the T tokens alone (no padding to 16): per
-                            # chunk of STATE_CHUNK dstate columns, each token's products add up
-                            # elementwise in [FMA_T, P, chunk], summed over the columns once a head
-                            # (no cross-lane sum inside the loop, no tensor-core operand shuffles).
-                            offs_f = tl.arange(0, FMA_T)
-                            acc = tl.zeros((FMA_T, BLOCK_P, STATE_CHUNK), tl.float32)
-                            for c in tl.range(0, BLOCK_N // STATE_CHUNK):
-                                offs_c = c * STATE_CHUNK + tl.arange(0, STATE_CHUNK)
-                                mask_c = dim_mask(offs_c, dstate, EVEN_TILE)
-                                S0c = tl.load(state_rows[None, :, :] + offs_c[None, None, :],
-                                              mask=mask_p[None, :, None] & mask_c[None, None, :], other=0.0)
-                                Cc = tl.load(C_ptr + pid_b * stride_C_b + offs_f[:, None, None] * stride_C_t
-                                             + g * stride_C_g + offs_c[None, None, :],
-                                             mask=(offs_f < NUM_TOKENS)[:, None, None] & mask_c[None, None, :], other=0.0)
-                                acc += S0c.to(tl.float32) * Cc.to(tl.float32)
-                            Y_fp = tl.sum(acc, axis=2)  # [FMA_T, P]
-                            Y = tl.zeros((BLOCK_P, BLOCK_T), tl.float32)
-                            for t in tl.static_range(FMA_T):
-                                y_t = tl.sum(tl.where(offs_f[:, None] == t, Y_fp, 0.0), axis=0)  # [P]
-                                Y += tl.where(offs_t[None, :] == t, y_t[:, None], 0.0)
-                        elif STATE_CHUNK < BLOCK_N:
+                        if STATE_CHUNK < BLOCK_N:
                             # S_0 C^T with the state streamed in chunks of STATE_CHUNK dstate columns
                             # (the C^T chunk read again: it is small and in L1).
                             Y = tl.zeros((BLOCK_P, BLOCK_T), tl.float32)
@@ -458,8 +434,6 @@ def selective_state_update_replayssm_spec(
         block_p = min(phase_cfg.block_p, triton.next_power_of_2(P))
         use_dot = min(block_p, block_n) >= 16
         hpp = heads_per_program(phase_cfg, H // G, fold_only=phase is FOLD_ONLY)
-        no_fold = phase is AFTER_FOLD or phase is NONFLUSH_ROWS
-        state_fma = STATE_ON_FMA and no_fold
         grid_ph = (triton.cdiv(P, block_p), H // hpp)
         row_block = flush_row_block(grid_ph[0] * grid_ph[1], Bsz) if phase is FOLD_ONLY or phase is FLUSH_ROWS else 1
         launch_kernel(_spec_verify_kernel, (*grid_ph, triton.cdiv(Bsz, row_block)),
@@ -484,9 +458,8 @@ def selective_state_update_replayssm_spec(
             EVEN_TILE=even_tile(P, block_p, N, block_n), HEADS_PER_PROG=hpp,
             # dstate columns a step of the outputs' matmul takes: a verify launch compiled
             # without the fold (split_fold) can stream the state, the fold needs the whole tile.
-            STATE_CHUNK=(min(cfg.key_chunk or (STATE_FMA_CHUNK if state_fma else block_n), block_n) if no_fold
+            STATE_CHUNK=(min(cfg.key_chunk or block_n, block_n) if phase is AFTER_FOLD or phase is NONFLUSH_ROWS
                          else block_n),
-            STATE_FMA=state_fma, FMA_T=max(2, triton.next_power_of_2(T)),
             SMALL_ON_FMA=SMALL_ON_FMA and use_dot,
             ROW_BLOCK=row_block,
             num_warps=phase_cfg.num_warps,

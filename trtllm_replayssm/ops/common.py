@@ -40,21 +40,6 @@ def split_tf32_dot(a, b, ONE_PASS_PRECISION: tl.constexpr):
 
 
 @triton.jit
-def split_bf16x3_dot(a, b):
-    """``a @ b`` for fp32 ``a`` and bf16 ``b`` to ~2^-24 relative: ``a`` is split into three
-    bf16 pieces (8 mantissa bits each, every remainder exact in fp32), each product exact
-    in fp32. Three bf16 passes of k = 16 where :func:`split_tf32_dot` takes two TF32 passes
-    of k = 8, with bf16 operands in half the registers. The GPU only (``NATIVE_DOT``)."""
-    hi = a.to(tl.bfloat16)
-    rest = a - hi.to(tl.float32)
-    mid = rest.to(tl.bfloat16)
-    lo = (rest - mid.to(tl.float32)).to(tl.bfloat16)
-    acc = tl.dot(lo, b, out_dtype=tl.float32)  # the smallest first
-    acc = tl.dot(mid, b, acc, out_dtype=tl.float32)
-    return tl.dot(hi, b, acc, out_dtype=tl.float32)
-
-
-@triton.jit
 def tf32_head(x):
     """``x`` (fp32) cut to the bits a TF32 tensor-core pass reads (sign, exponent, top 10
     mantissa bits); ``x - tf32_head(x)`` is exact in fp32."""

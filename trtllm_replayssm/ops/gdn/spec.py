@@ -35,9 +35,8 @@ import triton
 import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_last_dim_contiguous, check_slot_major, check_tensor
-from ..common import (DOT_PRECISION, NATIVE_DOT, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32,
-                      load_spec_row, native_dot, ring_positions, small_matmul, split_bf16x3_dot, store_nan_tokens,
-                      tile_masks)
+from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, load_spec_row,
+                      native_dot, ring_positions, small_matmul, store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel
 from ..mamba2.spec import (AFTER_FOLD, BOTH, FLUSH_ROWS, FOLD_ONLY, MAX_T, NONFLUSH_ROWS, _check_cursors,
                            _check_spec_sizes, check_split_fold, leaves_row, ring_capacity)
@@ -63,9 +62,6 @@ VERIFY_ON_DOT = True
 # tf32x3 on the tensor cores (H200, Qwen3.5-122B, T = 4, batch 128, 128 rows on 4 warps:
 # 448 against 524 us; on 2 warps tf32x3 was ahead, 484 against 551).
 SMALL_DOT_PRECISION = "ieee"
-# Whether the state's product S_0 X (bf16 keys and queries, the GPU) takes the fp32 state
-# in three bf16 pieces (``common.split_bf16x3_dot``) rather than two TF32 ones.
-STATE_SPLIT_BF16 = False
 
 
 def dot_heads_per_program(cfg: LaunchConfig, v_heads_per_k_head: int, phase) -> int:
@@ -291,7 +287,6 @@ def _gdn_spec_verify_dot_kernel(
     EXACT_X: tl.constexpr, DOT_PRECISION: tl.constexpr,
     ONE_PASS_PRECISION: tl.constexpr, EVEN_TILE: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
     KEY_CHUNK: tl.constexpr, NUM_TOKENS: tl.constexpr, SMALL_PRECISION: tl.constexpr, PHASE: tl.constexpr,
-    STATE_BF16X3: tl.constexpr = False,
 ):
     """The verify with every product on tl.dot (the Mamba2 verify's phases): of every row
     after the flush rows' fold launch (``PHASE`` = ``AFTER_FOLD``), or of the flush rows
@@ -415,10 +410,7 @@ def _gdn_spec_verify_dot_kernel(
         else:
             if KEY_CHUNK == BLOCK_K:
                 S0 = tl.load(state_rows + offs_k[None, :], mask=mask_v[:, None] & mask_k[None, :], other=0.0)
-                if STATE_BF16X3:
-                    SX = split_bf16x3_dot(S0.to(tl.float32), X)
-                else:
-                    SX = small_matmul(S0.to(tl.float32), Xf, True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
+                SX = small_matmul(S0.to(tl.float32), Xf, True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
             else:
                 SX = tl.zeros((BLOCK_V, 2 * DRAFT_COLS), tl.float32)
                 for c in tl.range(0, BLOCK_K // KEY_CHUNK):
@@ -426,11 +418,8 @@ def _gdn_spec_verify_dot_kernel(
                     mask_c = dim_mask(offs_c, head_k_dim, EVEN_TILE)
                     S0 = tl.load(state_rows + offs_c[None, :], mask=mask_v[:, None] & mask_c[None, :], other=0.0)
                     Xc = _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_c, mask_c, tok, is_key, mask_u)
-                    if STATE_BF16X3:
-                        SX += split_bf16x3_dot(S0.to(tl.float32), Xc)
-                    else:
-                        SX += small_matmul(S0.to(tl.float32), Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION,
-                                           ONE_PASS_PRECISION)
+                    SX += small_matmul(S0.to(tl.float32), Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION,
+                                       ONE_PASS_PRECISION)
             SX = tl.exp(G) * SX * col_scale[None, :]
             SX += small_matmul(D_w, HX, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)
 
@@ -551,9 +540,7 @@ def gdn_replayssm_spec_decode(
                           BLOCK_V=block_v, EXACT_X=exact_in_tf32(q.dtype) and exact_in_tf32(k.dtype),
                           HEADS_PER_PROG=hpp, KEY_CHUNK=min(cfg.key_chunk or block_k, block_k), NUM_TOKENS=T,
                           SMALL_PRECISION=SMALL_DOT_PRECISION, EVEN_TILE=even_tile(V, block_v, K, block_k),
-                          PHASE=phase.value, num_warps=cfg.num_warps,
-                          STATE_BF16X3=bool(STATE_SPLIT_BF16 and NATIVE_DOT) and q.dtype == k.dtype == torch.bfloat16,
-                          **shared)
+                          PHASE=phase.value, num_warps=cfg.num_warps, **shared)
     else:  # (split_fold 2 folds apart here, as 1 does: its flush rows' launch is the tl.dot verify's)
         for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
             launch_chunked(phase, cfg.block_p, cfg.num_warps)

@@ -31,9 +31,8 @@ import triton
 import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_slot_major, check_tensor
-from ..common import (DOT_PRECISION, NATIVE_DOT, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, exact_lhs_matmul,
-                      load_spec_row, native_dot, ring_positions, small_matmul, split_bf16x3_dot, store_nan_tokens,
-                      tile_masks)
+from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, exact_lhs_matmul,
+                      load_spec_row, native_dot, ring_positions, small_matmul, store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel
 from .step_inputs import parse_mamba2_step
 
@@ -65,11 +64,10 @@ SPEC_FOLD_CONFIG: Optional[LaunchConfig] = None
 # Off: on GDN's verify the FMAs won (448 against 524 us), on this one they lost (H200,
 # Super, T = 4, batch 128: 418-537 against 375-479, ``mamba2_spec_variants.json``).
 SMALL_ON_FMA = False
-# Whether the state's product S_0 C^T (bf16 C, the GPU) takes the fp32 state in three bf16
-# pieces (:func:`split_bf16x3_dot`) rather than two TF32 ones.
-STATE_SPLIT_BF16 = False
 # (The state's product S_0 C^T as fp32 FMAs over the T tokens, chunked along dstate, lost
-# further: 460-834 against 366 us, commit d7dd343, ``mamba2_spec_state_fma.json``.)
+# further: 460-834 against 366 us, commit d7dd343, ``mamba2_spec_state_fma.json``; so did
+# the state in three bf16 pieces instead of two TF32 ones: 377-430 against 367-419, commit
+# caa9a54, ``spec_state_split.json``.)
 # A launch that serves the flush rows alone (FOLD_ONLY, FLUSH_ROWS) gives each program up
 # to FLUSH_ROW_BLOCK batch rows, which it looks through with one vector load and folds
 # one after another; fewer where the launch would then have fewer than
@@ -183,7 +181,7 @@ def _spec_verify_kernel(
     BLOCK_T: tl.constexpr, BUF: tl.constexpr, BLOCK_L: tl.constexpr, USE_DOT: tl.constexpr, EXACT_B: tl.constexpr,
     DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, PHASE: tl.constexpr, EVEN_TILE: tl.constexpr,
     HEADS_PER_PROG: tl.constexpr, STATE_CHUNK: tl.constexpr, SMALL_ON_FMA: tl.constexpr,
-    ROW_BLOCK: tl.constexpr, STATE_BF16X3: tl.constexpr = False,
+    ROW_BLOCK: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
     h0 = tl.program_id(1) * HEADS_PER_PROG  # the program's heads, all of one group
@@ -303,8 +301,6 @@ def _spec_verify_kernel(
                                 CT_c = tl.load(C_ptr + pid_b * stride_C_b + offs_t[None, :] * stride_C_t + g * stride_C_g
                                                + offs_c[:, None], mask=mask_c[:, None] & mask_t[None, :], other=0.0)
                                 Y += small_matmul(S0, CT_c.to(tl.float32), USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
-                        elif STATE_BF16X3:
-                            Y = split_bf16x3_dot(S0, CT)
                         else:
                             Y = small_matmul(S0, CT.to(tl.float32), USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
                         Y *= tl.exp(tl.minimum(A * (H + D_cum), 0.0))[None, :]  # [P, T]
@@ -468,7 +464,6 @@ def selective_state_update_replayssm_spec(
                          else block_n),
             SMALL_ON_FMA=SMALL_ON_FMA and use_dot,
             ROW_BLOCK=row_block,
-            STATE_BF16X3=bool(STATE_SPLIT_BF16 and NATIVE_DOT and use_dot) and C.dtype == torch.bfloat16,
             num_warps=phase_cfg.num_warps,
         )
     return out

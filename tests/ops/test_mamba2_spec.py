@@ -286,7 +286,8 @@ def test_flush_launch_takes_blocks_of_rows(monkeypatch, split_fold):
     either block left unfolded fails the checkpoint check."""
     monkeypatch.setattr(m2_spec_module, "FLUSH_ROW_BLOCK", 2)
     monkeypatch.setattr(m2_spec_module, "FLUSH_MIN_PROGRAMS", 0)
-    flushes = run_spec_fuzz(T=3, Bh=5, steps=16, seed=7, move_row_at=8, config=LaunchConfig(16, 1, split_fold=split_fold))
+    flushes = run_spec_fuzz(T=3, Bh=5, steps=16, seed=7, move_row_at=8,
+                            config=LaunchConfig(16, 1, split_fold=split_fold))
     assert min(flushes.values()) >= 2, flushes
 
 
@@ -319,4 +320,5 @@ def test_bad_slot_or_cursor_gives_nan_and_changes_nothing(monkeypatch, split_fol
         state_batch_indices=torch.tensor([0, 1, 7], dtype=torch.int32, device=DEVICE), history_len=Bh, **rings, **cur,
         config=LaunchConfig(16, 1, split_fold=split_fold))
     assert not torch.isnan(out[0]).any() and torch.isnan(out[1]).all() and torch.isnan(out[2]).all()
-    assert torch.equal(state[1:], before[1:]) and torch.equal(rings["x_ring"][1:], torch.zeros_like(rings["x_ring"][1:]))
+    assert torch.equal(state[1:], before[1:])
+    assert torch.equal(rings["x_ring"][1:], torch.zeros_like(rings["x_ring"][1:]))

@@ -200,9 +200,9 @@ def _spec_verify_kernel(
         if ROW_BLOCK > 1:
             take = row_in_block(selected, i, ROW_BLOCK)
         if take:
-            slot, wp, origin, is_flush, is_pad, is_bad = load_spec_row(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, pid_b,
-                                                                       num_slots, NUM_TOKENS, capacity, pad_slot_id,
-                                                                       HAS_SLOT_IDX, BUF)
+            slot, wp, origin, is_flush, is_pad, is_bad = load_spec_row(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr,
+                                                                       pid_b, num_slots, NUM_TOKENS, capacity,
+                                                                       pad_slot_id, HAS_SLOT_IDX, BUF)
             if is_bad:
                 if PHASE != FOLD_ONLY and PHASE != FLUSH_ROWS:  # the launch that verifies every row reports
                     for hh in range(0, HEADS_PER_PROG):
@@ -233,15 +233,16 @@ def _spec_verify_kernel(
                 # with W_hist[j, t] = coef_j exp(A D_t) (B_j . C_t) and, for d <= t,
                 # W_dr[d, t] = dt_d exp(A (D_t - D_d)) (B_d . C_t); BLOCK_T is 16 on the tl.dot path.
                 if PHASE != FOLD_ONLY:
-                    C_dr = tl.load(C_ptr + pid_b * stride_C_b + offs_t[:, None] * stride_C_t + g * stride_C_g + offs_n[None, :],
-                                   mask=mask_tn, other=0.0)  # [T, N]
-                    B_dr = tl.load(B_ptr + pid_b * stride_B_b + offs_t[:, None] * stride_B_t + g * stride_B_g + offs_n[None, :],
-                                   mask=mask_tn, other=0.0)  # [T, N]
+                    C_dr = tl.load(C_ptr + pid_b * stride_C_b + offs_t[:, None] * stride_C_t + g * stride_C_g
+                                   + offs_n[None, :], mask=mask_tn, other=0.0)  # [T, N]
+                    B_dr = tl.load(B_ptr + pid_b * stride_B_b + offs_t[:, None] * stride_B_t + g * stride_B_g
+                                   + offs_n[None, :], mask=mask_tn, other=0.0)  # [T, N]
                     CT = tl.trans(C_dr)
                     BC_dr = native_dot(B_dr, CT, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
                     BC_hist = tl.zeros((BLOCK_L, BLOCK_T), tl.float32)
                     if not fold:  # a flush row's history is folded below: its outputs stand on the new checkpoint alone
-                        B_hist = tl.load(Br_base + phys_l[:, None] * stride_Br_l + offs_n[None, :], mask=mask_ln, other=0.0)
+                        B_hist = tl.load(Br_base + phys_l[:, None] * stride_Br_l + offs_n[None, :], mask=mask_ln,
+                                         other=0.0)
                         BC_hist = native_dot(B_hist, CT, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
                     if pid_p == 0:
                         if h0 % heads_per_group == 0:  # one program per group appends the shared B (reads stop at wp)
@@ -260,9 +261,10 @@ def _spec_verify_kernel(
                                      mask=mask_p[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [P, L]
                     X_dr = tl.load(x_ptr + pid_b * stride_x_b + offs_t[None, :] * stride_x_t + pid_h * stride_x_h
                                    + offs_p[:, None], mask=mask_pt, other=0.0).to(tl.float32)  # [P, T]
-                    dt_dr = tl.load(dt_ptr + pid_b * stride_dt_b + offs_t * stride_dt_t + pid_h * stride_dt_h, mask=mask_t,
-                                    other=0.0).to(tl.float32)
-                    state_rows = state_ptr + slot * stride_state_slot + pid_h * stride_state_h + offs_p[:, None] * stride_state_p
+                    dt_dr = tl.load(dt_ptr + pid_b * stride_dt_b + offs_t * stride_dt_t + pid_h * stride_dt_h,
+                                    mask=mask_t, other=0.0).to(tl.float32)
+                    state_rows = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+                                  + offs_p[:, None] * stride_state_p)
                     state_ptrs = state_rows + offs_n[None, :]
                     if STATE_CHUNK == BLOCK_N:  # the whole tile, for the fold and the outputs
                         S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
@@ -275,7 +277,8 @@ def _spec_verify_kernel(
                     D_cum = tl.cumsum(dt_dr, axis=0)  # draft dt summed up to t
                     H = tl.sum(dt_hist, axis=0)  # dt summed over the committed history
                     # coef_j = dt_j exp(A (dt summed after j)): history entry j's weight on top of S_0.
-                    coef = tl.where(mask_l, dt_hist * tl.exp(tl.minimum(A * (H - tl.cumsum(dt_hist, axis=0)), 0.0)), 0.0)
+                    coef = tl.where(mask_l, dt_hist * tl.exp(tl.minimum(A * (H - tl.cumsum(dt_hist, axis=0)), 0.0)),
+                                    0.0)
                     if PHASE != AFTER_FOLD and PHASE != NONFLUSH_ROWS:  # (a launch that may fold: said statically)
                         if fold:
                             # Fold only the committed history (never the drafts) and store the new
@@ -283,8 +286,8 @@ def _spec_verify_kernel(
                             # group's B history is read again here rather than held across the loop.)
                             B_fold = tl.load(Br_base + phys_l[:, None] * stride_Br_l + offs_n[None, :], mask=mask_ln,
                                              other=0.0).to(tl.float32)
-                            S0 = S0 * tl.exp(tl.minimum(A * H, 0.0)) + small_matmul(X_hist * coef[None, :], B_fold, USE_DOT,
-                                                                                   EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+                            S0 = S0 * tl.exp(tl.minimum(A * H, 0.0)) + small_matmul(
+                                X_hist * coef[None, :], B_fold, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
                             tl.store(state_ptrs, S0.to(state_ptr.dtype.element_ty), mask=mask_pn)
                             H = H * 0.0
                             coef = coef * 0.0
@@ -298,19 +301,23 @@ def _spec_verify_kernel(
                                 mask_c = dim_mask(offs_c, dstate, EVEN_TILE)
                                 S0 = tl.load(state_rows + offs_c[None, :], mask=mask_p[:, None] & mask_c[None, :],
                                              other=0.0).to(tl.float32)
-                                CT_c = tl.load(C_ptr + pid_b * stride_C_b + offs_t[None, :] * stride_C_t + g * stride_C_g
-                                               + offs_c[:, None], mask=mask_c[:, None] & mask_t[None, :], other=0.0)
-                                Y += small_matmul(S0, CT_c.to(tl.float32), USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+                                CT_c = tl.load(C_ptr + pid_b * stride_C_b + offs_t[None, :] * stride_C_t
+                                               + g * stride_C_g + offs_c[:, None],
+                                               mask=mask_c[:, None] & mask_t[None, :], other=0.0)
+                                Y += small_matmul(S0, CT_c.to(tl.float32), USE_DOT, EXACT_B, DOT_PRECISION,
+                                                  ONE_PASS_PRECISION)
                         else:
                             Y = small_matmul(S0, CT.to(tl.float32), USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
                         Y *= tl.exp(tl.minimum(A * (H + D_cum), 0.0))[None, :]  # [P, T]
                         W_hist = coef[:, None] * BC_hist * tl.exp(tl.minimum(A * D_cum, 0.0))[None, :]  # [L, T]
-                        W_dr = tl.where(causal, dt_dr[:, None] * tl.exp(tl.minimum(A * (D_cum[None, :] - D_cum[:, None]), 0.0)),
-                                        0.0) * BC_dr  # [T(d), T(t)]
+                        decay_dr = tl.exp(tl.minimum(A * (D_cum[None, :] - D_cum[:, None]), 0.0))
+                        W_dr = tl.where(causal, dt_dr[:, None] * decay_dr, 0.0) * BC_dr  # [T(d), T(t)]
                         if SMALL_ON_FMA:  # fp32 FMAs, off the tensor cores (what GDN's verify gained by)
-                            Y += tl.dot(X_hist, W_hist, input_precision="ieee") + tl.dot(X_dr, W_dr, input_precision="ieee")
+                            hist_part = tl.dot(X_hist, W_hist, input_precision="ieee")
+                            Y += hist_part + tl.dot(X_dr, W_dr, input_precision="ieee")
                         else:
-                            # The x tiles hold activation values (exact in TF32 where bf16/fp16): the weights take the split.
+                            # The x tiles hold activation values (exact in TF32 where bf16/fp16): the
+                            # weights take the split.
                             Y += exact_lhs_matmul(X_hist, W_hist, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION) \
                                 + exact_lhs_matmul(X_dr, W_dr, USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
                         if HAS_D:
@@ -323,8 +330,8 @@ def _spec_verify_kernel(
                         tl.store(out_ptr + pid_b * stride_out_b + offs_t[None, :] * stride_out_t + pid_h * stride_out_h
                                  + offs_p[:, None], Y.to(out_ptr.dtype.element_ty), mask=mask_pt)
                         # Append the drafts' x and dt for later steps.
-                        tl.store(xr_base + phys_t[None, :] * stride_xr_l + offs_p[:, None], X_dr.to(x_ring_ptr.dtype.element_ty),
-                                 mask=mask_pt)
+                        tl.store(xr_base + phys_t[None, :] * stride_xr_l + offs_p[:, None],
+                                 X_dr.to(x_ring_ptr.dtype.element_ty), mask=mask_pt)
                         if pid_p == 0:
                             tl.store(dtr_base + phys_t, dt_dr, mask=mask_t)
 

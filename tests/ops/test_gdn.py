@@ -241,3 +241,17 @@ def test_state_pool_layouts_refused():
     strided = torch.zeros(4, geom.num_v_heads, 16, 32, device=DEVICE)[..., ::2]  # neither layout
     with pytest.raises(ValueError, match="transpose"):
         rs.fused_sigmoid_gating_delta_rule_update(strided, *args)
+
+
+@pytest.mark.parametrize("state_dtype, stages", [(torch.float32, 2), (torch.bfloat16, None)])
+def test_loop_stages_follow_the_state_dtype(state_dtype, stages):
+    """The non-flush launch's loop over value blocks is staged for an fp32 state only (a
+    bf16 state lost 1-11% with it, H200): what the launch is handed, recorded, not run."""
+    from trtllm_replayssm.aot.specs import Recorder, _gdn_calls
+    from trtllm_replayssm.models import model
+    from trtllm_replayssm.ops.gdn import replay
+
+    with Recorder() as rec:
+        _gdn_calls(model("qwen3.5-4b").geom, state_dtype, torch.bfloat16, 128, 16, False, "output_only", "sm90")()
+    modes = {launch.kwargs["MODE"]: launch.kwargs["LOOP_STAGES"] for launch in rec.launches}
+    assert modes == {replay.NONFLUSH.value: stages, replay.FOLD.value: None}

@@ -39,12 +39,16 @@ ROUTES = ("output_only", "standard_step", "always_flush")
 RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 NONFLUSH = tl.constexpr(1)  # rows that do not flush: output only; append d, k, g
 FOLD = tl.constexpr(2)  # rows that flush: fold the ring and this token, store the checkpoint
-# Pipeline stages of a program's loop over blocks of value rows, per mode (None: Triton's
-# default, which stages only loads that feed a matmul; 2-3: every load, the next block's
-# state in flight while this one is used). H200, Qwen3.5-122B, fp32 state, batch 128 /
-# 512 (``benchmarks/results/loop_stages.json``): the non-flush step 171 / 620 us -> 167 /
-# 614 with 2 stages; the fold's flush step 382 / 1408 -> 394-432 / 1603-1616 with 2-3.
+# Pipeline stages of a program's loop over blocks of value rows, per mode, for the state
+# dtypes in LOOP_STAGES_STATES (None: Triton's default, which stages only loads that feed
+# a matmul; 2-3: every load, the next block's state in flight while this one is used).
+# H200, Qwen3.5-122B, fp32 state, batch 128 / 512 (``benchmarks/results/loop_stages.json``):
+# the non-flush step 171 / 620 us -> 167 / 614 with 2 stages; the fold's flush step 382 /
+# 1408 -> 394-432 / 1603-1616 with 2-3. The cycle, fp32 (``gdn_ar.json``, commit 597a52a):
+# 1.34-1.49x -> 1.38-1.53x over fla-core at batch 128-512. A bf16 state lost 1-11% with
+# the 2 stages (``gdn_ar_bf16_staged.json``: 1.04-1.15x -> 0.89-1.09x), so it keeps none.
 LOOP_STAGES = {NONFLUSH.value: 2, FOLD.value: None}
+LOOP_STAGES_STATES = (torch.float32,)
 
 
 @triton.jit
@@ -304,7 +308,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
             FOLD_CHUNK=min(cfg.fold_chunk, block_l),
             FOLD_DOT=bool(cfg.fold_dot) and min(cfg.block_p, block_l, block_k) >= 16, DOT_PRECISION=DOT_PRECISION,
             HEADS_PER_PROG=hpp, EVEN_TILE=even_tile(step.head_v_dim, cfg.block_p * chunks, step.head_k_dim, block_k),
-            V_INNER=layout.v_inner, LOOP_STAGES=LOOP_STAGES[mode],
+            V_INNER=layout.v_inner, LOOP_STAGES=LOOP_STAGES[mode] if state.dtype in LOOP_STAGES_STATES else None,
             num_warps=cfg.num_warps,
         )
     return step.out

@@ -78,6 +78,18 @@ def load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX: tl.cons
 
 
 @triton.jit
+def load_row_slots(slot_idx_ptr, rows, batch, num_slots, pad_slot_id, HAS_SLOT_IDX: tl.constexpr):
+    """Cache slots (int64) of a vector of batch ``rows`` and which of them to serve: rows in
+    the batch whose slot is no padding and lies in the pool (the cursor kernels' rows)."""
+    in_batch = rows < batch
+    if HAS_SLOT_IDX:
+        slot = tl.load(slot_idx_ptr + rows, mask=in_batch, other=pad_slot_id).to(tl.int64)
+    else:
+        slot = rows.to(tl.int64)
+    return slot, in_batch & (slot != pad_slot_id) & (slot >= 0) & (slot < num_slots)
+
+
+@triton.jit
 def load_cursor(write_pos_ptr, slot, buffer_len, HAS_CURSOR: tl.constexpr):
     """``(w, bad)``: with a cursor pool (a standard kernel serving the replay kernels'
     ``standard_step`` / ``always_flush`` routes) the slot's cursor, and whether it lies

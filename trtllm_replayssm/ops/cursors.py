@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from .._validation import INDEX_DTYPES, check_buffer_len, check_contiguous, check_tensor
+from .common import load_row_slots
 from .launch import launch_kernel
 
 _BLOCK = 128
@@ -27,17 +28,12 @@ def _advance_kernel(write_pos_ptr, slot_idx_ptr, force_flush_ptr, batch, num_slo
                     HAS_SLOT_IDX: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr, FLUSH_ALL: tl.constexpr,
                     BLOCK: tl.constexpr):
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    in_batch = rows < batch
-    if HAS_SLOT_IDX:
-        slot = tl.load(slot_idx_ptr + rows, mask=in_batch, other=pad_slot_id).to(tl.int64)
-    else:
-        slot = rows.to(tl.int64)
-    valid = in_batch & (slot != pad_slot_id) & (slot >= 0) & (slot < num_slots)
+    slot, valid = load_row_slots(slot_idx_ptr, rows, batch, num_slots, pad_slot_id, HAS_SLOT_IDX)
     w = tl.load(write_pos_ptr + slot, mask=valid, other=0)
     valid = valid & (w >= 0) & (w < buffer_len)
     flush = w == buffer_len - 1
     if HAS_FORCE_FLUSH:
-        flush = flush | (tl.load(force_flush_ptr + rows, mask=in_batch, other=0) != 0)
+        flush = flush | (tl.load(force_flush_ptr + rows, mask=rows < batch, other=0) != 0)
     if FLUSH_ALL:
         flush = w >= 0
     tl.store(write_pos_ptr + slot, tl.where(flush, 0, w + 1), mask=valid)
@@ -46,9 +42,7 @@ def _advance_kernel(write_pos_ptr, slot_idx_ptr, force_flush_ptr, batch, num_slo
 @triton.jit(do_not_specialize=["n", "num_slots"])
 def _reset_kernel(write_pos_ptr, slots_ptr, n, num_slots, pad_slot_id, BLOCK: tl.constexpr):
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    in_range = rows < n
-    slot = tl.load(slots_ptr + rows, mask=in_range, other=pad_slot_id).to(tl.int64)
-    valid = in_range & (slot != pad_slot_id) & (slot >= 0) & (slot < num_slots)
+    slot, valid = load_row_slots(slots_ptr, rows, n, num_slots, pad_slot_id, True)
     tl.store(write_pos_ptr + slot, tl.zeros_like(slot).to(tl.int32), mask=valid)
 
 

@@ -32,7 +32,8 @@ import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_slot_major, check_tensor
 from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, exact_lhs_matmul,
-                      load_spec_row, native_dot, ring_positions, small_matmul, store_nan_tokens, tile_masks)
+                      load_row_slots, load_spec_row, native_dot, ring_positions, small_matmul, store_nan_tokens,
+                      tile_masks)
 from ..launch import LaunchConfig, launch_kernel
 from .step_inputs import parse_mamba2_step
 
@@ -146,13 +147,8 @@ def flush_rows_of_block(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, block, batc
     of the block's cursors: a program whose rows do not flush costs one memory round
     trip (one program a row cost a chain of them on every row: ~30-45 us a launch at
     batch 128 with no row flushing, H200, Super)."""
-    rows = block * ROW_BLOCK + tl.arange(0, ROW_BLOCK)
-    in_batch = rows < batch
-    if HAS_SLOT_IDX:
-        slot = tl.load(slot_idx_ptr + rows, mask=in_batch, other=pad_slot_id).to(tl.int64)
-    else:
-        slot = rows.to(tl.int64)
-    ok = in_batch & (slot != pad_slot_id) & (slot >= 0) & (slot < num_slots)
+    slot, ok = load_row_slots(slot_idx_ptr, block * ROW_BLOCK + tl.arange(0, ROW_BLOCK), batch, num_slots,
+                              pad_slot_id, HAS_SLOT_IDX)
     wp = tl.load(wp_ptr + slot, mask=ok, other=0)
     origin = tl.load(origin_ptr + slot, mask=ok, other=0)
     ok = ok & (tl.load(flush_ptr + slot, mask=ok, other=0) != 0)
@@ -340,13 +336,9 @@ def _spec_verify_kernel(
 def _spec_commit_kernel(wp_ptr, origin_ptr, flush_ptr, accepted_ptr, slot_idx_ptr, batch, num_slots, num_tokens,
                         capacity, pad_slot_id, HAS_SLOT_IDX: tl.constexpr, BUF: tl.constexpr, BLOCK: tl.constexpr):
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    in_batch = rows < batch
-    if HAS_SLOT_IDX:
-        slot = tl.load(slot_idx_ptr + rows, mask=in_batch, other=pad_slot_id).to(tl.int64)
-    else:
-        slot = rows.to(tl.int64)
-    c = tl.load(accepted_ptr + rows, mask=in_batch, other=0).to(tl.int32)
-    valid = in_batch & (slot != pad_slot_id) & (slot >= 0) & (slot < num_slots) & (c > 0) & (c <= num_tokens)
+    slot, valid = load_row_slots(slot_idx_ptr, rows, batch, num_slots, pad_slot_id, HAS_SLOT_IDX)
+    c = tl.load(accepted_ptr + rows, mask=rows < batch, other=0).to(tl.int32)
+    valid = valid & (c > 0) & (c <= num_tokens)
     wp = tl.load(wp_ptr + slot, mask=valid, other=0)
     origin = tl.load(origin_ptr + slot, mask=valid, other=0)
     flushed = tl.load(flush_ptr + slot, mask=valid, other=0) != 0
@@ -361,8 +353,7 @@ def _spec_commit_kernel(wp_ptr, origin_ptr, flush_ptr, accepted_ptr, slot_idx_pt
 def _spec_reset_kernel(wp_ptr, origin_ptr, flush_ptr, slots_ptr, n, num_slots, num_tokens, capacity, pad_slot_id,
                        BLOCK: tl.constexpr):
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    slot = tl.load(slots_ptr + rows, mask=rows < n, other=pad_slot_id).to(tl.int64)
-    valid = (rows < n) & (slot != pad_slot_id) & (slot >= 0) & (slot < num_slots)
+    slot, valid = load_row_slots(slots_ptr, rows, n, num_slots, pad_slot_id, True)
     zero = tl.zeros_like(slot).to(tl.int32)
     tl.store(wp_ptr + slot, zero, mask=valid)
     tl.store(origin_ptr + slot, zero, mask=valid)

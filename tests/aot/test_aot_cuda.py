@@ -304,3 +304,74 @@ def test_spec_verify_aot_equals_jit_bit_for_bit(lib, family):
         assert torch.equal(a, b), f"verify {t}: outputs differ"
     assert torch.equal(runs["jit"][1], runs["aot"][1])
     assert torch.equal(runs["jit"][2].write_pos, runs["aot"][2].write_pos)
+
+
+def test_c_abi_mamba2_spec_verify_equals_jit(lib):
+    """rs_mamba2_spec_verify and rs_commit_spec (what a TensorRT plugin calls) over steps
+    with flushes equal the Python entry points on the JIT bit for bit, at a batch whose
+    flush rows' launch takes blocks of 4 rows (the C launcher divides the batch by the
+    kernel's row block; a block's rows past the batch are masked)."""
+    from trtllm_replayssm.aot.library import Mamba2SpecArgs
+    from trtllm_replayssm.ops.mamba2 import spec as m2_spec
+
+    T, Bh, batch = 4, 16, 38
+    g = model("nemotron-3-super").geom
+    H, P, N, G = g.nheads, g.headdim, g.dstate, g.ngroups
+    buf, slots_n = m2_spec.ring_capacity(T, Bh), batch + 3
+    runs = {}
+    for path in ("jit", "c"):
+        torch.manual_seed(11)
+        state = torch.randn(slots_n, H, P, N, device="cuda")
+        rings = dict(x_ring=torch.zeros(slots_n, H, buf, P, device="cuda", dtype=torch.bfloat16),
+                     dt_ring=torch.zeros(slots_n, H, buf, device="cuda"),
+                     B_ring=torch.zeros(slots_n, G, buf, N, device="cuda", dtype=torch.bfloat16))
+        wp = torch.zeros(slots_n, dtype=torch.int32, device="cuda")
+        origin, flush = torch.zeros_like(wp), torch.zeros(slots_n, dtype=torch.int8, device="cuda")
+        slots = torch.randperm(slots_n, device="cuda")[:batch].to(torch.int32)
+        m2_spec.reset_replayssm_spec_cursors(wp, origin, flush, slots, T, Bh)
+        A, D, dt_bias = -torch.rand(H, device="cuda") - 0.5, torch.randn(H, device="cuda"), torch.randn(H, device="cuda")
+        outs, flushed = [], 0
+        for _ in range(12):
+            x = torch.randn(batch, T, H, P, device="cuda", dtype=torch.bfloat16)
+            dt = torch.randn(batch, T, H, device="cuda", dtype=torch.bfloat16)
+            B, C = (torch.randn(batch, T, G, N, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            accepted = torch.randint(1, T + 1, (batch,), device="cuda", dtype=torch.int32)
+            out = torch.empty_like(x)
+            flushed += int(flush[slots.long()].sum())
+            if path == "jit":  # TensorRT-LLM's layout: dt, A, D and dt_bias expanded with stride 0
+                m2_spec.selective_state_update_replayssm_spec(
+                    state, x, dt[..., None].expand(batch, T, H, P), A[:, None, None].expand(H, P, N), B, C,
+                    D=D[:, None].expand(H, P), dt_bias=dt_bias[:, None].expand(H, P), dt_softplus=True,
+                    state_batch_indices=slots, out=out, write_pos=wp, origin=origin, is_flush=flush,
+                    history_len=Bh, **rings)
+                m2_spec.commit_replayssm_spec(wp, origin, flush, accepted, T, Bh, slots)
+            else:
+                a = Mamba2SpecArgs()
+                for name, t in dict(state=state, x=x, dt=dt, A=A, B=B, C=C, D=D, dt_bias=dt_bias, out=out,
+                                    slot_idx=slots, write_pos=wp, origin=origin, is_flush=flush, **rings).items():
+                    setattr(a, name, t.data_ptr())
+                a.batch, a.num_tokens, a.history_len, a.num_slots = batch, T, Bh, slots_n
+                a.nheads, a.headdim, a.dstate, a.ngroups, a.pad_slot_id = H, P, N, G, -1
+                a.stride_state[:] = state.stride()[:3]
+                for name in ("x", "dt", "B", "C", "out"):
+                    getattr(a, f"stride_{name}")[:] = dict(x=x, dt=dt, B=B, C=C, out=out)[name].stride()[:3]
+                a.stride_A, a.stride_dt_bias = 1, 1
+                a.stride_D[:] = (1, 0)
+                a.stride_x_ring[:] = rings["x_ring"].stride()[:3]
+                a.stride_dt_ring[:] = rings["dt_ring"].stride()[:2]
+                a.stride_B_ring[:] = rings["B_ring"].stride()[:3]
+                a.state_dtype, a.act_dtype, a.dt_softplus = DTYPE_CODES["fp32"], DTYPE_CODES["bf16"], 1
+                lib.check(lib.lib.rs_mamba2_spec_verify(ctypes.byref(a), None), "rs_mamba2_spec_verify")
+                lib.check(lib.lib.rs_commit_spec(wp.data_ptr(), origin.data_ptr(), flush.data_ptr(), slots_n,
+                                                 accepted.data_ptr(), slots.data_ptr(), batch, T, Bh, -1, None),
+                          "rs_commit_spec")
+            outs.append(out)
+        torch.cuda.synchronize()
+        assert flushed >= batch, flushed  # every row flushed at least once on the way
+        runs[path] = (outs, state, rings["x_ring"], wp, origin)
+    assert m2_spec.flush_row_block(P // m2_spec.SPEC_CONFIG.block_p * H, batch) == 4  # the fold launch's blocks
+    for t, (a, b) in enumerate(zip(runs["jit"][0], runs["c"][0])):
+        assert torch.equal(a, b), f"verify {t}: outputs differ"
+    for a, b in zip(runs["jit"][1:], runs["c"][1:]):
+        assert torch.equal(a, b)
+

@@ -122,7 +122,7 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
                   EVEN_TILE=True)
 
     def flush_rows(phase):  # a launch of the flush rows alone looks through blocks of rows (at batch >= 128)
-        return m2_spec.FLUSH_ROW_BLOCK if phase in (m2_spec.FOLD_ONLY, m2_spec.FLUSH_ROWS) else 1
+        return m2_spec.FLUSH_ROW_BLOCK if m2_spec.serves_flush_rows_alone(phase) else 1
 
     def mamba2_phase(cfg, phase):  # -> (kernel, constexprs, warps); phase: one of m2_spec.PHASES
         launch_cfg = m2_spec.phase_config(cfg, phase)

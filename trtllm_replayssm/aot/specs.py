@@ -251,7 +251,7 @@ def _mamba2_spec_batches(geom, state_dtype, act_dtype, T, has_z) -> List[int]:
 
     with Recorder() as rec:
         _spec_calls("mamba2", geom, state_dtype, act_dtype, 1, T, SPEC_HISTORY, has_z)()
-    flush_phases = (m2_spec.FOLD_ONLY.value, m2_spec.FLUSH_ROWS.value)
+    flush_phases = [p.value for split in m2_spec.PHASES.values() for p in split if m2_spec.serves_flush_rows_alone(p)]
     grids = [launch.grid for launch in rec.launches if launch.kwargs.get("PHASE") in flush_phases]
     if not grids:  # no launch of the flush rows alone (split_fold 0)
         return [1]

@@ -134,8 +134,13 @@ def load_spec_row(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, pid_b, num_slots,
     wp = tl.load(wp_ptr + slot, mask=ok, other=0)
     origin = tl.load(origin_ptr + slot, mask=ok, other=0)
     is_flush = tl.load(flush_ptr + slot, mask=ok, other=0) != 0
-    is_bad = is_bad | (wp < 0) | (wp + num_tokens > capacity) | (origin < 0) | (origin >= BUF)
-    return slot, wp, origin, is_flush, is_pad, is_bad
+    return slot, wp, origin, is_flush, is_pad, is_bad | spec_cursors_bad(wp, origin, num_tokens, capacity, BUF)
+
+
+@triton.jit
+def spec_cursors_bad(wp, origin, num_tokens, capacity, BUF: tl.constexpr):
+    """Whether a slot's cursors would put its T drafts outside the ring (elementwise)."""
+    return (wp < 0) | (wp + num_tokens > capacity) | (origin < 0) | (origin >= BUF)
 
 
 @triton.jit

@@ -32,8 +32,8 @@ import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_slot_major, check_tensor
 from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, exact_lhs_matmul,
-                      load_row_slots, load_spec_row, native_dot, ring_positions, small_matmul, store_nan_tokens,
-                      tile_masks)
+                      load_row_slots, load_spec_row, native_dot, ring_positions, small_matmul, spec_cursors_bad,
+                      store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel
 from .step_inputs import parse_mamba2_step
 
@@ -99,11 +99,17 @@ def check_split_fold(cfg: LaunchConfig) -> None:
         raise ValueError(f"config.split_fold must be one of {sorted(PHASES)}, got {cfg.split_fold}")
 
 
+def serves_flush_rows_alone(phase) -> bool:
+    """Whether a verify launch in ``phase`` serves the flush rows alone (FOLD_ONLY,
+    FLUSH_ROWS): such a launch takes :func:`phase_config`'s config and blocks of rows."""
+    return phase is FOLD_ONLY or phase is FLUSH_ROWS
+
+
 def phase_config(cfg: LaunchConfig, phase) -> LaunchConfig:
     """The launch config of ``phase`` under the verify config ``cfg``: a launch of the flush
     rows alone (FOLD_ONLY, FLUSH_ROWS) takes :data:`SPEC_FOLD_CONFIG`, or the verify's rows
     and warps on one head a program; the others ``cfg``."""
-    if phase is FOLD_ONLY or phase is FLUSH_ROWS:
+    if serves_flush_rows_alone(phase):
         return SPEC_FOLD_CONFIG or replace(cfg, heads_per_prog=1)
     return cfg
 
@@ -152,7 +158,7 @@ def flush_rows_of_block(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, block, batc
     wp = tl.load(wp_ptr + slot, mask=ok, other=0)
     origin = tl.load(origin_ptr + slot, mask=ok, other=0)
     ok = ok & (tl.load(flush_ptr + slot, mask=ok, other=0) != 0)
-    ok = ok & (wp >= 0) & (wp + num_tokens <= capacity) & (origin >= 0) & (origin < BUF)  # load_spec_row's is_bad
+    ok = ok & ~spec_cursors_bad(wp, origin, num_tokens, capacity, BUF)
     return ok.to(tl.int32)
 
 
@@ -435,7 +441,7 @@ def selective_state_update_replayssm_spec(
         use_dot = min(block_p, block_n) >= 16
         hpp = heads_per_program(phase_cfg, H // G, fold_only=phase is FOLD_ONLY)
         grid_ph = (triton.cdiv(P, block_p), H // hpp)
-        row_block = flush_row_block(grid_ph[0] * grid_ph[1], Bsz) if phase is FOLD_ONLY or phase is FLUSH_ROWS else 1
+        row_block = flush_row_block(grid_ph[0] * grid_ph[1], Bsz) if serves_flush_rows_alone(phase) else 1
         launch_kernel(_spec_verify_kernel, (*grid_ph, triton.cdiv(Bsz, row_block)),
             state, x_ring, dt_ring, B_ring, write_pos, origin, is_flush,
             x, dt4, step.A, B, C, Dt if Dt is not None else x, z if z is not None else x,

@@ -125,7 +125,8 @@ def test_small_tiles_without_tl_dot():
     (LaunchConfig(16, 1, heads_per_prog=2), GEOM),
     (LaunchConfig(16, 1, heads_per_prog=4), Mamba2Geometry(nheads=4, headdim=16, dstate=16, ngroups=2)),  # -> 2
     (LaunchConfig(16, 1, heads_per_prog=2, split_fold=1), Mamba2Geometry(nheads=4, headdim=16, dstate=16, ngroups=2)),
-], ids=["hpp1_fold_in_verify", "hpp2", "hpp4_of_2_per_group", "hpp2_split_fold"])
+    (LaunchConfig(16, 1, heads_per_prog=2, split_fold=3), Mamba2Geometry(nheads=4, headdim=16, dstate=16, ngroups=2)),
+], ids=["hpp1_fold_in_verify", "hpp2", "hpp4_of_2_per_group", "hpp2_split_fold", "hpp2_state_apart"])
 def test_heads_of_a_group_in_one_program(config, geom):
     """``heads_per_prog``: one program loops over heads of one group, sharing the group's
     B.C products (cut to the heads a group has)."""
@@ -138,6 +139,42 @@ def test_flush_rows_fold_in_their_own_launch():
     the fold) reads their new checkpoint with an empty history."""
     flushes = run_spec_fuzz(T=4, Bh=16, steps=40, seed=3, move_row_at=20, config=LaunchConfig(16, 4, split_fold=1))
     assert min(flushes.values()) >= 1, flushes
+
+
+@pytest.mark.parametrize("rows, cols", [(16, 16), (32, 16), (16, 32)])
+def test_state_product_launch_tiles(monkeypatch, rows, cols):
+    """split_fold 3: the state's product in a launch of its own, over tiles of headdim rows
+    (48: a tile of 32 is masked) and dstate columns (a loop of two steps at 16), its sum
+    with the ring's part (through the workspace) checked against fp64 every token."""
+    monkeypatch.setattr(m2_spec_module, "STATE_PRODUCT_ROWS", rows)
+    monkeypatch.setattr(m2_spec_module, "STATE_PRODUCT_COLS", cols)
+    flushes = run_spec_fuzz(T=3, Bh=6, steps=12, seed=37, geom=Mamba2Geometry(nheads=4, headdim=48, dstate=32,
+                                                                               ngroups=2),
+                            config=LaunchConfig(16, 1, heads_per_prog=2, split_fold=3), act_dtype=torch.bfloat16)
+    assert min(flushes.values()) >= 1, flushes
+
+
+def test_workspace_is_checked():
+    """split_fold 3's workspace: too small or of another dtype raises before any launch."""
+    H, P, N, G, T, Bh, Bsz = GEOM.nheads, GEOM.headdim, GEOM.dstate, GEOM.ngroups, 2, 4, 2
+    buf = ring_capacity(T, Bh)
+    need = m2_spec_module.spec_workspace_numel(Bsz, T, H, P)
+    assert need == Bsz * T * H * (P + 1)
+    args = (torch.zeros(Bsz, H, P, N, device=DEVICE), torch.randn(Bsz, T, H, P, device=DEVICE),
+            torch.randn(Bsz, T, H, device=DEVICE), -torch.rand(H, device=DEVICE), torch.randn(Bsz, T, G, N, device=DEVICE),
+            torch.randn(Bsz, T, G, N, device=DEVICE))
+    kw = dict(x_ring=torch.zeros(Bsz, H, buf, P, device=DEVICE), dt_ring=torch.zeros(Bsz, H, buf, device=DEVICE),
+              B_ring=torch.zeros(Bsz, G, buf, N, device=DEVICE), history_len=Bh,
+              write_pos=torch.zeros(Bsz, dtype=torch.int32, device=DEVICE),
+              origin=torch.zeros(Bsz, dtype=torch.int32, device=DEVICE),
+              is_flush=torch.zeros(Bsz, dtype=torch.int8, device=DEVICE), config=LaunchConfig(16, 1, split_fold=3))
+    with pytest.raises(ValueError, match="workspace must hold at least"):
+        selective_state_update_replayssm_spec(*args, **kw, workspace=torch.empty(need - 1, device=DEVICE))
+    with pytest.raises(TypeError, match="workspace"):
+        selective_state_update_replayssm_spec(*args, **kw, workspace=torch.empty(need, device=DEVICE,
+                                                                                 dtype=torch.float16))
+    out = selective_state_update_replayssm_spec(*args, **kw, workspace=torch.empty(need + 5, device=DEVICE))
+    assert not torch.isnan(out).any()
 
 
 def test_fold_launch_with_a_config_of_its_own(monkeypatch):
@@ -191,7 +228,7 @@ def test_corrupted_ring_is_detected():
 
 def test_bad_split_fold_is_rejected():
     with pytest.raises(ValueError, match="split_fold"):
-        run_spec_fuzz(T=2, Bh=2, steps=1, config=LaunchConfig(16, 1, split_fold=3))
+        run_spec_fuzz(T=2, Bh=2, steps=1, config=LaunchConfig(16, 1, split_fold=4))
 
 
 def test_bad_sizes():
@@ -279,7 +316,7 @@ def test_flush_rows_take_their_whole_step_in_their_own_launch(monkeypatch, confi
     assert min(flushes.values()) >= 1, flushes
 
 
-@pytest.mark.parametrize("split_fold", [1, 2])
+@pytest.mark.parametrize("split_fold", [1, 2, 3])
 def test_flush_launch_takes_blocks_of_rows(monkeypatch, split_fold):
     """A launch of the flush rows alone gives each program a block of batch rows (2 here:
     rows 0-1 with the padding row, rows 2-3) and folds those that flush; a flush row of
@@ -300,7 +337,7 @@ def test_flush_row_block_keeps_enough_programs(monkeypatch):
     assert m2_spec_module.flush_row_block(8, 3) == 1
 
 
-@pytest.mark.parametrize("split_fold, row_block", [(0, 1), (1, 1), (2, 1), (1, 2), (2, 2)])
+@pytest.mark.parametrize("split_fold, row_block", [(0, 1), (1, 1), (2, 1), (3, 1), (1, 2), (2, 2), (3, 2)])
 def test_bad_slot_or_cursor_gives_nan_and_changes_nothing(monkeypatch, split_fold, row_block):
     """Every row flushing, so the bad rows reach the flush rows' launches too (with blocks
     of 2 rows: the second block's second row lies past the batch)."""

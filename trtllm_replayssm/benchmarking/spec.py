@@ -44,7 +44,11 @@ from .timing import capture, layers_for_cold_l2, time_graph_ms
 # split_fold 2 (flush rows fold and verify in a launch of their own, the state read once:
 # the way past the 3.33x bound of split_fold 1 at T = 4) lost: 380-419 against 375 (its
 # flush rows' launch spills; commit 2866a0e, before the flush launches took row blocks).
-MAMBA2_SPEC_CANDIDATES = [LaunchConfig(b, w) for b, w in [(16, 1), (32, 2), (64, 4)]] + \
+# split_fold 3 (the state's product in a lean launch of its own; the candidates set the
+# launch of the rest, the ring's part) comes first.
+MAMBA2_SPEC_CANDIDATES = [LaunchConfig(b, w, heads_per_prog=h, split_fold=3)
+                          for b, w, h in [(16, 1, 16), (32, 2, 16), (16, 1, 8), (64, 4, 16), (32, 1, 16)]] + \
+    [LaunchConfig(b, w) for b, w in [(16, 1), (32, 2), (64, 4)]] + \
     [LaunchConfig(b, w, split_fold=1) for b, w in [(16, 1), (32, 2)]] + \
     [LaunchConfig(b, w, heads_per_prog=h, split_fold=s)
      for s in (1, 2) for b, w, h in [(16, 1, 4), (16, 1, 8), (16, 1, 16), (32, 2, 8), (32, 2, 16)]]

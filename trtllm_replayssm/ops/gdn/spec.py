@@ -522,7 +522,7 @@ def gdn_replayssm_spec_decode(
                       EXACT_B=exact_in_tf32(k_ring.dtype), K_CHUNK=fma_key_chunk(block_k),
                       EVEN_TILE=even_tile(V, rows, K, block_k), num_warps=num_warps, **shared)
 
-    check_split_fold(cfg)
+    check_split_fold(cfg, supported=(0, 1, 2))
     if use_dot and VERIFY_ON_DOT:
         if cfg.split_fold == 2:
             # The flush rows fold and verify in a launch of their own (their state read

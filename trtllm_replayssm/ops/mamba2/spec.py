@@ -43,16 +43,30 @@ MAX_HISTORY = 64
 # launch of their own (FOLD_ONLY) and the verify launch (AFTER_FOLD) is compiled without
 # the fold (split_fold 1: a flush row's state is read twice); or the flush rows take the
 # whole step, fold and verify, in a launch of their own (FLUSH_ROWS) and the other rows
-# in one compiled without the fold (NONFLUSH_ROWS) (split_fold 2: the state read once).
+# in one compiled without the fold (NONFLUSH_ROWS) (split_fold 2: the state read once); or,
+# after a FOLD_ONLY launch, every row's outputs in two parts (split_fold 3): a launch that
+# forms all but the state's product (RING_PART: the history's and drafts' terms, D x and
+# the state's decay per token, to a workspace) and a lean launch of the state's product
+# S_0 C^T alone, which adds the rest and gates (``_spec_state_product_kernel``).
 BOTH, FOLD_ONLY, AFTER_FOLD = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
-FLUSH_ROWS, NONFLUSH_ROWS = tl.constexpr(3), tl.constexpr(4)
-# The launches of each split_fold setting, in order.
-PHASES = {0: (BOTH,), 1: (FOLD_ONLY, AFTER_FOLD), 2: (FLUSH_ROWS, NONFLUSH_ROWS)}
+FLUSH_ROWS, NONFLUSH_ROWS, RING_PART = tl.constexpr(3), tl.constexpr(4), tl.constexpr(5)
+# The launches of each split_fold setting of ``_spec_verify_kernel``, in order (split_fold
+# 3 then launches the state's product).
+PHASES = {0: (BOTH,), 1: (FOLD_ONLY, AFTER_FOLD), 2: (FLUSH_ROWS, NONFLUSH_ROWS), 3: (FOLD_ONLY, RING_PART)}
+STATE_APART = 3  # the split_fold whose outputs take a launch of the state's product
 # 16 rows of headdim a warp (each warp holds its tl.dot operands whole); one program for
 # all the heads of a group (its B.C products computed once); flush rows fold in a launch
-# of their own, which keeps the fold's registers out of the heads loop. H200, Super,
-# T = 4, batch 128: 370 us a verify step, against 418-474 for (16, 1) alone.
-SPEC_CONFIG = LaunchConfig(block_p=16, num_warps=1, heads_per_prog=16, split_fold=1)
+# of their own, which keeps the fold's registers out of the heads loop; the state's
+# product in a launch of its own (split_fold 3). H200, Super, T = 4, batch 128, us a
+# verify step: split_fold 1 367 (a non-flush step 300, with 255 registers and 12.5%
+# occupancy: latency-bound); the state's product alone streams the checkpoint at copy
+# bandwidth (130 us at batch 128, ``benchmarks/results/spec_state_apart.json``).
+SPEC_CONFIG = LaunchConfig(block_p=16, num_warps=1, heads_per_prog=16, split_fold=3)
+# The state's product launch (split_fold 3): rows of headdim a program, dstate columns a
+# step of its loop, warps, pipeline stages of the loop. H200, Super, batch 128 / 512: 32
+# rows, 64 columns, one warp, 2 stages 130 / 506 us; every tile from 16 to 128 rows on
+# 1-8 warps with 2-3 stages within 1% (``benchmarks/results/spec_state_apart.json``).
+STATE_PRODUCT_ROWS, STATE_PRODUCT_COLS, STATE_PRODUCT_WARPS, STATE_PRODUCT_STAGES = 32, 64, 1, 2
 # Rows, warps (and, for split_fold 2, heads) of the launch of the flush rows alone (the
 # fold-only launch of split_fold 1: always one head a program; the flush rows' whole step
 # of split_fold 2); None: the verify's rows and warps, one head a program (the fold holds
@@ -93,10 +107,11 @@ def flush_row_block(other_programs: int, batch: int) -> int:
     return rows
 
 
-def check_split_fold(cfg: LaunchConfig) -> None:
-    """``cfg.split_fold`` names a launch split of :data:`PHASES` (both families' verify)."""
-    if cfg.split_fold not in PHASES:
-        raise ValueError(f"config.split_fold must be one of {sorted(PHASES)}, got {cfg.split_fold}")
+def check_split_fold(cfg: LaunchConfig, supported=tuple(PHASES)) -> None:
+    """``cfg.split_fold`` names a launch split of :data:`PHASES` that the verify supports
+    (GDN's: 0-2)."""
+    if cfg.split_fold not in supported:
+        raise ValueError(f"config.split_fold must be one of {sorted(supported)}, got {cfg.split_fold}")
 
 
 def serves_flush_rows_alone(phase) -> bool:
@@ -168,11 +183,23 @@ def row_in_block(selected, i, ROW_BLOCK: tl.constexpr):
     return tl.sum(tl.where(tl.arange(0, ROW_BLOCK) == i, selected, 0), axis=0) != 0
 
 
+@triton.jit
+def store_gated_output(Y, z_ptr, out_ptr, pid_b, pid_h, offs_p, offs_t, mask_pt, stride_z_b, stride_z_t, stride_z_h,
+                       stride_out_b, stride_out_t, stride_out_h, HAS_Z: tl.constexpr):
+    """Store a head's outputs ``Y [P, T]`` (fp32), gated by ``silu(z)`` where given."""
+    if HAS_Z:
+        Z = tl.load(z_ptr + pid_b * stride_z_b + offs_t[None, :] * stride_z_t + pid_h * stride_z_h + offs_p[:, None],
+                    mask=mask_pt, other=0.0).to(tl.float32)
+        Y *= Z * tl.sigmoid(Z)
+    tl.store(out_ptr + pid_b * stride_out_b + offs_t[None, :] * stride_out_t + pid_h * stride_out_h + offs_p[:, None],
+             Y.to(out_ptr.dtype.element_ty), mask=mask_pt)
+
+
 @triton.jit(do_not_specialize=["batch", "num_slots"])
 def _spec_verify_kernel(
     state_ptr, x_ring_ptr, dt_ring_ptr, B_ring_ptr, wp_ptr, origin_ptr, flush_ptr,
-    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr,
-    batch, num_slots, headdim, dstate, heads_per_group, capacity, pad_slot_id,
+    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr, part_ptr, decay_ptr,
+    batch, num_slots, nheads, headdim, dstate, heads_per_group, capacity, pad_slot_id,
     stride_state_slot, stride_state_h, stride_state_p,
     stride_xr_slot, stride_xr_h, stride_xr_l, stride_dtr_slot, stride_dtr_h, stride_Br_slot, stride_Br_g, stride_Br_l,
     stride_x_b, stride_x_t, stride_x_h, stride_dt_b, stride_dt_t, stride_dt_h, stride_A_h,
@@ -213,10 +240,10 @@ def _spec_verify_kernel(
             if (not is_pad) & (not is_bad) & (not leaves_row(is_flush, PHASE)):
                 # After a FOLD_ONLY launch the flush rows' history is in the checkpoint already.
                 n_hist = wp
-                if PHASE == AFTER_FOLD:
+                if PHASE == AFTER_FOLD or PHASE == RING_PART:
                     n_hist = tl.where(is_flush, 0, wp)
                 fold = False
-                if PHASE != AFTER_FOLD and PHASE != NONFLUSH_ROWS:
+                if PHASE != AFTER_FOLD and PHASE != NONFLUSH_ROWS and PHASE != RING_PART:
                     fold = is_flush
                 g = h0 // heads_per_group
                 Br_base = B_ring_ptr + slot * stride_Br_slot + g * stride_Br_g
@@ -268,7 +295,7 @@ def _spec_verify_kernel(
                     state_rows = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
                                   + offs_p[:, None] * stride_state_p)
                     state_ptrs = state_rows + offs_n[None, :]
-                    if STATE_CHUNK == BLOCK_N:  # the whole tile, for the fold and the outputs
+                    if STATE_CHUNK == BLOCK_N and PHASE != RING_PART:  # the whole tile, for the fold and the outputs
                         S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
 
                     if HAS_DT_BIAS:
@@ -281,7 +308,7 @@ def _spec_verify_kernel(
                     # coef_j = dt_j exp(A (dt summed after j)): history entry j's weight on top of S_0.
                     coef = tl.where(mask_l, dt_hist * tl.exp(tl.minimum(A * (H - tl.cumsum(dt_hist, axis=0)), 0.0)),
                                     0.0)
-                    if PHASE != AFTER_FOLD and PHASE != NONFLUSH_ROWS:  # (a launch that may fold: said statically)
+                    if PHASE != AFTER_FOLD and PHASE != NONFLUSH_ROWS and PHASE != RING_PART:  # (may fold: said statically)
                         if fold:
                             # Fold only the committed history (never the drafts) and store the new
                             # checkpoint; the outputs then stand on it alone. (Flush rows only: the
@@ -294,7 +321,13 @@ def _spec_verify_kernel(
                             H = H * 0.0
                             coef = coef * 0.0
                     if PHASE != FOLD_ONLY:
-                        if STATE_CHUNK < BLOCK_N:
+                        state_decay = tl.exp(tl.minimum(A * (H + D_cum), 0.0))  # [T]: exp(A (H + D_t))
+                        if PHASE == RING_PART:  # the state's product is the next launch's
+                            Y = tl.zeros((BLOCK_P, BLOCK_T), tl.float32)
+                            if pid_p == 0:
+                                tl.store(decay_ptr + (pid_b.to(tl.int64) * NUM_TOKENS + offs_t) * nheads + pid_h,
+                                         state_decay, mask=mask_t)
+                        elif STATE_CHUNK < BLOCK_N:
                             # S_0 C^T with the state streamed in chunks of STATE_CHUNK dstate columns
                             # (the C^T chunk read again: it is small and in L1).
                             Y = tl.zeros((BLOCK_P, BLOCK_T), tl.float32)
@@ -310,7 +343,8 @@ def _spec_verify_kernel(
                                                   ONE_PASS_PRECISION)
                         else:
                             Y = small_matmul(S0, CT.to(tl.float32), USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
-                        Y *= tl.exp(tl.minimum(A * (H + D_cum), 0.0))[None, :]  # [P, T]
+                        if PHASE != RING_PART:
+                            Y *= state_decay[None, :]  # [P, T]
                         W_hist = coef[:, None] * BC_hist * tl.exp(tl.minimum(A * D_cum, 0.0))[None, :]  # [L, T]
                         decay_dr = tl.exp(tl.minimum(A * (D_cum[None, :] - D_cum[:, None]), 0.0))
                         W_dr = tl.where(causal, dt_dr[:, None] * decay_dr, 0.0) * BC_dr  # [T(d), T(t)]
@@ -325,17 +359,62 @@ def _spec_verify_kernel(
                         if HAS_D:
                             Y += X_dr * tl.load(D_ptr + pid_h * stride_D_h + offs_p * stride_D_p, mask=mask_p,
                                                 other=0.0).to(tl.float32)[:, None]
-                        if HAS_Z:
-                            Z = tl.load(z_ptr + pid_b * stride_z_b + offs_t[None, :] * stride_z_t + pid_h * stride_z_h
-                                        + offs_p[:, None], mask=mask_pt, other=0.0).to(tl.float32)
-                            Y *= Z * tl.sigmoid(Z)
-                        tl.store(out_ptr + pid_b * stride_out_b + offs_t[None, :] * stride_out_t + pid_h * stride_out_h
-                                 + offs_p[:, None], Y.to(out_ptr.dtype.element_ty), mask=mask_pt)
+                        if PHASE == RING_PART:  # (ungated: the gate takes the sum)
+                            tl.store(part_ptr + ((pid_b.to(tl.int64) * NUM_TOKENS + offs_t[None, :]) * nheads + pid_h)
+                                     * headdim + offs_p[:, None], Y, mask=mask_pt)
+                        else:
+                            store_gated_output(Y, z_ptr, out_ptr, pid_b, pid_h, offs_p, offs_t, mask_pt, stride_z_b,
+                                               stride_z_t, stride_z_h, stride_out_b, stride_out_t, stride_out_h, HAS_Z)
                         # Append the drafts' x and dt for later steps.
                         tl.store(xr_base + phys_t[None, :] * stride_xr_l + offs_p[:, None],
                                  X_dr.to(x_ring_ptr.dtype.element_ty), mask=mask_pt)
                         if pid_p == 0:
                             tl.store(dtr_base + phys_t, dt_dr, mask=mask_t)
+
+
+@triton.jit(do_not_specialize=["batch", "num_slots"])
+def _spec_state_product_kernel(
+    state_ptr, C_ptr, z_ptr, out_ptr, part_ptr, decay_ptr, wp_ptr, origin_ptr, flush_ptr, slot_idx_ptr,
+    batch, num_slots, nheads, headdim, dstate, heads_per_group, capacity, pad_slot_id,
+    stride_state_slot, stride_state_h, stride_state_p, stride_C_b, stride_C_t, stride_C_g,
+    stride_z_b, stride_z_t, stride_z_h, stride_out_b, stride_out_t, stride_out_h,
+    HAS_Z: tl.constexpr, HAS_SLOT_IDX: tl.constexpr, NUM_TOKENS: tl.constexpr, BLOCK_P: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BUF: tl.constexpr, USE_DOT: tl.constexpr,
+    EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, EVEN_TILE: tl.constexpr,
+    STAGES: tl.constexpr,
+):
+    """split_fold 3's last launch: ``out_t = gate(decay_t (S_0 C_t) + part_t)`` for a block
+    of a head's rows, with ``part`` and ``decay`` from the RING_PART launch. It holds
+    nothing but a chunk of the checkpoint and of C at a time, so it streams the state at
+    copy bandwidth where the verify with everything in it was latency-bound."""
+    pid_p = tl.program_id(0)
+    pid_h = tl.program_id(1)
+    pid_b = tl.program_id(2)
+    slot, wp, origin, is_flush, is_pad, is_bad = load_spec_row(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, pid_b,
+                                                               num_slots, NUM_TOKENS, capacity, pad_slot_id,
+                                                               HAS_SLOT_IDX, BUF)
+    if is_pad | is_bad:  # (the RING_PART launch reported a bad row)
+        return
+    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    offs_t = tl.arange(0, BLOCK_T)
+    mask_p = dim_mask(offs_p, headdim, EVEN_TILE)
+    mask_t = offs_t < NUM_TOKENS
+    g = pid_h // heads_per_group
+    state_rows = state_ptr + slot * stride_state_slot + pid_h * stride_state_h + offs_p[:, None] * stride_state_p
+    C_cols = C_ptr + pid_b * stride_C_b + offs_t[None, :] * stride_C_t + g * stride_C_g
+    Y = tl.zeros((BLOCK_P, BLOCK_T), tl.float32)
+    for c in tl.range(0, BLOCK_N // BLOCK_K, num_stages=STAGES):
+        offs_k = c * BLOCK_K + tl.arange(0, BLOCK_K)
+        mask_k = dim_mask(offs_k, dstate, EVEN_TILE)
+        S0 = tl.load(state_rows + offs_k[None, :], mask=mask_p[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
+        CT = tl.load(C_cols + offs_k[:, None], mask=mask_k[:, None] & mask_t[None, :], other=0.0)
+        Y += small_matmul(S0, CT.to(tl.float32), USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+    mask_pt = mask_p[:, None] & mask_t[None, :]
+    bt = pid_b.to(tl.int64) * NUM_TOKENS + offs_t  # the workspace's (row, token) index
+    decay = tl.load(decay_ptr + bt * nheads + pid_h, mask=mask_t, other=0.0)
+    part = tl.load(part_ptr + (bt[None, :] * nheads + pid_h) * headdim + offs_p[:, None], mask=mask_pt, other=0.0)
+    store_gated_output(Y * decay[None, :] + part, z_ptr, out_ptr, pid_b, pid_h, offs_p, offs_t, mask_pt, stride_z_b,
+                       stride_z_t, stride_z_h, stride_out_b, stride_out_t, stride_out_h, HAS_Z)
 
 
 @triton.jit(do_not_specialize=["batch", "num_slots"])
@@ -382,10 +461,16 @@ def _check_spec_sizes(num_tokens: int, history_len: int) -> int:
     return history_len + num_tokens
 
 
+def spec_workspace_numel(batch: int, num_tokens: int, nheads: int, headdim: int) -> int:
+    """fp32 elements of a verify's workspace (split_fold 3): the outputs' part without the
+    state's product ``[batch, T, H, P]`` and the state's decay per token ``[batch, T, H]``."""
+    return batch * num_tokens * nheads * (headdim + 1)
+
+
 def selective_state_update_replayssm_spec(
     state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False, state_batch_indices=None,
     pad_slot_id=-1, out=None, *, x_ring, dt_ring, B_ring, write_pos, origin, is_flush, history_len: int,
-    config: Optional[LaunchConfig] = None,
+    config: Optional[LaunchConfig] = None, workspace: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """One speculative verify step: ``x (B, T, H, P)``, ``dt (B, T, H)`` (or tied
     ``(B, T, H, P)``), ``B/C (B, T, G, N)``, ``z (B, T, H, P)``; returns ``out (B, T, H, P)``.
@@ -397,7 +482,10 @@ def selective_state_update_replayssm_spec(
     ``config``: rows of headdim per program, warps, heads of a group per program
     (``heads_per_prog``, cut to a divisor of the heads a group has) and whether flush rows
     fold in a launch of their own (``split_fold`` 1) or take their whole step, fold and
-    verify, in one (2; see :data:`PHASES`); default :data:`SPEC_CONFIG`.
+    verify, in one (2), or every row's outputs form in two launches, the state's product
+    in the second (3; see :data:`PHASES`); default :data:`SPEC_CONFIG`. ``workspace``:
+    split_fold 3's scratch, fp32, contiguous, at least :func:`spec_workspace_numel`
+    elements (allocated per call if not given).
     """
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         raise ValueError("x must have shape (batch, T, nheads, headdim)")
@@ -435,6 +523,17 @@ def selective_state_update_replayssm_spec(
     cfg = config or SPEC_CONFIG
     block_n = triton.next_power_of_2(N)
     check_split_fold(cfg)
+    part = decay = out  # (placeholders for launches that take no workspace)
+    if cfg.split_fold == STATE_APART:
+        need = spec_workspace_numel(Bsz, T, H, P)
+        if workspace is None:
+            workspace = torch.empty(need, dtype=torch.float32, device=x.device)
+        check_tensor("workspace", workspace, (None,), (torch.float32,), x.device)
+        check_contiguous("workspace", workspace)
+        if workspace.numel() < need:
+            raise ValueError(f"workspace must hold at least {need} fp32 elements (spec_workspace_numel), "
+                             f"got {workspace.numel()}")
+        part, decay = workspace[:Bsz * T * H * P], workspace[Bsz * T * H * P:need]
     for phase in PHASES[cfg.split_fold]:
         phase_cfg = phase_config(cfg, phase)
         block_p = min(phase_cfg.block_p, triton.next_power_of_2(P))
@@ -446,8 +545,8 @@ def selective_state_update_replayssm_spec(
             state, x_ring, dt_ring, B_ring, write_pos, origin, is_flush,
             x, dt4, step.A, B, C, Dt if Dt is not None else x, z if z is not None else x,
             step.dt_bias if step.dt_bias is not None else step.A, out,
-            state_batch_indices if state_batch_indices is not None else write_pos,
-            Bsz, slots, P, N, H // G, capacity, pad_slot_id,
+            state_batch_indices if state_batch_indices is not None else write_pos, part, decay,
+            Bsz, slots, H, P, N, H // G, capacity, pad_slot_id,
             state.stride(0), state.stride(1), state.stride(2),
             x_ring.stride(0), x_ring.stride(1), x_ring.stride(2), dt_ring.stride(0), dt_ring.stride(1),
             B_ring.stride(0), B_ring.stride(1), B_ring.stride(2),
@@ -470,6 +569,21 @@ def selective_state_update_replayssm_spec(
             ROW_BLOCK=row_block,
             num_warps=phase_cfg.num_warps,
         )
+    if cfg.split_fold == STATE_APART:
+        block_p = min(STATE_PRODUCT_ROWS, triton.next_power_of_2(P))
+        block_k = min(STATE_PRODUCT_COLS, block_n)
+        use_dot = min(block_p, block_k) >= 16
+        launch_kernel(_spec_state_product_kernel, (triton.cdiv(P, block_p), H, Bsz),
+            state, C, z if z is not None else x, out, part, decay, write_pos, origin, is_flush,
+            state_batch_indices if state_batch_indices is not None else write_pos,
+            Bsz, slots, H, P, N, H // G, capacity, pad_slot_id,
+            state.stride(0), state.stride(1), state.stride(2), C.stride(0), C.stride(1), C.stride(2),
+            *(z.stride()[:3] if z is not None else (0, 0, 0)), out.stride(0), out.stride(1), out.stride(2),
+            HAS_Z=z is not None, HAS_SLOT_IDX=state_batch_indices is not None, NUM_TOKENS=T, BLOCK_P=block_p,
+            BLOCK_K=block_k, BLOCK_N=block_n, BLOCK_T=token_tile(T, use_dot), BUF=buf, USE_DOT=use_dot,
+            EXACT_B=exact_in_tf32(C.dtype), DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION,
+            EVEN_TILE=even_tile(P, block_p, N, block_n),
+            STAGES=STATE_PRODUCT_STAGES, num_warps=STATE_PRODUCT_WARPS)
     return out
 
 

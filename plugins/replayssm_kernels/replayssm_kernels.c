@@ -455,7 +455,8 @@ static int check_spec_sizes(int64_t T, int64_t history) {
   X(batch, INT(a->batch))                                                                                     \
   X(B_ptr, PTR(a->B)) X(C_ptr, PTR(a->C)) X(D_ptr, PTR(a->D)) X(z_ptr, PTR(a->z ? a->z : a->x))                 \
   X(dt_bias_ptr, PTR(a->dt_bias)) X(out_ptr, PTR(a->out)) X(slot_idx_ptr, PTR(a->slot_idx))                    \
-  X(num_slots, INT(a->num_slots)) X(headdim, INT(a->headdim)) X(dstate, INT(a->dstate))                        \
+  X(part_ptr, PTR(a->workspace)) X(decay_ptr, PTR((char*)a->workspace + spec_part_bytes(a)))                   \
+  X(nheads, INT(a->nheads)) X(num_slots, INT(a->num_slots)) X(headdim, INT(a->headdim)) X(dstate, INT(a->dstate)) \
   X(heads_per_group, INT(a->nheads / a->ngroups)) X(capacity, INT(a->history_len + a->num_tokens))             \
   X(pad_slot_id, INT(a->pad_slot_id)) X(stride_state_slot, INT(a->stride_state[0]))                            \
   X(stride_state_h, INT(a->stride_state[1])) X(stride_state_p, INT(a->stride_state[2]))                        \
@@ -472,6 +473,16 @@ static int check_spec_sizes(int64_t T, int64_t history) {
   X(stride_z_h, INT(a->z ? a->stride_z[2] : 0)) X(stride_dtb_h, INT(a->stride_dt_bias))                        \
   X(stride_out_b, INT(a->stride_out[0])) X(stride_out_t, INT(a->stride_out[1])) X(stride_out_h, INT(a->stride_out[2]))
 
+/* The workspace: fp32 [batch, T, H, P] (the outputs' part without the state's product), then
+ * fp32 [batch, T, H] (the state's decay per token); ops/mamba2/spec.py, spec_workspace_numel. */
+static int64_t spec_part_bytes(const rs_mamba2_spec_args* a) {
+  return 4 * a->batch * a->num_tokens * a->nheads * a->headdim;
+}
+
+int64_t rs_mamba2_spec_workspace_size(int64_t batch, int64_t num_tokens, int64_t nheads, int64_t headdim) {
+  return 4 * batch * num_tokens * nheads * (headdim + 1);
+}
+
 int rs_mamba2_spec_verify(const rs_mamba2_spec_args* a, void* stream) {
   if (!a) return fail(RS_ERR_INVALID_ARGUMENT, "args is NULL");
   const char* sd = dtype_name(a->state_dtype);
@@ -480,6 +491,8 @@ int rs_mamba2_spec_verify(const rs_mamba2_spec_args* a, void* stream) {
   if (!a->state || !a->x || !a->dt || !a->A || !a->B || !a->C || !a->out || !a->x_ring || !a->dt_ring || !a->B_ring ||
       !a->write_pos || !a->origin || !a->is_flush)
     return fail(RS_ERR_INVALID_ARGUMENT, "a required pointer is NULL");
+  if (!a->workspace)
+    return fail(RS_ERR_INVALID_ARGUMENT, "workspace is NULL (it needs rs_mamba2_spec_workspace_size bytes)");
   if (!a->D || !a->dt_bias || !a->slot_idx || !a->dt_softplus)
     return fail(RS_ERR_UNSUPPORTED, "the AOT build covers TensorRT-LLM's call: D, dt_bias, slot_idx, dt_softplus");
   int status = check_spec_sizes(a->num_tokens, a->history_len);

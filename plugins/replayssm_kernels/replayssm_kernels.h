@@ -127,6 +127,10 @@ typedef struct {
   int64_t stride_state[3], stride_x[3], stride_dt[3], stride_A, stride_B[3], stride_C[3], stride_D[2], stride_z[3];
   int64_t stride_dt_bias, stride_out[3], stride_x_ring[3], stride_dt_ring[2], stride_B_ring[3];
   int32_t state_dtype, act_dtype, dt_softplus;
+  /* Device scratch of rs_mamba2_spec_workspace_size(batch, num_tokens, nheads, headdim)
+   * bytes (16-byte aligned): the outputs' part without the state's product, which a
+   * launch of its own then adds (the verify's default split). */
+  void* workspace;
 } rs_mamba2_spec_args;
 
 typedef struct {
@@ -156,6 +160,8 @@ typedef struct {
 RS_API int rs_mamba2_step(const rs_mamba2_step_args* args, void* stream);
 RS_API int rs_gdn_step(const rs_gdn_step_args* args, void* stream);
 RS_API int rs_mamba2_spec_verify(const rs_mamba2_spec_args* args, void* stream);
+/* Bytes of rs_mamba2_spec_args.workspace for a verify of this size. */
+RS_API int64_t rs_mamba2_spec_workspace_size(int64_t batch, int64_t num_tokens, int64_t nheads, int64_t headdim);
 RS_API int rs_gdn_spec_verify(const rs_gdn_spec_args* args, void* stream);
 /* After acceptance: accepted (B,) int32 tokens per row, bonus included; rows with <= 0 keep
  * their cursors. Slots entering decode: rs_reset_spec (pad_slot_id rows are skipped). */

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from trtllm_replayssm.ops.mamba2.spec import spec_workspace_numel
 from trtllm_replayssm.aot.library import (ROUTE_CODES, GDNSpecArgs, GDNStepArgs, KernelLibrary, Mamba2SpecArgs,
                                           Mamba2StepArgs)
 
@@ -164,7 +165,7 @@ def test_tensorrt_plugins_compile(aot_build, tmp_path):
 def test_c_abi_speculative_ops_check_their_arguments(lib):
     m = Mamba2SpecArgs()
     for name in ("state", "x", "dt", "A", "B", "C", "D", "dt_bias", "out", "slot_idx", "x_ring", "dt_ring", "B_ring",
-                 "write_pos", "origin", "is_flush"):
+                 "write_pos", "origin", "is_flush", "workspace"):
         setattr(m, name, 4096)
     m.batch, m.num_tokens, m.history_len, m.num_slots, m.nheads, m.headdim, m.dstate, m.ngroups = 4, 4, 16, 8, 128, 64, 128, 8
     m.dt_softplus, m.state_dtype, m.act_dtype = 1, 0, 1
@@ -177,6 +178,10 @@ def test_c_abi_speculative_ops_check_their_arguments(lib):
     bad = Mamba2SpecArgs.from_buffer_copy(m)
     bad.origin = None
     assert lib.lib.rs_mamba2_spec_verify(ctypes.byref(bad), None) == 1
+    bad = Mamba2SpecArgs.from_buffer_copy(m)
+    bad.workspace = None  # the verify's default split needs its scratch
+    assert lib.lib.rs_mamba2_spec_verify(ctypes.byref(bad), None) == 1 and "workspace" in lib.last_error()
+    assert lib.lib.rs_mamba2_spec_workspace_size(4, 4, 128, 64) == 4 * spec_workspace_numel(4, 4, 128, 64)
     g = GDNSpecArgs()
     g.num_tokens, g.history_len = 4, 16
     assert lib.lib.rs_gdn_spec_verify(ctypes.byref(g), None) == 1  # null pointers

@@ -361,6 +361,8 @@ def test_c_abi_mamba2_spec_verify_equals_jit(lib):
                 a.stride_dt_ring[:] = rings["dt_ring"].stride()[:2]
                 a.stride_B_ring[:] = rings["B_ring"].stride()[:3]
                 a.state_dtype, a.act_dtype, a.dt_softplus = DTYPE_CODES["fp32"], DTYPE_CODES["bf16"], 1
+                workspace = torch.empty(lib.lib.rs_mamba2_spec_workspace_size(batch, T, H, P) // 4, device="cuda")
+                a.workspace = workspace.data_ptr()
                 lib.check(lib.lib.rs_mamba2_spec_verify(ctypes.byref(a), None), "rs_mamba2_spec_verify")
                 lib.check(lib.lib.rs_commit_spec(wp.data_ptr(), origin.data_ptr(), flush.data_ptr(), slots_n,
                                                  accepted.data_ptr(), slots.data_ptr(), batch, T, Bh, -1, None),
@@ -369,7 +371,8 @@ def test_c_abi_mamba2_spec_verify_equals_jit(lib):
         torch.cuda.synchronize()
         assert flushed >= batch, flushed  # every row flushed at least once on the way
         runs[path] = (outs, state, rings["x_ring"], wp, origin)
-    assert m2_spec.flush_row_block(P // m2_spec.SPEC_CONFIG.block_p * H, batch) == 4  # the fold launch's blocks
+    fold_cfg = m2_spec.phase_config(m2_spec.SPEC_CONFIG, m2_spec.FOLD_ONLY)
+    assert m2_spec.flush_row_block(P // fold_cfg.block_p * H, batch) == 4  # the fold launch's blocks
     for t, (a, b) in enumerate(zip(runs["jit"][0], runs["c"][0])):
         assert torch.equal(a, b), f"verify {t}: outputs differ"
     for a, b in zip(runs["jit"][1:], runs["c"][1:]):

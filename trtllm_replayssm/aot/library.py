@@ -67,7 +67,8 @@ class Mamba2SpecArgs(ctypes.Structure):
                    ("stride_B", _i64 * 3), ("stride_C", _i64 * 3), ("stride_D", _i64 * 2), ("stride_z", _i64 * 3),
                    ("stride_dt_bias", _i64), ("stride_out", _i64 * 3), ("stride_x_ring", _i64 * 3),
                    ("stride_dt_ring", _i64 * 2), ("stride_B_ring", _i64 * 3)]
-                + [(n, _i32) for n in ("state_dtype", "act_dtype", "dt_softplus")])
+                + [(n, _i32) for n in ("state_dtype", "act_dtype", "dt_softplus")]
+                + [("workspace", _p)])
 
 
 class GDNSpecArgs(ctypes.Structure):
@@ -108,6 +109,8 @@ class KernelLibrary:
         lib.rs_advance_write_pos.argtypes = [_p, _i64, _i64, _p, _p, _i64, _i64, ctypes.c_int, _p]
         lib.rs_reset_write_pos.argtypes = [_p, _i64, _p, _i64, _i64, _p]
         lib.rs_mamba2_spec_verify.argtypes = [ctypes.POINTER(Mamba2SpecArgs), ctypes.c_void_p]
+        lib.rs_mamba2_spec_workspace_size.argtypes = [_i64, _i64, _i64, _i64]
+        lib.rs_mamba2_spec_workspace_size.restype = _i64
         lib.rs_gdn_spec_verify.argtypes = [ctypes.POINTER(GDNSpecArgs), ctypes.c_void_p]
         lib.rs_commit_spec.argtypes = [_p, _p, _p, _i64, _p, _p, _i64, _i64, _i64, _i64, _p]
         lib.rs_reset_spec.argtypes = [_p, _p, _p, _i64, _p, _i64, _i64, _i64, _i64, _p]

@@ -45,9 +45,12 @@ from .timing import capture, layers_for_cold_l2, time_graph_ms
 # the way past the 3.33x bound of split_fold 1 at T = 4) lost: 380-419 against 375 (its
 # flush rows' launch spills; commit 2866a0e, before the flush launches took row blocks).
 # split_fold 3 (the state's product in a lean launch of its own; the candidates set the
-# launch of the rest, the ring's part) comes first.
+# launch of the rest, the ring's part) comes first: H200, Super, T = 4, batch 128, us a
+# verify step (``spec_state_apart.json``): rows, warps, heads (64, 1, 16) 286; (64, 1, 8)
+# 290; (32, 1, 16) 310; (64, 2, 16) 312; (16, 1, 16) 341; (32, 2, 8) 356. 128 rows serve
+# Nano's headdim 80 in one tile.
 MAMBA2_SPEC_CANDIDATES = [LaunchConfig(b, w, heads_per_prog=h, split_fold=3)
-                          for b, w, h in [(16, 1, 16), (32, 2, 16), (16, 1, 8), (64, 4, 16), (32, 1, 16)]] + \
+                          for b, w, h in [(64, 1, 16), (128, 1, 16), (128, 2, 16), (64, 1, 8), (32, 1, 16)]] + \
     [LaunchConfig(b, w) for b, w in [(16, 1), (32, 2), (64, 4)]] + \
     [LaunchConfig(b, w, split_fold=1) for b, w in [(16, 1), (32, 2)]] + \
     [LaunchConfig(b, w, heads_per_prog=h, split_fold=s)

@@ -54,26 +54,27 @@ FLUSH_ROWS, NONFLUSH_ROWS, RING_PART = tl.constexpr(3), tl.constexpr(4), tl.cons
 # 3 then launches the state's product).
 PHASES = {0: (BOTH,), 1: (FOLD_ONLY, AFTER_FOLD), 2: (FLUSH_ROWS, NONFLUSH_ROWS), 3: (FOLD_ONLY, RING_PART)}
 STATE_APART = 3  # the split_fold whose outputs take a launch of the state's product
-# 16 rows of headdim a warp (each warp holds its tl.dot operands whole); one program for
-# all the heads of a group (its B.C products computed once); flush rows fold in a launch
-# of their own, which keeps the fold's registers out of the heads loop; the state's
-# product in a launch of its own (split_fold 3). H200, Super, T = 4, batch 128, us a
-# verify step: split_fold 1 367 (a non-flush step 300, with 255 registers and 12.5%
-# occupancy: latency-bound); the state's product alone streams the checkpoint at copy
-# bandwidth (130 us at batch 128, ``benchmarks/results/spec_state_apart.json``).
-SPEC_CONFIG = LaunchConfig(block_p=16, num_warps=1, heads_per_prog=16, split_fold=3)
+# The state's product in a launch of its own (split_fold 3), after the flush rows' fold;
+# the launch of the rest (the ring's part) takes a whole head's rows on one warp and all
+# the heads of a group (its B.C products computed once). H200, Super, T = 4, all
+# accepted, us a verify step at batch 128 / 512 (``benchmarks/results/spec_state_apart.json``):
+# split_fold 1 with 16 rows on one warp 365 / 1384 (its non-flush step 300: 255 registers,
+# 12.5% occupancy, latency-bound); split_fold 3, 16 rows 341 / 1272, 32 rows 310 / 1178,
+# 64 rows 286 / 1087 (a non-flush step 219: the state's product 130, at copy bandwidth,
+# the ring's part 67).
+SPEC_CONFIG = LaunchConfig(block_p=64, num_warps=1, heads_per_prog=16, split_fold=3)
 # The state's product launch (split_fold 3): rows of headdim a program, dstate columns a
 # step of its loop, warps, pipeline stages of the loop. H200, Super, batch 128 / 512: 32
 # rows, 64 columns, one warp, 2 stages 130 / 506 us; every tile from 16 to 128 rows on
 # 1-8 warps with 2-3 stages within 1% (``benchmarks/results/spec_state_apart.json``).
 STATE_PRODUCT_ROWS, STATE_PRODUCT_COLS, STATE_PRODUCT_WARPS, STATE_PRODUCT_STAGES = 32, 64, 1, 2
-# Rows, warps (and, for split_fold 2, heads) of the launch of the flush rows alone (the
-# fold-only launch of split_fold 1: always one head a program; the flush rows' whole step
-# of split_fold 2); None: the verify's rows and warps, one head a program (the fold holds
-# the whole state tile: 255 registers and 52 B spilled at 16 rows on one warp, 428 B
-# with a group's heads in the program). GDN's fold gained from one of
-# its own (``ops/gdn/spec.py``); this one did not (16 / 32 / 64 rows, 444-479 us).
-SPEC_FOLD_CONFIG: Optional[LaunchConfig] = None
+# Rows and warps of the launch of the flush rows alone (the fold-only launch of split_fold 1
+# and 3; the flush rows' whole step of split_fold 2), one head a program; None: the
+# verify's rows and warps. The fold holds the whole state tile (255 registers and 52 B
+# spilled at 16 rows on one warp); with the verify on 16 rows a warp, a fold launch on 32
+# or 64 rows lost (444-479 against 375 us); with the ring's part on 32 rows a warp, the
+# fold on the verify's rows cost 32 us a verify step more (Super, batch 128).
+SPEC_FOLD_CONFIG: Optional[LaunchConfig] = LaunchConfig(16, 1)
 # Whether the outputs' small products (the x tiles against their weights, [P, L] x [L, T]
 # and [P, T] x [T, T]) run as fp32 FMAs rather than two TF32 passes over a split weight.
 # Off: on GDN's verify the FMAs won (448 against 524 us), on this one they lost (H200,

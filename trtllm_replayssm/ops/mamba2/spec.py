@@ -61,8 +61,9 @@ STATE_APART = 3  # the split_fold whose outputs take a launch of the state's pro
 # split_fold 1 with 16 rows on one warp 365 / 1384 (its non-flush step 300: 255 registers,
 # 12.5% occupancy, latency-bound); split_fold 3, 16 rows 341 / 1272, 32 rows 310 / 1178,
 # 64 rows 286 / 1087 (a non-flush step 219: the state's product 130, at copy bandwidth,
-# the ring's part 67).
-SPEC_CONFIG = LaunchConfig(block_p=64, num_warps=1, heads_per_prog=16, split_fold=3)
+# the ring's part 67). 128 rows (cut to a head's, next_pow2(headdim)) take Nano's headdim
+# 80 in one tile: the tuner's pick there too (``benchmarks/results/spec.json``).
+SPEC_CONFIG = LaunchConfig(block_p=128, num_warps=1, heads_per_prog=16, split_fold=3)
 # The state's product launch (split_fold 3): rows of headdim a program, dstate columns a
 # step of its loop, warps, pipeline stages of the loop. H200, Super, batch 128 / 512: 32
 # rows, 64 columns, one warp, 2 stages 130 / 506 us; every tile from 16 to 128 rows on

@@ -65,10 +65,12 @@ STATE_APART = 3  # the split_fold whose outputs take a launch of the state's pro
 # 80 in one tile: the tuner's pick there too (``benchmarks/results/spec.json``).
 SPEC_CONFIG = LaunchConfig(block_p=128, num_warps=1, heads_per_prog=16, split_fold=3)
 # The state's product launch (split_fold 3): rows of headdim a program, dstate columns a
-# step of its loop, warps, pipeline stages of the loop. H200, Super, batch 128 / 512: 32
-# rows, 64 columns, one warp, 2 stages 130 / 506 us; every tile from 16 to 128 rows on
-# 1-8 warps with 2-3 stages within 1% (``benchmarks/results/spec_state_apart.json``).
-STATE_PRODUCT_ROWS, STATE_PRODUCT_COLS, STATE_PRODUCT_WARPS, STATE_PRODUCT_STAGES = 32, 64, 1, 2
+# step of its loop, warps, pipeline stages of the loop. H200, Super, T = 4, us a launch
+# at batch 128 / 512 (reading the checkpoint at copy bandwidth: 128 / 510): 32 rows, 32
+# columns, one warp, 3 stages 146 / 557; 32 x 64, 2 stages 148 / 570; 64 x 32 on 2
+# warps 150 / 570; 16 x 64 165 / 646; a whole row of 128 columns a step (no pipelining)
+# 176-191 / 688-744 (``benchmarks/results/spec_state_apart.json``).
+STATE_PRODUCT_ROWS, STATE_PRODUCT_COLS, STATE_PRODUCT_WARPS, STATE_PRODUCT_STAGES = 32, 32, 1, 3
 # Rows and warps of the launch of the flush rows alone (the fold-only launch of split_fold 1
 # and 3; the flush rows' whole step of split_fold 2), one head a program; None: the
 # verify's rows and warps. The fold holds the whole state tile (255 registers and 52 B
@@ -469,6 +471,18 @@ def spec_workspace_numel(batch: int, num_tokens: int, nheads: int, headdim: int)
     return batch * num_tokens * nheads * (headdim + 1)
 
 
+def spec_workspace(workspace: Optional[torch.Tensor], need: int, device) -> torch.Tensor:
+    """A verify's workspace (split_fold 3): the first ``need`` elements of the caller's,
+    checked (fp32, contiguous, large enough), or a new one."""
+    if workspace is None:
+        return torch.empty(need, dtype=torch.float32, device=device)
+    check_tensor("workspace", workspace, (None,), (torch.float32,), device)
+    check_contiguous("workspace", workspace)
+    if workspace.numel() < need:
+        raise ValueError(f"workspace must hold at least {need} fp32 elements, got {workspace.numel()}")
+    return workspace[:need]
+
+
 def selective_state_update_replayssm_spec(
     state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False, state_batch_indices=None,
     pad_slot_id=-1, out=None, *, x_ring, dt_ring, B_ring, write_pos, origin, is_flush, history_len: int,
@@ -527,15 +541,8 @@ def selective_state_update_replayssm_spec(
     check_split_fold(cfg)
     part = decay = out  # (placeholders for launches that take no workspace)
     if cfg.split_fold == STATE_APART:
-        need = spec_workspace_numel(Bsz, T, H, P)
-        if workspace is None:
-            workspace = torch.empty(need, dtype=torch.float32, device=x.device)
-        check_tensor("workspace", workspace, (None,), (torch.float32,), x.device)
-        check_contiguous("workspace", workspace)
-        if workspace.numel() < need:
-            raise ValueError(f"workspace must hold at least {need} fp32 elements (spec_workspace_numel), "
-                             f"got {workspace.numel()}")
-        part, decay = workspace[:Bsz * T * H * P], workspace[Bsz * T * H * P:need]
+        workspace = spec_workspace(workspace, spec_workspace_numel(Bsz, T, H, P), x.device)
+        part, decay = workspace[:Bsz * T * H * P], workspace[Bsz * T * H * P:]
     for phase in PHASES[cfg.split_fold]:
         phase_cfg = phase_config(cfg, phase)
         block_p = min(phase_cfg.block_p, triton.next_power_of_2(P))

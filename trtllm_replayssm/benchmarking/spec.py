@@ -65,10 +65,7 @@ MAMBA2_SPEC_CANDIDATES = [LaunchConfig(b, w, heads_per_prog=h, split_fold=3)
 # (an illegal memory access, Triton 3.6). Folding a flush row inside the verify (state read
 # once) ran 555-1164 (the fold's registers in every program), and 2 pipeline stages in
 # the chunk loop instead of 3-4 lost 36 (``gdn_spec_fold_in_verify.json``, commit b8e31c5).
-# split_fold 3 (the state's product in a launch of its own, as Mamba2's) comes first.
-GDN_SPEC_CANDIDATES = [LaunchConfig(b, w, heads_per_prog=h, split_fold=3)
-                       for b, w, h in [(128, 4, 4), (128, 2, 4), (64, 2, 4), (128, 4, 2), (64, 1, 4)]] + \
-    [LaunchConfig(b, w, heads_per_prog=h, split_fold=1, key_chunk=c)
+GDN_SPEC_CANDIDATES = [LaunchConfig(b, w, heads_per_prog=h, split_fold=1, key_chunk=c)
                        for b, w, h, c in [(128, 4, 4, 32), (128, 4, 4, 64), (128, 4, 1, 32), (64, 2, 4, 64),
                                           (64, 4, 4, 0), (32, 2, 4, 0)]] + \
     [LaunchConfig(b, w, heads_per_prog=h, split_fold=2, key_chunk=c)  # the flush rows' whole step apart: 400-430

@@ -38,9 +38,8 @@ from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_last_dim_contiguous
 from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, load_spec_row,
                       native_dot, ring_positions, small_matmul, store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel
-from ..mamba2.spec import (AFTER_FOLD, BOTH, FLUSH_ROWS, FOLD_ONLY, MAX_T, NONFLUSH_ROWS, RING_PART, STATE_APART,
-                           _check_cursors, _check_spec_sizes, check_split_fold, leaves_row, ring_capacity,
-                           spec_workspace)
+from ..mamba2.spec import (AFTER_FOLD, BOTH, FLUSH_ROWS, FOLD_ONLY, MAX_T, NONFLUSH_ROWS, _check_cursors,
+                           _check_spec_sizes, check_split_fold, leaves_row, ring_capacity)
 from .step_inputs import parse_gdn_step
 
 RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -54,10 +53,6 @@ GDN_SPEC_CONFIG = LaunchConfig(block_p=128, num_warps=4, heads_per_prog=4, split
 # The fold-only launch before the tl.dot verify: 64 rows of V on 4 warps (the chunked
 # kernel's fold at 126 registers a thread; at the verify's 128 rows, 220).
 GDN_SPEC_FOLD_CONFIG = LaunchConfig(block_p=64, num_warps=4)
-# The state's product launch of split_fold 3 (``_gdn_spec_state_product_kernel``): rows of
-# V a program, key columns a step of its loop, warps, pipeline stages of the loop (the
-# Mamba2 verify's, ``STATE_PRODUCT_ROWS``, ...).
-GDN_STATE_PRODUCT_ROWS, GDN_STATE_PRODUCT_COLS, GDN_STATE_PRODUCT_WARPS, GDN_STATE_PRODUCT_STAGES = 32, 32, 1, 3
 # Whether the verify runs on tl.dot (:func:`_gdn_spec_verify_dot_kernel`, after a fold-only
 # launch) where the tiles allow (>= 16 rows of V and key columns); False keeps the chunked
 # FMA kernel for every phase (a benchmark's comparison).
@@ -278,50 +273,6 @@ def _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_k, mask_k, tok, is_
 
 
 @triton.jit(do_not_specialize=["num_slots"])
-def _gdn_spec_state_product_kernel(
-    state_ptr, q_ptr, k_ptr, sx_ptr, wp_ptr, origin_ptr, flush_ptr, slot_idx_ptr,
-    num_slots, head_k_dim, head_v_dim, num_v_heads, v_heads_per_k_head, capacity, pad_slot_id,
-    stride_state_slot, stride_state_h, stride_state_v, stride_q_b, stride_q_t, stride_q_h,
-    stride_k_b, stride_k_t, stride_k_h,
-    HAS_SLOT_IDX: tl.constexpr, NUM_TOKENS: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
-    KEY_CHUNK: tl.constexpr, BUF: tl.constexpr, EXACT_X: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    ONE_PASS_PRECISION: tl.constexpr, EVEN_TILE: tl.constexpr, STAGES: tl.constexpr,
-):
-    """split_fold 3's second launch (after the flush rows' fold): the checkpoint against the
-    drafts' raw keys and queries, ``S_0 X [V, 16]``, to the workspace ``sx [B, HV, 16, V]``
-    (the columns of real drafts only), which the verify (``RING_PART``) scales and builds
-    on. It holds a chunk of the checkpoint and of ``X`` at a time, so it streams the
-    state at copy bandwidth where the verify with the product in it was latency-bound."""
-    pid_v = tl.program_id(0)
-    hv = tl.program_id(1)
-    pid_b = tl.program_id(2)
-    slot, wp, origin, is_flush, is_pad, is_bad = load_spec_row(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, pid_b,
-                                                               num_slots, NUM_TOKENS, capacity, pad_slot_id,
-                                                               HAS_SLOT_IDX, BUF)
-    if is_pad | is_bad:  # (the verify launch reports a bad row)
-        return
-    offs_v = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
-    offs_u = tl.arange(0, 2 * DRAFT_COLS)
-    mask_v = dim_mask(offs_v, head_v_dim, EVEN_TILE)
-    tok = offs_u % DRAFT_COLS
-    is_key = offs_u < DRAFT_COLS
-    mask_u = tok < NUM_TOKENS
-    h = hv // v_heads_per_k_head
-    k_base = k_ptr + pid_b * stride_k_b + h * stride_k_h
-    q_base = q_ptr + pid_b * stride_q_b + h * stride_q_h
-    state_rows = state_ptr + slot * stride_state_slot + hv * stride_state_h + offs_v[:, None] * stride_state_v
-    SX = tl.zeros((BLOCK_V, 2 * DRAFT_COLS), tl.float32)
-    for c in tl.range(0, BLOCK_K // KEY_CHUNK, num_stages=STAGES):
-        offs_c = c * KEY_CHUNK + tl.arange(0, KEY_CHUNK)
-        mask_c = dim_mask(offs_c, head_k_dim, EVEN_TILE)
-        S0 = tl.load(state_rows + offs_c[None, :], mask=mask_v[:, None] & mask_c[None, :], other=0.0)
-        Xc = _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_c, mask_c, tok, is_key, mask_u)
-        SX += small_matmul(S0.to(tl.float32), Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
-    tl.store(sx_ptr + ((pid_b.to(tl.int64) * num_v_heads + hv) * (2 * DRAFT_COLS) + offs_u[None, :]) * head_v_dim
-             + offs_v[:, None], SX, mask=mask_v[:, None] & mask_u[None, :])
-
-
-@triton.jit(do_not_specialize=["num_slots"])
 def _gdn_spec_verify_dot_kernel(
     state_ptr, d_ring_ptr, k_ring_ptr, g_ring_ptr, wp_ptr, origin_ptr, flush_ptr,
     q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr,
@@ -330,7 +281,7 @@ def _gdn_spec_verify_dot_kernel(
     stride_dr_slot, stride_dr_h, stride_dr_l, stride_kr_slot, stride_kr_h, stride_kr_l, stride_gr_slot, stride_gr_h,
     stride_q_b, stride_q_t, stride_q_h, stride_k_b, stride_k_t, stride_k_h, stride_v_b, stride_v_t, stride_v_h,
     stride_a_b, stride_a_t, stride_a_h, stride_b_b, stride_b_t, stride_b_h, stride_out_b, stride_out_t, stride_out_h,
-    scale, softplus_beta, softplus_threshold, sx_ptr, num_v_heads,
+    scale, softplus_beta, softplus_threshold,
     USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
     BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BUF: tl.constexpr, BLOCK_L: tl.constexpr,
     EXACT_X: tl.constexpr, DOT_PRECISION: tl.constexpr,
@@ -341,8 +292,7 @@ def _gdn_spec_verify_dot_kernel(
     after the flush rows' fold launch (``PHASE`` = ``AFTER_FOLD``), or of the flush rows
     alone, folding their history on the way through (``FLUSH_ROWS``: a state chunk is read
     once, folded, stored and multiplied), or of the other rows alone (``NONFLUSH_ROWS``,
-    compiled without the fold), or of every row after the fold and the state's product
-    launches (``RING_PART``: ``S_0 X`` read from the workspace ``sx``).
+    compiled without the fold).
 
     The drafts' raw keys and queries are the columns of one tile ``X [K, 16]`` (key t at
     column t, query t at ``DRAFT_COLS + t``), so the checkpoint meets all 2T vectors in
@@ -379,7 +329,7 @@ def _gdn_spec_verify_dot_kernel(
     if leaves_row(is_flush, PHASE):
         return
     n_hist = wp
-    if PHASE == AFTER_FOLD or PHASE == RING_PART:
+    if PHASE == AFTER_FOLD:
         n_hist = tl.where(is_flush, 0, wp)  # a flush row's history is in its checkpoint already
     h = hv0 // v_heads_per_k_head
     phys_u = (origin + wp + tok) & (BUF - 1)  # where draft tok(u) goes (logical wp + t)
@@ -458,10 +408,7 @@ def _gdn_spec_verify_dot_kernel(
                 SX += small_matmul(S_h, Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
             SX = SX * col_scale[None, :]
         else:
-            if PHASE == RING_PART:  # S_0 X from the state's product launch
-                SX = tl.load(sx_ptr + ((pid_b.to(tl.int64) * num_v_heads + hv) * (2 * DRAFT_COLS) + offs_u[None, :])
-                             * head_v_dim + offs_v[:, None], mask=mask_vu, other=0.0)
-            elif KEY_CHUNK == BLOCK_K:
+            if KEY_CHUNK == BLOCK_K:
                 S0 = tl.load(state_rows + offs_k[None, :], mask=mask_v[:, None] & mask_k[None, :], other=0.0)
                 SX = small_matmul(S0.to(tl.float32), Xf, True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
             else:
@@ -508,16 +455,10 @@ def _gdn_spec_verify_dot_kernel(
                  O.to(out_ptr.dtype.element_ty), mask=mask_vu & ~is_key[None, :])
 
 
-def gdn_spec_workspace_numel(batch: int, num_v_heads: int, head_v_dim: int) -> int:
-    """fp32 elements of a verify's workspace (split_fold 3): ``S_0 X``, ``[batch, HV, 16, V]``."""
-    return batch * num_v_heads * 2 * MAX_T * head_v_dim
-
-
 def gdn_replayssm_spec_decode(
     state, q, k, v, a, b, A_log, dt_bias, scale=None, use_qk_l2norm=True, initial_state_indices=None,
     pad_slot_id=-1, out=None, softplus_beta=1.0, softplus_threshold=20.0, *, d_ring, k_ring, g_ring,
     write_pos, origin, is_flush, history_len: int, config: Optional[LaunchConfig] = None,
-    workspace: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """One GDN speculative verify step: ``q, k (B, T, H, K)``, ``v (B, T, HV, V)``,
     ``a, b (B, T, HV)``; returns ``out (B, T, HV, V)``. Ring of this layer:
@@ -525,12 +466,8 @@ def gdn_replayssm_spec_decode(
     fp32, ``buf = ring_capacity(T, history_len)``; cursors as for Mamba2, moved by
     :func:`commit_replayssm_spec`. ``config`` (default :data:`GDN_SPEC_CONFIG`): rows of V
     a program (``block_p``), warps, value heads of a key head a program (``heads_per_prog``)
-    and key columns a chunk (``key_chunk``) of the tl.dot verify, and ``split_fold`` (1: the
-    flush rows fold first; 2: they take their whole step in a launch of their own; 3: they
-    fold first and the state's product ``S_0 X`` takes a launch of its own, through
-    ``workspace``, fp32, at least :func:`gdn_spec_workspace_numel` elements, allocated per
-    call if not given); the chunked FMA kernel (tiles below 16) takes ``block_p``, the warps
-    and ``split_fold``."""
+    and key columns a chunk (``key_chunk``) of the tl.dot verify; the chunked FMA kernel
+    (tiles below 16) takes ``block_p``, the warps and ``split_fold``."""
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         raise ValueError("q must have shape (batch, T, num_k_heads, head_k_dim)")
     Bsz, T = q.shape[0], q.shape[1]
@@ -585,26 +522,9 @@ def gdn_replayssm_spec_decode(
                       EXACT_B=exact_in_tf32(k_ring.dtype), K_CHUNK=fma_key_chunk(block_k),
                       EVEN_TILE=even_tile(V, rows, K, block_k), num_warps=num_warps, **shared)
 
-    check_split_fold(cfg)
-    sx = out  # (a placeholder where no launch takes the workspace)
+    check_split_fold(cfg, supported=(0, 1, 2))
     if use_dot and VERIFY_ON_DOT:
-        if cfg.split_fold == STATE_APART:
-            sx = spec_workspace(workspace, gdn_spec_workspace_numel(Bsz, HV, V), q.device)
-            launch_chunked(FOLD_ONLY, GDN_SPEC_FOLD_CONFIG.block_p, GDN_SPEC_FOLD_CONFIG.num_warps)
-            rows = min(GDN_STATE_PRODUCT_ROWS, triton.next_power_of_2(V))
-            launch_kernel(_gdn_spec_state_product_kernel, (triton.cdiv(V, rows), HV, Bsz),
-                          state, q, k, sx, write_pos, origin, is_flush,
-                          initial_state_indices if initial_state_indices is not None else write_pos,
-                          slots, K, V, HV, HV // H, capacity, pad_slot_id,
-                          state.stride(0), state.stride(1), state.stride(2), q.stride(0), q.stride(1), q.stride(2),
-                          k.stride(0), k.stride(1), k.stride(2),
-                          HAS_SLOT_IDX=initial_state_indices is not None, NUM_TOKENS=T, BLOCK_V=rows, BLOCK_K=block_k,
-                          KEY_CHUNK=min(GDN_STATE_PRODUCT_COLS, block_k), BUF=buf,
-                          EXACT_X=exact_in_tf32(q.dtype) and exact_in_tf32(k.dtype), DOT_PRECISION=DOT_PRECISION,
-                          ONE_PASS_PRECISION=ONE_PASS_PRECISION, EVEN_TILE=even_tile(V, rows, K, block_k),
-                          STAGES=GDN_STATE_PRODUCT_STAGES, num_warps=GDN_STATE_PRODUCT_WARPS)
-            row_launches = (RING_PART,)
-        elif cfg.split_fold == 2:
+        if cfg.split_fold == 2:
             # The flush rows fold and verify in a launch of their own (their state read
             # once), the other rows in one compiled without the fold.
             row_launches = (FLUSH_ROWS, NONFLUSH_ROWS)
@@ -620,7 +540,7 @@ def gdn_replayssm_spec_decode(
                           BLOCK_V=block_v, EXACT_X=exact_in_tf32(q.dtype) and exact_in_tf32(k.dtype),
                           HEADS_PER_PROG=hpp, KEY_CHUNK=min(cfg.key_chunk or block_k, block_k), NUM_TOKENS=T,
                           SMALL_PRECISION=SMALL_DOT_PRECISION, EVEN_TILE=even_tile(V, block_v, K, block_k),
-                          PHASE=phase.value, sx_ptr=sx, num_v_heads=HV, num_warps=cfg.num_warps, **shared)
+                          PHASE=phase.value, num_warps=cfg.num_warps, **shared)
     else:  # (split_fold 2 folds apart here, as 1 does: its flush rows' launch is the tl.dot verify's)
         for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
             launch_chunked(phase, cfg.block_p, cfg.num_warps)

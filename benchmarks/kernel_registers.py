@@ -116,7 +116,8 @@ def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16):
 
 def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
     """Speculative verify kernels, Super (P 64, N 128, 16 heads a group) and Qwen3.5-122B (K = V = 128, 4 value heads
-    a key head) tiles; a ``split_fold`` config is two launches (the fold of flush rows, then the verify)."""
+    a key head) tiles; a ``split_fold`` config is two launches (the fold of flush rows, then the verify), or for
+    split_fold 3 three (the fold, the ring's part, the state's product)."""
     buf = m2_spec.ring_capacity(T, history_len)
     common = dict(HAS_SLOT_IDX=True, BUF=buf, BLOCK_L=max(16, buf), DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32",
                   EVEN_TILE=True)
@@ -134,6 +135,13 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
             STATE_CHUNK=(cfg.key_chunk or 128) if phase in (m2_spec.AFTER_FOLD, m2_spec.NONFLUSH_ROWS) else 128,
             SMALL_ON_FMA=m2_spec.SMALL_ON_FMA, ROW_BLOCK=flush_rows(phase)), launch_cfg.num_warps
 
+    def mamba2_state_product():  # split_fold 3's last launch, on its module-level tile
+        rows = min(m2_spec.STATE_PRODUCT_ROWS, 64)
+        return m2_spec._spec_state_product_kernel, dict(
+            HAS_Z=True, HAS_SLOT_IDX=True, NUM_TOKENS=T, BLOCK_P=rows, BLOCK_K=m2_spec.STATE_PRODUCT_COLS, BLOCK_N=128,
+            BLOCK_T=m2_spec.token_tile(T, use_dot=True), BUF=buf, USE_DOT=True, EXACT_B=True, DOT_PRECISION="tf32x3",
+            ONE_PASS_PRECISION="tf32", EVEN_TILE=True, STAGES=m2_spec.STATE_PRODUCT_STAGES), m2_spec.STATE_PRODUCT_WARPS
+
     def gdn_phase(cfg, phase):  # the chunked kernel's fold-only launch (a config of its own), then the tl.dot verify
         shape = dict(common, USE_QK_L2NORM=True, BLOCK_K=128)
         if phase is m2_spec.FOLD_ONLY:  # k ring in fp32 (the default)
@@ -149,9 +157,12 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
     for family, phase_kernel, candidates in (("mamba2", mamba2_phase, MAMBA2_SPEC_CANDIDATES),
                                              ("gdn", gdn_phase, GDN_SPEC_CANDIDATES)):
         for cfg in candidates:
-            names = {0: ["verify+fold"], 1: ["fold", "verify"], 2: ["flush rows", "other rows"]}[cfg.split_fold]
+            names = {0: ["verify+fold"], 1: ["fold", "verify"], 2: ["flush rows", "other rows"],
+                     3: ["fold", "ring part"]}[cfg.split_fold]
             regs = ", ".join(f"{name} {registers(*phase_kernel(cfg, p), state_dtype)}"
                              for name, p in zip(names, m2_spec.PHASES[cfg.split_fold]))
+            if cfg.split_fold == m2_spec.STATE_APART:
+                regs += f", state product {registers(*mamba2_state_product(), state_dtype)}"
             yield [family, f"spec T={T}", str(cfg), regs]
 
 

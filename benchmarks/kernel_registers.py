@@ -150,9 +150,15 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
                                                           BLOCK_T=triton.next_power_of_2(T),
                                                           K_CHUNK=gdn_spec.fma_key_chunk(128), EXACT_B=False), fold.num_warps
         dot = dict(shape, BLOCK_V=cfg.block_p, EXACT_X=True, KEY_CHUNK=cfg.key_chunk or 128, NUM_TOKENS=T,
-                   SMALL_PRECISION=gdn_spec.SMALL_DOT_PRECISION, PHASE=phase.value,
+                   SMALL_PRECISION=gdn_spec.SMALL_DOT_PRECISION, PHASE=phase.value, SOLVE_APART=gdn_spec.SOLVE_APART,
                    HEADS_PER_PROG=gdn_spec.dot_heads_per_program(cfg, 4, phase))
         return gdn_spec._gdn_spec_verify_dot_kernel, dot, cfg.num_warps
+
+    def gdn_solve():  # the drafts' solve in a launch of its own (SOLVE_APART)
+        return gdn_spec._gdn_spec_solve_kernel, dict(
+            USE_QK_L2NORM=True, HAS_SLOT_IDX=True, BLOCK_K=128, BUF=buf, EXACT_X=True, DOT_PRECISION="tf32x3",
+            ONE_PASS_PRECISION="tf32", NUM_TOKENS=T, SMALL_PRECISION=gdn_spec.SMALL_DOT_PRECISION, EVEN_TILE=True,
+            BLOCK_V=128), gdn_spec.SOLVE_WARPS
 
     for family, phase_kernel, candidates in (("mamba2", mamba2_phase, MAMBA2_SPEC_CANDIDATES),
                                              ("gdn", gdn_phase, GDN_SPEC_CANDIDATES)):
@@ -161,8 +167,10 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
                      3: ["fold", "ring part"]}[cfg.split_fold]
             regs = ", ".join(f"{name} {registers(*phase_kernel(cfg, p), state_dtype)}"
                              for name, p in zip(names, m2_spec.PHASES[cfg.split_fold]))
-            if cfg.split_fold == m2_spec.STATE_APART:
+            if family == "mamba2" and cfg.split_fold == m2_spec.STATE_APART:
                 regs += f", state product {registers(*mamba2_state_product(), state_dtype)}"
+            if family == "gdn" and gdn_spec.SOLVE_APART:
+                regs = f"solve {registers(*gdn_solve(), state_dtype)}, " + regs
             yield [family, f"spec T={T}", str(cfg), regs]
 
 

@@ -530,7 +530,11 @@ int rs_mamba2_spec_verify(const rs_mamba2_spec_args* a, void* stream) {
   X(stride_a_b, INT(a->stride_a[0])) X(stride_a_t, INT(a->stride_a[1])) X(stride_a_h, INT(a->stride_a[2]))       \
   X(stride_b_b, INT(a->stride_b[0])) X(stride_b_t, INT(a->stride_b[1])) X(stride_b_h, INT(a->stride_b[2]))       \
   X(stride_out_b, INT(a->stride_out[0])) X(stride_out_t, INT(a->stride_out[1])) X(stride_out_h, INT(a->stride_out[2])) \
-  X(scale, FLT(scale)) X(softplus_beta, FLT(a->softplus_beta)) X(softplus_threshold, FLT(a->softplus_threshold))
+  X(scale, FLT(scale)) X(softplus_beta, FLT(a->softplus_beta)) X(softplus_threshold, FLT(a->softplus_threshold))     \
+  X(solve_ptr, PTR(a->workspace)) X(num_v_heads, INT(a->num_v_heads))
+
+/* The workspace: fp32 [batch, HV, 16, 16], the drafts' solve (ops/gdn/spec.py, gdn_spec_workspace_numel). */
+int64_t rs_gdn_spec_workspace_size(int64_t batch, int64_t num_v_heads) { return 4 * batch * num_v_heads * 256; }
 
 int rs_gdn_spec_verify(const rs_gdn_spec_args* a, void* stream) {
   if (!a) return fail(RS_ERR_INVALID_ARGUMENT, "args is NULL");
@@ -540,6 +544,8 @@ int rs_gdn_spec_verify(const rs_gdn_spec_args* a, void* stream) {
   if (!a->state || !a->q || !a->k || !a->v || !a->a || !a->b || !a->A_log || !a->dt_bias || !a->out || !a->d_ring ||
       !a->k_ring || !a->g_ring || !a->write_pos || !a->origin || !a->is_flush)
     return fail(RS_ERR_INVALID_ARGUMENT, "a required pointer is NULL");
+  if (!a->workspace)
+    return fail(RS_ERR_INVALID_ARGUMENT, "workspace is NULL (it needs rs_gdn_spec_workspace_size bytes)");
   if (!a->slot_idx) return fail(RS_ERR_UNSUPPORTED, "the AOT build covers calls with slot indices");
   int status = check_spec_sizes(a->num_tokens, a->history_len);
   if (status != RS_SUCCESS) return status;

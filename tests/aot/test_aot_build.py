@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from trtllm_replayssm.ops.gdn.spec import gdn_spec_workspace_numel
 from trtllm_replayssm.ops.mamba2.spec import spec_workspace_numel
 from trtllm_replayssm.aot.library import (ROUTE_CODES, GDNSpecArgs, GDNStepArgs, KernelLibrary, Mamba2SpecArgs,
                                           Mamba2StepArgs)
@@ -185,6 +186,7 @@ def test_c_abi_speculative_ops_check_their_arguments(lib):
     g = GDNSpecArgs()
     g.num_tokens, g.history_len = 4, 16
     assert lib.lib.rs_gdn_spec_verify(ctypes.byref(g), None) == 1  # null pointers
+    assert lib.lib.rs_gdn_spec_workspace_size(4, 64) == 4 * gdn_spec_workspace_numel(4, 64)
     assert lib.lib.rs_commit_spec(4096, 4096, 4096, 8, None, 4096, 4, 4, 16, -1, None) == 1
     assert lib.lib.rs_reset_spec(4096, 4096, 4096, 8, 4096, 2, 4, 70, -1, None) == 1  # history > 64
     if not ctypes.util.find_library("cuda"):

@@ -119,6 +119,38 @@ def test_flush_rows_take_their_whole_step_in_their_own_launch(config):
     assert min(flushes.values()) >= 1, flushes
 
 
+@pytest.mark.parametrize("split_fold", [1, 2])
+def test_solve_in_the_verify_or_apart(monkeypatch, split_fold):
+    """``SOLVE_APART`` off: every verify program forms the drafts' solve in its loop over
+    value heads (the default has a launch of its own form it, through the workspace)."""
+    monkeypatch.setattr(gdn_spec_module, "SOLVE_APART", False)
+    geom = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=32, head_v_dim=16)
+    flushes = run_gdn_spec_fuzz(T=5, Bh=8, steps=14, seed=19, geom=geom,
+                                config=LaunchConfig(16, 1, heads_per_prog=2, split_fold=split_fold, key_chunk=16))
+    assert min(flushes.values()) >= 1, flushes
+
+
+def test_workspace_is_checked():
+    """The solve launch's workspace: too small raises before any launch; one larger than
+    needed is used from its start."""
+    H, HV, K, V, T, Bh, Bsz = GEOM.num_k_heads, GEOM.num_v_heads, GEOM.head_k_dim, GEOM.head_v_dim, 2, 4, 2
+    buf = ring_capacity(T, Bh)
+    rand = lambda *shape: torch.randn(*shape, device=DEVICE)  # noqa: E731
+    need = gdn_spec_module.gdn_spec_workspace_numel(Bsz, HV)
+    assert need == Bsz * HV * 16 * 16
+    kw = dict(d_ring=torch.zeros(Bsz, HV, buf, V, device=DEVICE), k_ring=torch.zeros(Bsz, H, buf, K, device=DEVICE),
+              g_ring=torch.zeros(Bsz, HV, buf, device=DEVICE), history_len=Bh,
+              write_pos=torch.zeros(Bsz, dtype=torch.int32, device=DEVICE),
+              origin=torch.zeros(Bsz, dtype=torch.int32, device=DEVICE),
+              is_flush=torch.zeros(Bsz, dtype=torch.int8, device=DEVICE))
+    args = (torch.zeros(Bsz, HV, V, K, device=DEVICE), rand(Bsz, T, H, K), rand(Bsz, T, H, K), rand(Bsz, T, HV, V),
+            rand(Bsz, T, HV), rand(Bsz, T, HV), rand(HV), rand(HV))
+    with pytest.raises(ValueError, match="workspace must hold at least"):
+        gdn_replayssm_spec_decode(*args, **kw, workspace=torch.empty(need - 1, device=DEVICE))
+    out = gdn_replayssm_spec_decode(*args, **kw, workspace=torch.full((need + 7,), float("nan"), device=DEVICE))
+    assert not torch.isnan(out).any()
+
+
 def test_bad_split_fold_is_rejected():
     with pytest.raises(ValueError, match="split_fold"):
         run_gdn_spec_fuzz(T=2, Bh=2, steps=1, config=LaunchConfig(16, 1, split_fold=3))

@@ -81,7 +81,8 @@ class GDNSpecArgs(ctypes.Structure):
                 + [(f"stride_{n}", _i64 * 3) for n in ("state", "q", "k", "v", "a", "b", "out", "d_ring", "k_ring")]
                 + [("stride_g_ring", _i64 * 2)]
                 + [(n, _f) for n in ("scale", "softplus_beta", "softplus_threshold")]
-                + [(n, _i32) for n in ("state_dtype", "act_dtype")])
+                + [(n, _i32) for n in ("state_dtype", "act_dtype")]
+                + [("workspace", _p)])
 
 
 def candidate_paths() -> List[Path]:
@@ -111,6 +112,8 @@ class KernelLibrary:
         lib.rs_mamba2_spec_verify.argtypes = [ctypes.POINTER(Mamba2SpecArgs), ctypes.c_void_p]
         lib.rs_mamba2_spec_workspace_size.argtypes = [_i64, _i64, _i64, _i64]
         lib.rs_mamba2_spec_workspace_size.restype = _i64
+        lib.rs_gdn_spec_workspace_size.argtypes = [_i64, _i64]
+        lib.rs_gdn_spec_workspace_size.restype = _i64
         lib.rs_gdn_spec_verify.argtypes = [ctypes.POINTER(GDNSpecArgs), ctypes.c_void_p]
         lib.rs_commit_spec.argtypes = [_p, _p, _p, _i64, _p, _p, _i64, _i64, _i64, _i64, _p]
         lib.rs_reset_spec.argtypes = [_p, _p, _p, _i64, _p, _i64, _i64, _i64, _i64, _p]

@@ -39,7 +39,7 @@ from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, ex
                       native_dot, ring_positions, small_matmul, store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel
 from ..mamba2.spec import (AFTER_FOLD, BOTH, FLUSH_ROWS, FOLD_ONLY, MAX_T, NONFLUSH_ROWS, _check_cursors,
-                           _check_spec_sizes, check_split_fold, leaves_row, ring_capacity)
+                           _check_spec_sizes, check_split_fold, leaves_row, ring_capacity, spec_workspace)
 from .step_inputs import parse_gdn_step
 
 RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -62,6 +62,12 @@ VERIFY_ON_DOT = True
 # tf32x3 on the tensor cores (H200, Qwen3.5-122B, T = 4, batch 128, 128 rows on 4 warps:
 # 448 against 524 us; on 2 warps tf32x3 was ahead, 484 against 551).
 SMALL_DOT_PRECISION = "ieee"
+# Whether the drafts' solve (``Z`` [16, 16] a row and value head: the Gram, the gates and
+# the chain of small products of (I + M)^-1) runs in a launch of its own ahead of the tl.dot
+# verify (``_gdn_spec_solve_kernel``, a program a row and value head, through a workspace
+# of 1 KB each) rather than in every verify program's loop over heads.
+SOLVE_APART = True
+SOLVE_WARPS = 1
 
 
 def dot_heads_per_program(cfg: LaunchConfig, v_heads_per_k_head: int, phase) -> int:
@@ -272,6 +278,112 @@ def _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_k, mask_k, tok, is_
     return tl.where(is_key[None, :], X_key, X_query)
 
 
+@triton.jit
+def _draft_gates(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv, stride_a_b, stride_a_t, stride_a_h, stride_b_b,
+                 stride_b_t, stride_b_h, softplus_beta, softplus_threshold, offs_u, tok, is_key, mask_u):
+    """A value head's drafts' gates per column of the draft tile (both halves carry their
+    draft's): the log-decay ``g``, ``beta``, ``A_u`` (g summed over drafts 0..tok(u)) and
+    the decays between columns ``exp(A_u - A_s)`` [16, 16]."""
+    xg = (tl.load(a_ptr + pid_b * stride_a_b + tok * stride_a_t + hv * stride_a_h, mask=mask_u, other=0.0)
+          .to(tl.float32) + tl.load(dt_bias_ptr + hv).to(tl.float32))
+    sp = tl.where(softplus_beta * xg <= softplus_threshold,
+                  tl.log(1.0 + tl.exp(softplus_beta * xg)) / softplus_beta, xg)
+    g_u = tl.where(mask_u, -tl.exp(tl.load(A_log_ptr + hv).to(tl.float32)) * sp, 0.0)
+    beta = tl.where(mask_u, tl.sigmoid(tl.load(b_ptr + pid_b * stride_b_b + tok * stride_b_t + hv * stride_b_h,
+                                               mask=mask_u, other=0.0).to(tl.float32)), 0.0)
+    A_u = tl.sum(tl.where(is_key[None, :] & (offs_u[None, :] <= tok[:, None]), g_u[None, :], 0.0), axis=1)
+    decay_us = tl.exp(tl.minimum(A_u[:, None] - A_u[None, :], 0.0))  # [u, s]
+    return g_u, beta, A_u, decay_us
+
+
+@triton.jit
+def _solve_weights(Gram, beta, decay_us, offs_u, tok, is_key, mask_u, NUM_TOKENS: tl.constexpr,
+                   SMALL_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr):
+    """``Z`` [16, 16] of a value head: ``R Z`` gives the drafts' corrected values on the key
+    columns and their share of the outputs on the query columns (see the dot kernel)."""
+    eye = tl.where(offs_u[:, None] == offs_u[None, :], 1.0, 0.0)
+    key_block = is_key[:, None] & is_key[None, :]
+    strictly_lower = key_block & (offs_u[None, :] < offs_u[:, None])  # [u, s]: s < u, both keys
+    # [u, s]: query u on key s <= tok(u)
+    causal_qk = (~is_key)[:, None] & is_key[None, :] & (offs_u[None, :] <= tok[:, None]) & mask_u[None, :]
+    # (I + M) D = R on the key columns: M[u, s] = beta_u exp(A_u - A_s) (k_s . k_u)
+    # for s < u, R[:, u] = beta_u (v_u - exp(A_u) S_h k_u); M^T = 0, so
+    # (I + M)^-1 = (I - M)(I + M^2)(I + M^4), the factors past T dropped.
+    M = tl.where(strictly_lower, beta[:, None] * decay_us * Gram, 0.0)
+    Inv = eye - M  # enough for T <= 2 (M^2 = 0)
+    if NUM_TOKENS > 2:
+        M2 = small_matmul(M, M, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)
+        Inv = small_matmul(Inv, eye + M2, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)
+        if NUM_TOKENS > 4:
+            M4 = small_matmul(M2, M2, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)
+            Inv = small_matmul(Inv, eye + M4, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)
+    # O[:, u] on the query columns: exp(A_u) S_h q_u + sum_{s <= tok(u)} exp(A_u - A_s) (q_u . k_s) d_s,
+    # i.e. D W^T with W[u, s] = exp(A_u - A_s) (q_u . k_s): one product, R Z with
+    # Z = Inv^T (I + W^T), gives D on the key columns and D W^T on the query columns.
+    W = tl.where(causal_qk, decay_us * Gram, 0.0)
+    return small_matmul(tl.trans(Inv), eye + tl.trans(W), True, False, SMALL_PRECISION, ONE_PASS_PRECISION)
+
+
+@triton.jit
+def _draft_columns(k_ptr, q_ptr, pid_b, h, stride_k_b, stride_k_t, stride_k_h, stride_q_b, stride_q_t, stride_q_h,
+                   offs_k, mask_k, tok, is_key, mask_u, scale, USE_QK_L2NORM: tl.constexpr, EXACT_X: tl.constexpr,
+                   DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr):
+    """The drafts' tile ``X [K, 16]`` of key head ``h`` (in the activations' dtype), the
+    columns' scales (inverse L2 norms; the queries' also take the attention scale) and the
+    scaled Gram ``[16, 16]`` (keys . keys, queries . keys)."""
+    X = _draft_tile(k_ptr + pid_b * stride_k_b + h * stride_k_h, q_ptr + pid_b * stride_q_b + h * stride_q_h,
+                    stride_k_t, stride_q_t, offs_k, mask_k, tok, is_key, mask_u)
+    Xf = X.to(tl.float32)
+    col_scale = tl.where(is_key, 1.0, scale)
+    if USE_QK_L2NORM:
+        col_scale = col_scale * tl.rsqrt(tl.sum(Xf * Xf, axis=0) + 1e-6)
+    Gram = native_dot(tl.trans(X), X, True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION) \
+        * col_scale[:, None] * col_scale[None, :]
+    return X, Xf, col_scale, Gram
+
+
+@triton.jit(do_not_specialize=["num_slots"])
+def _gdn_spec_solve_kernel(
+    q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, solve_ptr, wp_ptr, origin_ptr, flush_ptr, slot_idx_ptr,
+    num_slots, head_k_dim, num_v_heads, v_heads_per_k_head, capacity, pad_slot_id,
+    stride_q_b, stride_q_t, stride_q_h, stride_k_b, stride_k_t, stride_k_h,
+    stride_a_b, stride_a_t, stride_a_h, stride_b_b, stride_b_t, stride_b_h,
+    scale, softplus_beta, softplus_threshold,
+    USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr, BLOCK_K: tl.constexpr, BUF: tl.constexpr,
+    EXACT_X: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
+    NUM_TOKENS: tl.constexpr, SMALL_PRECISION: tl.constexpr, EVEN_TILE: tl.constexpr, BLOCK_V: tl.constexpr,
+):
+    """The drafts' solve of one (row, value head), ``Z [16, 16]`` (:func:`_solve_weights`),
+    to the workspace ``solve [B, HV, 16, 16]``, ahead of the verify (``SOLVE_APART``): it
+    depends on the drafts alone, and as a chain of small products in every program of the
+    verify's loop over heads it was latency the verify waited on. Grid ``(1, HV, B)``:
+    ``BLOCK_V`` is the head's whole V (the C launcher's grid is (V / BLOCK_V, heads, rows))."""
+    hv = tl.program_id(1)
+    pid_b = tl.program_id(2)
+    slot, wp, origin, is_flush, is_pad, is_bad = load_spec_row(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, pid_b,
+                                                               num_slots, NUM_TOKENS, capacity, pad_slot_id,
+                                                               HAS_SLOT_IDX, BUF)
+    if is_pad | is_bad:  # (the verify reports a bad row)
+        return
+    offs_k = tl.arange(0, BLOCK_K)
+    mask_k = dim_mask(offs_k, head_k_dim, EVEN_TILE)
+    offs_u = tl.arange(0, 2 * DRAFT_COLS)
+    tok = offs_u % DRAFT_COLS
+    is_key = offs_u < DRAFT_COLS
+    mask_u = tok < NUM_TOKENS
+    X, Xf, col_scale, Gram = _draft_columns(k_ptr, q_ptr, pid_b, hv // v_heads_per_k_head, stride_k_b, stride_k_t,
+                                            stride_k_h, stride_q_b, stride_q_t, stride_q_h, offs_k, mask_k, tok,
+                                            is_key, mask_u, scale, USE_QK_L2NORM, EXACT_X, DOT_PRECISION,
+                                            ONE_PASS_PRECISION)
+    g_u, beta, A_u, decay_us = _draft_gates(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv, stride_a_b, stride_a_t,
+                                            stride_a_h, stride_b_b, stride_b_t, stride_b_h, softplus_beta,
+                                            softplus_threshold, offs_u, tok, is_key, mask_u)
+    Z = _solve_weights(Gram, beta, decay_us, offs_u, tok, is_key, mask_u, NUM_TOKENS, SMALL_PRECISION,
+                       ONE_PASS_PRECISION)
+    tl.store(solve_ptr + ((pid_b.to(tl.int64) * num_v_heads + hv) * (2 * DRAFT_COLS) + offs_u[:, None])
+             * (2 * DRAFT_COLS) + offs_u[None, :], Z)
+
+
 @triton.jit(do_not_specialize=["num_slots"])
 def _gdn_spec_verify_dot_kernel(
     state_ptr, d_ring_ptr, k_ring_ptr, g_ring_ptr, wp_ptr, origin_ptr, flush_ptr,
@@ -281,12 +393,13 @@ def _gdn_spec_verify_dot_kernel(
     stride_dr_slot, stride_dr_h, stride_dr_l, stride_kr_slot, stride_kr_h, stride_kr_l, stride_gr_slot, stride_gr_h,
     stride_q_b, stride_q_t, stride_q_h, stride_k_b, stride_k_t, stride_k_h, stride_v_b, stride_v_t, stride_v_h,
     stride_a_b, stride_a_t, stride_a_h, stride_b_b, stride_b_t, stride_b_h, stride_out_b, stride_out_t, stride_out_h,
-    scale, softplus_beta, softplus_threshold,
+    scale, softplus_beta, softplus_threshold, solve_ptr, num_v_heads,
     USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
     BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, BUF: tl.constexpr, BLOCK_L: tl.constexpr,
     EXACT_X: tl.constexpr, DOT_PRECISION: tl.constexpr,
     ONE_PASS_PRECISION: tl.constexpr, EVEN_TILE: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
     KEY_CHUNK: tl.constexpr, NUM_TOKENS: tl.constexpr, SMALL_PRECISION: tl.constexpr, PHASE: tl.constexpr,
+    SOLVE_APART: tl.constexpr,
 ):
     """The verify with every product on tl.dot (the Mamba2 verify's phases): of every row
     after the flush rows' fold launch (``PHASE`` = ``AFTER_FOLD``), or of the flush rows
@@ -334,19 +447,14 @@ def _gdn_spec_verify_dot_kernel(
     h = hv0 // v_heads_per_k_head
     phys_u = (origin + wp + tok) & (BUF - 1)  # where draft tok(u) goes (logical wp + t)
 
-    # The drafts' tile X [K, 16] in the activations' dtype, and the columns' scales
-    # (inverse L2 norms; the queries' also take the attention scale).
+    # The drafts' tile X [K, 16] in the activations' dtype, the columns' scales and the
+    # scaled Gram [16, 16] (unused where the solve ran apart).
     mask_ku = mask_k[:, None] & mask_u[None, :]
     k_base = k_ptr + pid_b * stride_k_b + h * stride_k_h
     q_base = q_ptr + pid_b * stride_q_b + h * stride_q_h
-    X = _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_k, mask_k, tok, is_key, mask_u)
-    Xf = X.to(tl.float32)
-    col_scale = tl.where(is_key, 1.0, scale)
-    if USE_QK_L2NORM:
-        col_scale = col_scale * tl.rsqrt(tl.sum(Xf * Xf, axis=0) + 1e-6)
-    # Gram [16, 16]: row u against column s, both scaled (keys . keys, queries . keys).
-    Gram = native_dot(tl.trans(X), X, True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION) \
-        * col_scale[:, None] * col_scale[None, :]
+    X, Xf, col_scale, Gram = _draft_columns(k_ptr, q_ptr, pid_b, h, stride_k_b, stride_k_t, stride_k_h, stride_q_b,
+                                            stride_q_t, stride_q_h, offs_k, mask_k, tok, is_key, mask_u, scale,
+                                            USE_QK_L2NORM, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
     # The history's keys (normalised, in the ring) against every column: [L, 16].
     kr_base = k_ring_ptr + slot * stride_kr_slot + h * stride_kr_h
     offs_l, phys_l = ring_positions(origin, BUF, BLOCK_L)
@@ -359,25 +467,12 @@ def _gdn_spec_verify_dot_kernel(
             tl.store(kr_base + phys_u[None, :] * stride_kr_l + offs_k[:, None],
                      (Xf * col_scale[None, :]).to(k_ring_ptr.dtype.element_ty), mask=mask_ku & is_key[None, :])
 
-    eye = tl.where(offs_u[:, None] == offs_u[None, :], 1.0, 0.0)
-    key_block = is_key[:, None] & is_key[None, :]
-    strictly_lower = key_block & (offs_u[None, :] < offs_u[:, None])  # [u, s]: s < u, both keys
-    # [u, s]: query u on key s <= tok(u)
-    causal_qk = (~is_key)[:, None] & is_key[None, :] & (offs_u[None, :] <= tok[:, None]) & mask_u[None, :]
     mask_vu = mask_v[:, None] & mask_u[None, :]
     for hh in range(0, HEADS_PER_PROG):
         hv = hv0 + hh
-        # The head's drafts' gates, per column (both halves carry their draft's): g, beta,
-        # and A_u, the log-decay summed over drafts 0..tok(u).
-        xg = (tl.load(a_ptr + pid_b * stride_a_b + tok * stride_a_t + hv * stride_a_h, mask=mask_u, other=0.0)
-              .to(tl.float32) + tl.load(dt_bias_ptr + hv).to(tl.float32))
-        sp = tl.where(softplus_beta * xg <= softplus_threshold,
-                      tl.log(1.0 + tl.exp(softplus_beta * xg)) / softplus_beta, xg)
-        g_u = tl.where(mask_u, -tl.exp(tl.load(A_log_ptr + hv).to(tl.float32)) * sp, 0.0)
-        beta = tl.where(mask_u, tl.sigmoid(tl.load(b_ptr + pid_b * stride_b_b + tok * stride_b_t + hv * stride_b_h,
-                                                   mask=mask_u, other=0.0).to(tl.float32)), 0.0)
-        A_u = tl.sum(tl.where(is_key[None, :] & (offs_u[None, :] <= tok[:, None]), g_u[None, :], 0.0), axis=1)
-        decay_us = tl.exp(tl.minimum(A_u[:, None] - A_u[None, :], 0.0))  # [u, s]
+        g_u, beta, A_u, decay_us = _draft_gates(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv, stride_a_b,
+                                                stride_a_t, stride_a_h, stride_b_b, stride_b_t, stride_b_h,
+                                                softplus_beta, softplus_threshold, offs_u, tok, is_key, mask_u)
 
         # The committed history's weighted corrected values [V, L], and S_h X [V, 16]
         # = exp(G) S_0 X + D_w (K_hist X).
@@ -423,22 +518,13 @@ def _gdn_spec_verify_dot_kernel(
             SX = tl.exp(G) * SX * col_scale[None, :]
             SX += small_matmul(D_w, HX, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)
 
-        # (I + M) D = R on the key columns: M[u, s] = beta_u exp(A_u - A_s) (k_s . k_u)
-        # for s < u, R[:, u] = beta_u (v_u - exp(A_u) S_h k_u); M^T = 0, so
-        # (I + M)^-1 = (I - M)(I + M^2)(I + M^4), the factors past T dropped.
-        M = tl.where(strictly_lower, beta[:, None] * decay_us * Gram, 0.0)
-        Inv = eye - M  # enough for T <= 2 (M^2 = 0)
-        if NUM_TOKENS > 2:
-            M2 = small_matmul(M, M, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)
-            Inv = small_matmul(Inv, eye + M2, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)
-            if NUM_TOKENS > 4:
-                M4 = small_matmul(M2, M2, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)
-                Inv = small_matmul(Inv, eye + M4, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)
-        # O[:, u] on the query columns: exp(A_u) S_h q_u + sum_{s <= tok(u)} exp(A_u - A_s) (q_u . k_s) d_s,
-        # i.e. D W^T with W[u, s] = exp(A_u - A_s) (q_u . k_s): one product, R Z with
-        # Z = Inv^T (I + W^T), gives D on the key columns and D W^T on the query columns.
-        W = tl.where(causal_qk, decay_us * Gram, 0.0)
-        Z = small_matmul(tl.trans(Inv), eye + tl.trans(W), True, False, SMALL_PRECISION, ONE_PASS_PRECISION)
+        # The drafts' solve, Z [16, 16] (:func:`_solve_weights`): from the solve launch, or here.
+        if SOLVE_APART:
+            Z = tl.load(solve_ptr + ((pid_b.to(tl.int64) * num_v_heads + hv) * (2 * DRAFT_COLS) + offs_u[:, None])
+                        * (2 * DRAFT_COLS) + offs_u[None, :])
+        else:
+            Z = _solve_weights(Gram, beta, decay_us, offs_u, tok, is_key, mask_u, NUM_TOKENS, SMALL_PRECISION,
+                               ONE_PASS_PRECISION)
         Vd = tl.load(v_ptr + pid_b * stride_v_b + tok[None, :] * stride_v_t + hv * stride_v_h + offs_v[:, None],
                      mask=mask_vu & is_key[None, :], other=0.0).to(tl.float32)
         R = tl.where(is_key[None, :], beta[None, :] * (Vd - tl.exp(A_u)[None, :] * SX), 0.0)
@@ -455,10 +541,16 @@ def _gdn_spec_verify_dot_kernel(
                  O.to(out_ptr.dtype.element_ty), mask=mask_vu & ~is_key[None, :])
 
 
+def gdn_spec_workspace_numel(batch: int, num_v_heads: int) -> int:
+    """fp32 elements of a verify's workspace (:data:`SOLVE_APART`): ``Z [batch, HV, 16, 16]``."""
+    return batch * num_v_heads * (2 * MAX_T) ** 2
+
+
 def gdn_replayssm_spec_decode(
     state, q, k, v, a, b, A_log, dt_bias, scale=None, use_qk_l2norm=True, initial_state_indices=None,
     pad_slot_id=-1, out=None, softplus_beta=1.0, softplus_threshold=20.0, *, d_ring, k_ring, g_ring,
     write_pos, origin, is_flush, history_len: int, config: Optional[LaunchConfig] = None,
+    workspace: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """One GDN speculative verify step: ``q, k (B, T, H, K)``, ``v (B, T, HV, V)``,
     ``a, b (B, T, HV)``; returns ``out (B, T, HV, V)``. Ring of this layer:
@@ -467,7 +559,9 @@ def gdn_replayssm_spec_decode(
     :func:`commit_replayssm_spec`. ``config`` (default :data:`GDN_SPEC_CONFIG`): rows of V
     a program (``block_p``), warps, value heads of a key head a program (``heads_per_prog``)
     and key columns a chunk (``key_chunk``) of the tl.dot verify; the chunked FMA kernel
-    (tiles below 16) takes ``block_p``, the warps and ``split_fold``."""
+    (tiles below 16) takes ``block_p``, the warps and ``split_fold``. ``workspace``: the
+    solve launch's scratch (:data:`SOLVE_APART`), fp32, contiguous, at least
+    :func:`gdn_spec_workspace_numel` elements (allocated per call if not given)."""
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         raise ValueError("q must have shape (batch, T, num_k_heads, head_k_dim)")
     Bsz, T = q.shape[0], q.shape[1]
@@ -524,6 +618,19 @@ def gdn_replayssm_spec_decode(
 
     check_split_fold(cfg, supported=(0, 1, 2))
     if use_dot and VERIFY_ON_DOT:
+        solve = (spec_workspace(workspace, gdn_spec_workspace_numel(Bsz, HV), q.device) if SOLVE_APART
+                 else out)  # (a placeholder for a verify that solves in place)
+        exact_x = exact_in_tf32(q.dtype) and exact_in_tf32(k.dtype)
+        if SOLVE_APART:
+            launch_kernel(_gdn_spec_solve_kernel, (1, HV, Bsz), q, k, a, b, A_log, dt_bias, solve, write_pos, origin,
+                          is_flush, initial_state_indices if initial_state_indices is not None else write_pos,
+                          slots, K, HV, HV // H, capacity, pad_slot_id, q.stride(0), q.stride(1), q.stride(2),
+                          k.stride(0), k.stride(1), k.stride(2), a.stride(0), a.stride(1), a.stride(2), b.stride(0),
+                          b.stride(1), b.stride(2), step.scale, step.softplus_beta, step.softplus_threshold,
+                          USE_QK_L2NORM=step.use_qk_l2norm, HAS_SLOT_IDX=initial_state_indices is not None,
+                          BLOCK_K=block_k, BUF=buf, EXACT_X=exact_x, DOT_PRECISION=DOT_PRECISION,
+                          ONE_PASS_PRECISION=ONE_PASS_PRECISION, NUM_TOKENS=T, SMALL_PRECISION=SMALL_DOT_PRECISION,
+                          EVEN_TILE=block_k == K, BLOCK_V=triton.next_power_of_2(V), num_warps=SOLVE_WARPS)
         if cfg.split_fold == 2:
             # The flush rows fold and verify in a launch of their own (their state read
             # once), the other rows in one compiled without the fold.
@@ -537,10 +644,10 @@ def gdn_replayssm_spec_decode(
         for phase in row_launches:
             hpp = dot_heads_per_program(cfg, HV // H, phase)
             launch_kernel(_gdn_spec_verify_dot_kernel, (triton.cdiv(V, block_v), HV // hpp, Bsz), *args,
-                          BLOCK_V=block_v, EXACT_X=exact_in_tf32(q.dtype) and exact_in_tf32(k.dtype),
+                          BLOCK_V=block_v, EXACT_X=exact_x, solve_ptr=solve, num_v_heads=HV,
                           HEADS_PER_PROG=hpp, KEY_CHUNK=min(cfg.key_chunk or block_k, block_k), NUM_TOKENS=T,
                           SMALL_PRECISION=SMALL_DOT_PRECISION, EVEN_TILE=even_tile(V, block_v, K, block_k),
-                          PHASE=phase.value, num_warps=cfg.num_warps, **shared)
+                          PHASE=phase.value, SOLVE_APART=SOLVE_APART, num_warps=cfg.num_warps, **shared)
     else:  # (split_fold 2 folds apart here, as 1 does: its flush rows' launch is the tl.dot verify's)
         for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
             launch_chunked(phase, cfg.block_p, cfg.num_warps)

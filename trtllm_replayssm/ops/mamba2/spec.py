@@ -60,8 +60,8 @@ STATE_APART = 3  # the split_fold whose outputs take a launch of the state's pro
 # accepted, us a verify step at batch 128 / 512 (``benchmarks/results/spec_state_apart.json``):
 # split_fold 1 with 16 rows on one warp 365 / 1384 (its non-flush step 300: 255 registers,
 # 12.5% occupancy, latency-bound); split_fold 3, 16 rows 341 / 1272, 32 rows 310 / 1178,
-# 64 rows 286 / 1087 (a non-flush step 219: the state's product 130, at copy bandwidth,
-# the ring's part 67). 128 rows (cut to a head's, next_pow2(headdim)) take Nano's headdim
+# 64 rows 286 / 1087 (a non-flush step 219: the state's product 146, 88% of copy
+# bandwidth, the ring's part 68). 128 rows (cut to a head's, next_pow2(headdim)) take Nano's headdim
 # 80 in one tile: the tuner's pick there too (``benchmarks/results/spec.json``).
 SPEC_CONFIG = LaunchConfig(block_p=128, num_warps=1, heads_per_prog=16, split_fold=3)
 # The state's product launch (split_fold 3): rows of headdim a program, dstate columns a

@@ -21,6 +21,7 @@ from .ops.gdn import (
     fused_recurrent_gated_delta_rule_replayssm,
     fused_sigmoid_gating_delta_rule_update,
     gdn_replayssm_spec_decode,
+    gdn_spec_workspace_numel,
     gdn_step_ref,
     split_packed_qkv,
 )
@@ -31,6 +32,7 @@ from .ops.mamba2 import (
     commit_replayssm_spec,
     reset_replayssm_spec_cursors,
     selective_state_update_replayssm_spec,
+    spec_workspace_numel,
     mamba2_step_ref,
     selective_state_update,
     selective_state_update_replayssm,
@@ -48,8 +50,9 @@ BACKEND = _activate_backend()
 
 __all__ = [
     "GDNGeometry", "GDNLayerCache", "GDNReplayCache", "choose_gdn_route", "fused_recurrent_gated_delta_rule_replayssm",
-    "fused_sigmoid_gating_delta_rule_update", "gdn_bytes_per_slot", "gdn_replayssm_spec_decode", "gdn_step_ref", "split_packed_qkv",
+    "fused_sigmoid_gating_delta_rule_update", "gdn_bytes_per_slot", "gdn_replayssm_spec_decode", "gdn_spec_workspace_numel", "gdn_step_ref", "split_packed_qkv",
     "commit_replayssm_spec", "reset_replayssm_spec_cursors", "selective_state_update_replayssm_spec",
+    "spec_workspace_numel",
     "LaunchConfig", "Mamba2Geometry", "Mamba2LayerCache", "Mamba2ReplayCache", "ROUTES",
     "advance_write_pos", "choose_route", "mamba2_bytes_per_slot", "mamba2_step_ref", "reset_write_pos",
     "selective_state_update", "selective_state_update_replayssm",

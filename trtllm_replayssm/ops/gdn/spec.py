@@ -43,13 +43,14 @@ from ..mamba2.spec import (AFTER_FOLD, BOTH, FLUSH_ROWS, FOLD_ONLY, MAX_T, NONFL
 from .step_inputs import parse_gdn_step
 
 RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-# A head's 128 rows of V in one program on 4 warps (the solve's matrices are then formed
-# once a head), 4 value heads of a key head a program, the state through the matmul in
-# chunks of 32 key columns, the flush rows folding on the way through in a launch of their
-# own (split_fold 2). H200, Qwen3.5-122B, T = 4, batch 128, us a verify step: 401-402;
-# split_fold 1 (a fold-only launch first) 406-413; 32 rows on 2 warps 484-541; the
-# chunked FMA form's best, 64 rows on 4 warps, 877-890.
-GDN_SPEC_CONFIG = LaunchConfig(block_p=128, num_warps=4, heads_per_prog=4, split_fold=2, key_chunk=32)
+# 64 rows of V a program on 2 warps, 4 value heads of a key head a program, the state
+# through the matmul in chunks of 32 key columns, the flush rows folding on the way
+# through in a launch of their own (split_fold 2), the drafts' solve in a launch before
+# (SOLVE_APART). H200, Qwen3.5-122B, T = 4, all accepted, us a verify step at batch 128 /
+# 512 (``benchmarks/results/gdn_solve_apart.json``): 362 / 1403; 128 rows on 4 warps 386 /
+# 1492 (399 / 1548 with the solve in the verify, the config before); split_fold 1 (a
+# fold-only launch first) 399 / 1539; 1-2 heads a program 402-410 / 1555-1603.
+GDN_SPEC_CONFIG = LaunchConfig(block_p=64, num_warps=2, heads_per_prog=4, split_fold=2, key_chunk=32)
 # The fold-only launch before the tl.dot verify: 64 rows of V on 4 warps (the chunked
 # kernel's fold at 126 registers a thread; at the verify's 128 rows, 220).
 GDN_SPEC_FOLD_CONFIG = LaunchConfig(block_p=64, num_warps=4)
@@ -64,8 +65,11 @@ VERIFY_ON_DOT = True
 SMALL_DOT_PRECISION = "ieee"
 # Whether the drafts' solve (``Z`` [16, 16] a row and value head: the Gram, the gates and
 # the chain of small products of (I + M)^-1) runs in a launch of its own ahead of the tl.dot
-# verify (``_gdn_spec_solve_kernel``, a program a row and value head, through a workspace
-# of 1 KB each) rather than in every verify program's loop over heads.
+# verify (``_gdn_spec_solve_kernel``, a program a row and value head on one warp, through a
+# workspace of 1 KB each) rather than in every verify program's loop over heads. It won
+# for every config tried: 3-9% at batch 128, 3-10% at 512 (Qwen3.5-122B, T = 4,
+# ``python benchmarks/probe_gdn_solve_apart.py``, ``benchmarks/results/gdn_solve_apart.json``);
+# the verify on 128 rows and 4 warps fell from 255 registers (8 B spilled) to 250.
 SOLVE_APART = True
 SOLVE_WARPS = 1
 

@@ -14,6 +14,7 @@ from .spec import (
     reset_replayssm_spec_cursors,
     ring_capacity,
     selective_state_update_replayssm_spec,
+    spec_workspace_numel,
 )
 from .standard import selective_state_update
 
@@ -22,4 +23,5 @@ __all__ = [
     "selective_state_update", "selective_state_update_replayssm",
     "selective_state_update_replayssm_output_only", "selective_state_update_replayssm_state_and_output",
     "commit_replayssm_spec", "reset_replayssm_spec_cursors", "ring_capacity", "selective_state_update_replayssm_spec",
+    "spec_workspace_numel",
 ]

@@ -19,8 +19,8 @@ import torch
 from tabulate import tabulate
 
 import trtllm_replayssm.ops.mamba2.spec as m2_spec
-from trtllm_replayssm.benchmarking.records import REPO, git_commit
-from trtllm_replayssm.benchmarking.spec import SpecCase, make_spec_rig
+from trtllm_replayssm.benchmarking.records import REPO
+from trtllm_replayssm.benchmarking.spec import SpecCase, make_spec_rig, probe_record
 from trtllm_replayssm.models import model
 from trtllm_replayssm.ops.launch import LaunchConfig
 
@@ -46,12 +46,7 @@ def main() -> None:
         for cfg in CONFIGS:
             for rows in args.row_blocks:
                 m2_spec.FLUSH_ROW_BLOCK = rows
-                rig.config = cfg
-                us = rig.time_us(rig.replay_fn(args.steps), args.steps, args.replays)
-                records.append(dict(gpu=torch.cuda.get_device_name(), model=args.model, batch=batch, T=args.tokens,
-                                    acceptance=args.tokens, config=cfg.to_dict(), row_block=rows,
-                                    us_per_step=round(us, 1), commit=git_commit()))
-                print(records[-1], flush=True)
+                records.append(probe_record(rig, cfg, args.steps, args.replays, row_block=rows))
         del rig
         torch.cuda.empty_cache()
     Path(args.out).write_text(json.dumps(records, indent=1) + "\n")

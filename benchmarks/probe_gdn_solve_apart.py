@@ -20,8 +20,8 @@ import torch
 from tabulate import tabulate
 
 import trtllm_replayssm.ops.gdn.spec as gdn_spec
-from trtllm_replayssm.benchmarking.records import REPO, git_commit
-from trtllm_replayssm.benchmarking.spec import SpecCase, make_spec_rig
+from trtllm_replayssm.benchmarking.records import REPO
+from trtllm_replayssm.benchmarking.spec import SpecCase, make_spec_rig, probe_record
 from trtllm_replayssm.models import model
 from trtllm_replayssm.ops.launch import LaunchConfig
 
@@ -44,12 +44,7 @@ def main() -> None:
         for cfg in CONFIGS:
             for apart in (False, True):
                 gdn_spec.SOLVE_APART = apart
-                rig.config = cfg
-                us = rig.time_us(rig.replay_fn(args.steps), args.steps, args.replays)
-                records.append(dict(gpu=torch.cuda.get_device_name(), model=args.model, batch=batch, T=args.tokens,
-                                    acceptance=args.tokens, config=cfg.to_dict(), solve_apart=apart,
-                                    us_per_step=round(us, 1), commit=git_commit()))
-                print(records[-1], flush=True)
+                records.append(probe_record(rig, cfg, args.steps, args.replays, solve_apart=apart))
         rig = None  # (frees the layers before the next batch)
         torch.cuda.empty_cache()
     Path(args.out).write_text(json.dumps(records, indent=1) + "\n")

@@ -28,6 +28,7 @@ from ..ops.mamba2.spec import (
     selective_state_update_replayssm_spec,
 )
 from ..ops.mamba2.spec_standard import promote_spec_state, selective_state_update_spec_standard
+from .records import git_commit
 from .rig import best_config
 from .timing import capture, layers_for_cold_l2, time_graph_ms
 
@@ -223,6 +224,19 @@ def make_spec_rig(case: SpecCase) -> SpecRig:
     per_layer = case.state_bytes * (case.num_tokens + 1)
     n_layers = layers_for_cold_l2(per_layer) if torch.cuda.is_available() else 2
     return (GDNSpecRig if isinstance(case.geom, GDNGeometry) else Mamba2SpecRig)(case, n_layers)
+
+
+def probe_record(rig: SpecRig, cfg: LaunchConfig, steps: int, replays: int, **setting) -> dict:
+    """A probe's record: a run of ``steps`` verify + commit steps on ``rig`` with verify
+    config ``cfg`` (the probe has set the module-level ``setting`` it names), printed."""
+    rig.config = cfg
+    us = rig.time_us(rig.replay_fn(steps), steps, replays)
+    c = rig.case
+    rec = dict(gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else "none", model=c.model,
+               batch=c.batch, T=c.num_tokens, acceptance=c.accepted, config=cfg.to_dict(), **setting,
+               us_per_step=round(us, 1), commit=git_commit())
+    print(rec, flush=True)
+    return rec
 
 
 def tune_verify_config(case: SpecCase, steps: int, replays: int = 20, limit: Optional[int] = None) -> dict:

@@ -16,6 +16,11 @@ drafts up to ``t``, output ``t`` is
     y_t = exp(A (H + D_t)) S_0 C_t + exp(A D_t) sum_{j < h} dt_j exp(A (H - c_j)) (B_j . C_t) x_j
           + sum_{d <= t} dt_d exp(A (D_t - D_d)) (B_d . C_t) x_d          (+ D x_t, gate)
 
+By default (``split_fold`` 3) a step is three launches: the flush rows fold; every row's
+outputs but the first term (and its decay ``exp(A (H + D_t))``) go to a workspace; then a
+lean launch streams the checkpoint through ``S_0 C_t``, adds the rest and gates. The
+first term is the only one that reads the state, and alone it runs at copy bandwidth.
+
 :func:`commit_replayssm_spec` then moves the cursors by the accepted count (no copies) and
 :func:`reset_replayssm_spec_cursors` starts slots that enter decode.
 """

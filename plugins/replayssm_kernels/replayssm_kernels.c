@@ -455,7 +455,8 @@ static int check_spec_sizes(int64_t T, int64_t history) {
   X(batch, INT(a->batch))                                                                                     \
   X(B_ptr, PTR(a->B)) X(C_ptr, PTR(a->C)) X(D_ptr, PTR(a->D)) X(z_ptr, PTR(a->z ? a->z : a->x))                 \
   X(dt_bias_ptr, PTR(a->dt_bias)) X(out_ptr, PTR(a->out)) X(slot_idx_ptr, PTR(a->slot_idx))                    \
-  X(part_ptr, PTR(a->workspace)) X(decay_ptr, PTR((char*)a->workspace + spec_part_bytes(a)))                   \
+  X(part_ptr, PTR(a->workspace))                                                                               \
+  X(decay_ptr, PTR((char*)a->workspace + spec_part_bytes(a->batch, a->num_tokens, a->nheads, a->headdim)))     \
   X(nheads, INT(a->nheads)) X(num_slots, INT(a->num_slots)) X(headdim, INT(a->headdim)) X(dstate, INT(a->dstate)) \
   X(heads_per_group, INT(a->nheads / a->ngroups)) X(capacity, INT(a->history_len + a->num_tokens))             \
   X(pad_slot_id, INT(a->pad_slot_id)) X(stride_state_slot, INT(a->stride_state[0]))                            \
@@ -475,12 +476,12 @@ static int check_spec_sizes(int64_t T, int64_t history) {
 
 /* The workspace: fp32 [batch, T, H, P] (the outputs' part without the state's product), then
  * fp32 [batch, T, H] (the state's decay per token); ops/mamba2/spec.py, spec_workspace_numel. */
-static int64_t spec_part_bytes(const rs_mamba2_spec_args* a) {
-  return 4 * a->batch * a->num_tokens * a->nheads * a->headdim;
+static int64_t spec_part_bytes(int64_t batch, int64_t num_tokens, int64_t nheads, int64_t headdim) {
+  return 4 * batch * num_tokens * nheads * headdim;
 }
 
 int64_t rs_mamba2_spec_workspace_size(int64_t batch, int64_t num_tokens, int64_t nheads, int64_t headdim) {
-  return 4 * batch * num_tokens * nheads * (headdim + 1);
+  return spec_part_bytes(batch, num_tokens, nheads, headdim) + 4 * batch * num_tokens * nheads; /* part, decay */
 }
 
 int rs_mamba2_spec_verify(const rs_mamba2_spec_args* a, void* stream) {

@@ -346,6 +346,13 @@ def _draft_columns(k_ptr, q_ptr, pid_b, h, stride_k_b, stride_k_t, stride_k_h, s
     return X, Xf, col_scale, Gram
 
 
+@triton.jit
+def _solve_offsets(pid_b, hv, num_v_heads, offs_u):
+    """Offsets of a (row, value head)'s ``Z [16, 16]`` in the solve's workspace ``[B, HV, 16, 16]``."""
+    return ((pid_b.to(tl.int64) * num_v_heads + hv) * (2 * DRAFT_COLS) + offs_u[:, None]) * (2 * DRAFT_COLS) \
+        + offs_u[None, :]
+
+
 @triton.jit(do_not_specialize=["num_slots"])
 def _gdn_spec_solve_kernel(
     q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, solve_ptr, wp_ptr, origin_ptr, flush_ptr, slot_idx_ptr,
@@ -384,8 +391,7 @@ def _gdn_spec_solve_kernel(
                                             softplus_threshold, offs_u, tok, is_key, mask_u)
     Z = _solve_weights(Gram, beta, decay_us, offs_u, tok, is_key, mask_u, NUM_TOKENS, SMALL_PRECISION,
                        ONE_PASS_PRECISION)
-    tl.store(solve_ptr + ((pid_b.to(tl.int64) * num_v_heads + hv) * (2 * DRAFT_COLS) + offs_u[:, None])
-             * (2 * DRAFT_COLS) + offs_u[None, :], Z)
+    tl.store(solve_ptr + _solve_offsets(pid_b, hv, num_v_heads, offs_u), Z)
 
 
 @triton.jit(do_not_specialize=["num_slots"])
@@ -524,8 +530,7 @@ def _gdn_spec_verify_dot_kernel(
 
         # The drafts' solve, Z [16, 16] (:func:`_solve_weights`): from the solve launch, or here.
         if SOLVE_APART:
-            Z = tl.load(solve_ptr + ((pid_b.to(tl.int64) * num_v_heads + hv) * (2 * DRAFT_COLS) + offs_u[:, None])
-                        * (2 * DRAFT_COLS) + offs_u[None, :])
+            Z = tl.load(solve_ptr + _solve_offsets(pid_b, hv, num_v_heads, offs_u))
         else:
             Z = _solve_weights(Gram, beta, decay_us, offs_u, tok, is_key, mask_u, NUM_TOKENS, SMALL_PRECISION,
                                ONE_PASS_PRECISION)

@@ -193,6 +193,14 @@ def row_in_block(selected, i, ROW_BLOCK: tl.constexpr):
 
 
 @triton.jit
+def workspace_offsets(pid_b, pid_h, offs_p, offs_t, nheads, headdim, NUM_TOKENS: tl.constexpr):
+    """Offsets into split_fold 3's workspace of a head's ``part [P, T]`` (``[B, T, H, P]``)
+    and ``decay [T]`` (``[B, T, H]``, after ``part``'s elements: the caller's pointer)."""
+    bt = pid_b.to(tl.int64) * NUM_TOKENS + offs_t  # (row, token)
+    return (bt[None, :] * nheads + pid_h) * headdim + offs_p[:, None], bt * nheads + pid_h
+
+
+@triton.jit
 def store_gated_output(Y, z_ptr, out_ptr, pid_b, pid_h, offs_p, offs_t, mask_pt, stride_z_b, stride_z_t, stride_z_h,
                        stride_out_b, stride_out_t, stride_out_h, HAS_Z: tl.constexpr):
     """Store a head's outputs ``Y [P, T]`` (fp32), gated by ``silu(z)`` where given."""
@@ -333,9 +341,10 @@ def _spec_verify_kernel(
                         state_decay = tl.exp(tl.minimum(A * (H + D_cum), 0.0))  # [T]: exp(A (H + D_t))
                         if PHASE == RING_PART:  # the state's product is the next launch's
                             Y = tl.zeros((BLOCK_P, BLOCK_T), tl.float32)
+                            part_offs, decay_offs = workspace_offsets(pid_b, pid_h, offs_p, offs_t, nheads, headdim,
+                                                                      NUM_TOKENS)
                             if pid_p == 0:
-                                tl.store(decay_ptr + (pid_b.to(tl.int64) * NUM_TOKENS + offs_t) * nheads + pid_h,
-                                         state_decay, mask=mask_t)
+                                tl.store(decay_ptr + decay_offs, state_decay, mask=mask_t)
                         elif STATE_CHUNK < BLOCK_N:
                             # S_0 C^T with the state streamed in chunks of STATE_CHUNK dstate columns
                             # (the C^T chunk read again: it is small and in L1).
@@ -369,8 +378,7 @@ def _spec_verify_kernel(
                             Y += X_dr * tl.load(D_ptr + pid_h * stride_D_h + offs_p * stride_D_p, mask=mask_p,
                                                 other=0.0).to(tl.float32)[:, None]
                         if PHASE == RING_PART:  # (ungated: the gate takes the sum)
-                            tl.store(part_ptr + ((pid_b.to(tl.int64) * NUM_TOKENS + offs_t[None, :]) * nheads + pid_h)
-                                     * headdim + offs_p[:, None], Y, mask=mask_pt)
+                            tl.store(part_ptr + part_offs, Y, mask=mask_pt)
                         else:
                             store_gated_output(Y, z_ptr, out_ptr, pid_b, pid_h, offs_p, offs_t, mask_pt, stride_z_b,
                                                stride_z_t, stride_z_h, stride_out_b, stride_out_t, stride_out_h, HAS_Z)
@@ -381,10 +389,10 @@ def _spec_verify_kernel(
                             tl.store(dtr_base + phys_t, dt_dr, mask=mask_t)
 
 
-@triton.jit(do_not_specialize=["batch", "num_slots"])
+@triton.jit(do_not_specialize=["num_slots"])
 def _spec_state_product_kernel(
     state_ptr, C_ptr, z_ptr, out_ptr, part_ptr, decay_ptr, wp_ptr, origin_ptr, flush_ptr, slot_idx_ptr,
-    batch, num_slots, nheads, headdim, dstate, heads_per_group, capacity, pad_slot_id,
+    num_slots, nheads, headdim, dstate, heads_per_group, capacity, pad_slot_id,
     stride_state_slot, stride_state_h, stride_state_p, stride_C_b, stride_C_t, stride_C_g,
     stride_z_b, stride_z_t, stride_z_h, stride_out_b, stride_out_t, stride_out_h,
     HAS_Z: tl.constexpr, HAS_SLOT_IDX: tl.constexpr, NUM_TOKENS: tl.constexpr, BLOCK_P: tl.constexpr,
@@ -419,9 +427,9 @@ def _spec_state_product_kernel(
         CT = tl.load(C_cols + offs_k[:, None], mask=mask_k[:, None] & mask_t[None, :], other=0.0)
         Y += small_matmul(S0, CT.to(tl.float32), USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
     mask_pt = mask_p[:, None] & mask_t[None, :]
-    bt = pid_b.to(tl.int64) * NUM_TOKENS + offs_t  # the workspace's (row, token) index
-    decay = tl.load(decay_ptr + bt * nheads + pid_h, mask=mask_t, other=0.0)
-    part = tl.load(part_ptr + (bt[None, :] * nheads + pid_h) * headdim + offs_p[:, None], mask=mask_pt, other=0.0)
+    part_offs, decay_offs = workspace_offsets(pid_b, pid_h, offs_p, offs_t, nheads, headdim, NUM_TOKENS)
+    decay = tl.load(decay_ptr + decay_offs, mask=mask_t, other=0.0)
+    part = tl.load(part_ptr + part_offs, mask=mask_pt, other=0.0)
     store_gated_output(Y * decay[None, :] + part, z_ptr, out_ptr, pid_b, pid_h, offs_p, offs_t, mask_pt, stride_z_b,
                        stride_z_t, stride_z_h, stride_out_b, stride_out_t, stride_out_h, HAS_Z)
 
@@ -590,7 +598,7 @@ def selective_state_update_replayssm_spec(
         launch_kernel(_spec_state_product_kernel, (triton.cdiv(P, block_p), H, Bsz),
             state, C, z if z is not None else x, out, part, decay, write_pos, origin, is_flush,
             state_batch_indices if state_batch_indices is not None else write_pos,
-            Bsz, slots, H, P, N, H // G, capacity, pad_slot_id,
+            slots, H, P, N, H // G, capacity, pad_slot_id,
             state.stride(0), state.stride(1), state.stride(2), C.stride(0), C.stride(1), C.stride(2),
             *(z.stride()[:3] if z is not None else (0, 0, 0)), out.stride(0), out.stride(1), out.stride(2),
             HAS_Z=z is not None, HAS_SLOT_IDX=state_batch_indices is not None, NUM_TOKENS=T, BLOCK_P=block_p,

@@ -56,21 +56,22 @@ MAMBA2_SPEC_CANDIDATES = [LaunchConfig(b, w, heads_per_prog=h, split_fold=3)
     [LaunchConfig(b, w, split_fold=1) for b, w in [(16, 1), (32, 2)]] + \
     [LaunchConfig(b, w, heads_per_prog=h, split_fold=s)
      for s in (1, 2) for b, w, h in [(16, 1, 4), (16, 1, 8), (16, 1, 16), (32, 2, 8), (32, 2, 16)]]
-# GDN's verify runs on tl.dot after a fold-only launch (``ops/gdn/spec.py``), so every
-# candidate folds apart; ``heads_per_prog`` value heads of one key head share the drafts'
-# tile, Gram and history products; ``key_chunk`` streams the state through the matmul in
-# chunks of key columns. H200, Qwen3.5-122B, T = 4, batch 128, us a step
-# (``benchmarks/results/gdn_spec_dot_variants.json``): 128 rows on 4 warps, 4 heads,
-# chunks of 32: 419; of 64: 448; whole tile 1044 (spilled); 64 rows on 2 warps 464; 32
-# rows on 2 warps, whole tile 484; one head a program 607-924. 64 rows on 8 warps faulted
-# (an illegal memory access, Triton 3.6). Folding a flush row inside the verify (state read
-# once) ran 555-1164 (the fold's registers in every program), and 2 pipeline stages in
-# the chunk loop instead of 3-4 lost 36 (``gdn_spec_fold_in_verify.json``, commit b8e31c5).
-GDN_SPEC_CANDIDATES = [LaunchConfig(b, w, heads_per_prog=h, split_fold=1, key_chunk=c)
-                       for b, w, h, c in [(128, 4, 4, 32), (128, 4, 4, 64), (128, 4, 1, 32), (64, 2, 4, 64),
-                                          (64, 4, 4, 0), (32, 2, 4, 0)]] + \
-    [LaunchConfig(b, w, heads_per_prog=h, split_fold=2, key_chunk=c)  # the flush rows' whole step apart: 400-430
-     for b, w, h, c in [(128, 4, 4, 32), (128, 4, 1, 32), (64, 2, 4, 32)]]
+# GDN's verify runs on tl.dot; ``heads_per_prog`` value heads of one key head share the
+# drafts' tile and history products; ``key_chunk`` streams the state through the matmul in
+# chunks of key columns. The flush rows' whole step in a launch of its own (``split_fold``
+# 2) with the drafts' solve apart comes first: H200, Qwen3.5-122B, T = 4, batch 128, us a
+# verify step (``gdn_solve_apart.json``): rows, warps, heads (64, 2, 4) 362; (128, 4, 4)
+# 386; split_fold 1 399; 1-2 heads a program 402-410. Before the solve moved out
+# (``gdn_spec_dot_variants.json``): 128 rows on 4 warps, 4 heads, chunks of 32: 419; of
+# 64: 448; whole tile 1044 (spilled); one head a program 607-924. 64 rows on 8 warps
+# faulted (an illegal memory access, Triton 3.6). Folding a flush row inside the verify
+# for every row ran 555-1164, and 2 pipeline stages in the chunk loop instead of 3-4 lost
+# 36 (``gdn_spec_fold_in_verify.json``, commit b8e31c5).
+GDN_SPEC_CANDIDATES = [LaunchConfig(b, w, heads_per_prog=h, split_fold=2, key_chunk=c)
+                       for b, w, h, c in [(64, 2, 4, 32), (128, 4, 4, 32), (64, 2, 4, 64), (32, 1, 4, 32),
+                                          (64, 2, 1, 32), (128, 4, 1, 32)]] + \
+    [LaunchConfig(b, w, heads_per_prog=h, split_fold=1, key_chunk=c)  # a fold-only launch first
+     for b, w, h, c in [(128, 4, 4, 32), (128, 4, 4, 64), (64, 2, 4, 64), (64, 4, 4, 0), (32, 2, 4, 0)]]
 
 
 def spec_candidates(geom: Union[Mamba2Geometry, GDNGeometry]) -> list:

@@ -130,6 +130,21 @@ def test_solve_in_the_verify_or_apart(monkeypatch, split_fold):
     assert min(flushes.values()) >= 1, flushes
 
 
+@pytest.mark.parametrize("geom,T,Bh", [(GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=32, head_v_dim=16), 3, 8),
+                                       (GDNGeometry(num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=48), 5, 6)],
+                         ids=["chunks", "masked_v_two_key_heads"])
+def test_state_product_in_a_launch_of_its_own(monkeypatch, geom, T, Bh):
+    """``split_fold = 3``: the solve and the ring's part (``W``, ``bias``) in one launch, the
+    flush rows' whole step in theirs, and ``(S_0 X) W + bias`` for the other rows in a lean
+    launch: over state chunks (K = 32 in two) and over rows of V that the ring part loops
+    through in blocks (V = 48: a masked tail) with two value heads a key head."""
+    monkeypatch.setattr(gdn_spec_module, "GDN_STATE_PRODUCT_COLS", 16)
+    monkeypatch.setattr(gdn_spec_module, "GDN_RING_PART_ROWS", 32)
+    flushes = run_gdn_spec_fuzz(T=T, Bh=Bh, steps=16, seed=23, geom=geom,
+                                config=LaunchConfig(16, 1, split_fold=3, key_chunk=16))
+    assert min(flushes.values()) >= 1, flushes
+
+
 def test_workspace_is_checked():
     """The solve launch's workspace: too small raises before any launch; one larger than
     needed is used from its start."""
@@ -153,7 +168,7 @@ def test_workspace_is_checked():
 
 def test_bad_split_fold_is_rejected():
     with pytest.raises(ValueError, match="split_fold"):
-        run_gdn_spec_fuzz(T=2, Bh=2, steps=1, config=LaunchConfig(16, 1, split_fold=3))
+        run_gdn_spec_fuzz(T=2, Bh=2, steps=1, config=LaunchConfig(16, 1, split_fold=4))
 
 
 @requires_cuda
@@ -203,7 +218,7 @@ def test_standard_spec_baseline_with_promote():
     assert torch.equal(state[[1, 3]], untouched)
 
 
-@pytest.mark.parametrize("split_fold", [1, 2])
+@pytest.mark.parametrize("split_fold", [1, 2, 3])
 def test_bad_slot_or_cursor_gives_nan_and_changes_nothing(split_fold):
     """A row whose slot is out of range or whose drafts would overflow the ring gets NaN
     outputs (from one launch: the flush rows' own launch of split_fold 2 skips it) and

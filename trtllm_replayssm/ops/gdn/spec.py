@@ -38,8 +38,8 @@ from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_last_dim_contiguous
 from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, load_spec_row,
                       native_dot, ring_positions, small_matmul, store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel
-from ..mamba2.spec import (AFTER_FOLD, BOTH, FLUSH_ROWS, FOLD_ONLY, MAX_T, NONFLUSH_ROWS, _check_cursors,
-                           _check_spec_sizes, check_split_fold, leaves_row, ring_capacity, spec_workspace)
+from ..mamba2.spec import (AFTER_FOLD, BOTH, FLUSH_ROWS, FOLD_ONLY, MAX_T, NONFLUSH_ROWS, STATE_APART,
+                           _check_cursors, _check_spec_sizes, check_split_fold, leaves_row, ring_capacity, spec_workspace)
 from .step_inputs import parse_gdn_step
 
 RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -550,6 +550,179 @@ def _gdn_spec_verify_dot_kernel(
                  O.to(out_ptr.dtype.element_ty), mask=mask_vu & ~is_key[None, :])
 
 
+# split_fold 3: the state's product in a launch of its own. Every output and every draft's
+# corrected value is affine in ``P = S_0 X`` (the raw drafts' tile): ``F = P W + bias``
+# on the 16 columns (``D`` on the key columns, ``O`` on the query columns), with
+# ``W [16, 16]`` from the drafts' gates, the solve and the history's total decay, and
+# ``bias [V, 16]`` from the history and the drafts' values. A launch before forms both
+# (the ring's part, with the solve); the state's product launch then streams the
+# checkpoint with nothing else in its registers. Its launch config: rows of V a program,
+# key columns a step of its loop, warps, pipeline stages; the ring part's: rows of V a
+# step of its loop over the head's, warps.
+GDN_STATE_PRODUCT_ROWS, GDN_STATE_PRODUCT_COLS, GDN_STATE_PRODUCT_WARPS, GDN_STATE_PRODUCT_STAGES = 32, 32, 1, 3
+GDN_RING_PART_ROWS, GDN_RING_PART_WARPS = 64, 4
+
+
+@triton.jit
+def _bias_offsets(pid_b, hv, num_v_heads, head_v_dim, offs_v, tok, is_key, NUM_TOKENS: tl.constexpr):
+    """Offsets of a (row, value head)'s ``bias`` rows ``offs_v`` on the 16 columns in the
+    workspace's ``bias [B, HV, 2T, V]`` (key t at t, query t at T + t; V contiguous)."""
+    col = tl.where(is_key, tok, NUM_TOKENS + tok)
+    return ((pid_b.to(tl.int64) * num_v_heads + hv) * (2 * NUM_TOKENS) + col[None, :]) * head_v_dim + offs_v[:, None]
+
+
+@triton.jit(do_not_specialize=["num_slots"])
+def _gdn_spec_ring_part_kernel(
+    d_ring_ptr, k_ring_ptr, g_ring_ptr, wp_ptr, origin_ptr, flush_ptr,
+    q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, slot_idx_ptr, solve_ptr, bias_ptr,
+    num_slots, head_k_dim, head_v_dim, num_v_heads, v_heads_per_k_head, capacity, pad_slot_id,
+    stride_dr_slot, stride_dr_h, stride_dr_l, stride_kr_slot, stride_kr_h, stride_kr_l, stride_gr_slot, stride_gr_h,
+    stride_q_b, stride_q_t, stride_q_h, stride_k_b, stride_k_t, stride_k_h, stride_v_b, stride_v_t, stride_v_h,
+    stride_a_b, stride_a_t, stride_a_h, stride_b_b, stride_b_t, stride_b_h,
+    scale, softplus_beta, softplus_threshold,
+    USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr, BLOCK_K: tl.constexpr, BUF: tl.constexpr,
+    BLOCK_L: tl.constexpr, BLOCK_V: tl.constexpr, V_BLOCKS: tl.constexpr, EXACT_X: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, NUM_TOKENS: tl.constexpr,
+    SMALL_PRECISION: tl.constexpr, EVEN_TILE: tl.constexpr,
+):
+    """split_fold 3's first launch, a program a (row, value head), grid ``(1, HV, B)``:
+    the drafts' solve ``Z`` and, for a row that does not flush, everything of its verify
+    but the state's product. To the workspace: ``W [16, 16]`` in ``Z``'s place (a flush
+    row keeps ``Z``, for its own launch) and ``bias [2T, V]``; to the ring: the drafts'
+    keys and gates (their corrected values need ``S_0`` and come with the state's product).
+
+    With ``P = S_0 X`` (raw columns), ``c`` the columns' scales, ``G`` the history's total
+    log-decay and ``H = D_w (K_hist X) c`` the history's share of ``S_h X``:
+    ``S_h X = e^G P c + H``, and the dot kernel's ``R Z + [query] e^A S_h X`` becomes
+    ``P W + bias`` with ``W[s, u] = e^{A_s + G} c_s ([query s] delta_su - [key s] beta_s Z[s, u])``
+    and ``bias = ([key] beta (V - e^A H)) Z + [query] e^A H``."""
+    hv = tl.program_id(1)
+    pid_b = tl.program_id(2)
+    slot, wp, origin, is_flush, is_pad, is_bad = load_spec_row(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, pid_b,
+                                                               num_slots, NUM_TOKENS, capacity, pad_slot_id,
+                                                               HAS_SLOT_IDX, BUF)
+    if is_pad | is_bad:  # (the state's product launch reports a bad row)
+        return
+    h = hv // v_heads_per_k_head
+    offs_k = tl.arange(0, BLOCK_K)
+    mask_k = dim_mask(offs_k, head_k_dim, EVEN_TILE)
+    offs_u = tl.arange(0, 2 * DRAFT_COLS)
+    tok = offs_u % DRAFT_COLS
+    is_key = offs_u < DRAFT_COLS
+    mask_u = tok < NUM_TOKENS
+    X, Xf, col_scale, Gram = _draft_columns(k_ptr, q_ptr, pid_b, h, stride_k_b, stride_k_t, stride_k_h, stride_q_b,
+                                            stride_q_t, stride_q_h, offs_k, mask_k, tok, is_key, mask_u, scale,
+                                            USE_QK_L2NORM, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
+    g_u, beta, A_u, decay_us = _draft_gates(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv, stride_a_b, stride_a_t,
+                                            stride_a_h, stride_b_b, stride_b_t, stride_b_h, softplus_beta,
+                                            softplus_threshold, offs_u, tok, is_key, mask_u)
+    Z = _solve_weights(Gram, beta, decay_us, offs_u, tok, is_key, mask_u, NUM_TOKENS, SMALL_PRECISION,
+                       ONE_PASS_PRECISION)
+    solve_offs = _solve_offsets(pid_b, hv, num_v_heads, offs_u)
+    if is_flush:  # the flush rows' own launch takes its whole step with Z
+        tl.store(solve_ptr + solve_offs, Z)
+        return
+
+    # The history: its keys against every column, [L, 16]; its gates and total decay.
+    kr_base = k_ring_ptr + slot * stride_kr_slot + h * stride_kr_h
+    offs_l, phys_l = ring_positions(origin, BUF, BLOCK_L)
+    mask_l = offs_l < wp
+    K_hist = tl.load(kr_base + phys_l[:, None] * stride_kr_l + offs_k[None, :],
+                     mask=mask_l[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
+    HX = small_matmul(K_hist, Xf, True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION) * col_scale[None, :]
+    gr_base = g_ring_ptr + slot * stride_gr_slot + hv * stride_gr_h
+    g_hist = tl.load(gr_base + phys_l, mask=mask_l, other=0.0)
+    G = tl.sum(g_hist, axis=0)
+    decay_l = tl.where(mask_l, tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0)), 0.0)
+    decay_A = tl.exp(A_u)
+    eye = offs_u[:, None] == offs_u[None, :]
+    W = (decay_A * tl.exp(G) * col_scale)[:, None] \
+        * tl.where(is_key[:, None], -beta[:, None] * Z, tl.where(eye, 1.0, 0.0))
+    tl.store(solve_ptr + solve_offs, W)
+
+    # Append the drafts' keys (one value head of a key head) and gates; reads stop at wp.
+    phys_u = (origin + wp + tok) & (BUF - 1)
+    if hv % v_heads_per_k_head == 0:
+        tl.store(kr_base + phys_u[None, :] * stride_kr_l + offs_k[:, None],
+                 (Xf * col_scale[None, :]).to(k_ring_ptr.dtype.element_ty),
+                 mask=mask_k[:, None] & (mask_u & is_key)[None, :])
+    tl.store(gr_base + phys_u, g_u, mask=mask_u & is_key)
+
+    dr_base = d_ring_ptr + slot * stride_dr_slot + hv * stride_dr_h
+    for c in tl.range(0, V_BLOCKS):
+        offs_v = c * BLOCK_V + tl.arange(0, BLOCK_V)
+        mask_v = offs_v < head_v_dim
+        D_w = tl.load(dr_base + phys_l[None, :] * stride_dr_l + offs_v[:, None],
+                      mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32) * decay_l[None, :]
+        Hs = small_matmul(D_w, HX, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)  # [V, 16]
+        mask_vu = mask_v[:, None] & mask_u[None, :]
+        Vd = tl.load(v_ptr + pid_b * stride_v_b + tok[None, :] * stride_v_t + hv * stride_v_h + offs_v[:, None],
+                     mask=mask_vu & is_key[None, :], other=0.0).to(tl.float32)
+        R = tl.where(is_key[None, :], beta[None, :] * (Vd - decay_A[None, :] * Hs), 0.0)
+        bias = small_matmul(R, Z, True, False, SMALL_PRECISION, ONE_PASS_PRECISION) \
+            + tl.where(is_key[None, :], 0.0, decay_A[None, :] * Hs)
+        tl.store(bias_ptr + _bias_offsets(pid_b, hv, num_v_heads, head_v_dim, offs_v, tok, is_key, NUM_TOKENS), bias,
+                 mask=mask_vu)
+
+
+@triton.jit(do_not_specialize=["num_slots"])
+def _gdn_spec_state_product_kernel(
+    state_ptr, d_ring_ptr, wp_ptr, origin_ptr, flush_ptr, q_ptr, k_ptr, out_ptr, slot_idx_ptr, solve_ptr, bias_ptr,
+    num_slots, head_k_dim, head_v_dim, num_v_heads, v_heads_per_k_head, capacity, pad_slot_id,
+    stride_state_slot, stride_state_h, stride_state_v, stride_dr_slot, stride_dr_h, stride_dr_l,
+    stride_q_b, stride_q_t, stride_q_h, stride_k_b, stride_k_t, stride_k_h, stride_out_b, stride_out_t, stride_out_h,
+    HAS_SLOT_IDX: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, KEY_CHUNK: tl.constexpr,
+    BUF: tl.constexpr, EXACT_X: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
+    NUM_TOKENS: tl.constexpr, SMALL_PRECISION: tl.constexpr, EVEN_TILE: tl.constexpr, STAGES: tl.constexpr,
+):
+    """split_fold 3's last launch, for the rows that do not flush: ``F = (S_0 X) W + bias``
+    (:func:`_gdn_spec_ring_part_kernel`) for a block of a value head's rows of V, the state
+    streamed in chunks of key columns through a pipelined loop; the key columns' ``F`` are
+    the drafts' corrected values (to the ring), the query columns' the outputs. Reports a
+    bad row (NaN outputs)."""
+    pid_v = tl.program_id(0)
+    hv = tl.program_id(1)
+    pid_b = tl.program_id(2)
+    offs_v = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    mask_v = dim_mask(offs_v, head_v_dim, EVEN_TILE)
+    slot, wp, origin, is_flush, is_pad, is_bad = load_spec_row(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, pid_b,
+                                                               num_slots, NUM_TOKENS, capacity, pad_slot_id,
+                                                               HAS_SLOT_IDX, BUF)
+    if is_pad:
+        return
+    if is_bad:
+        store_nan_tokens(out_ptr, offs_v, mask_v, pid_b, hv, stride_out_b, stride_out_t, stride_out_h, NUM_TOKENS,
+                         DRAFT_COLS)
+        return
+    if is_flush:
+        return
+    offs_u = tl.arange(0, 2 * DRAFT_COLS)
+    tok = offs_u % DRAFT_COLS
+    is_key = offs_u < DRAFT_COLS
+    mask_u = tok < NUM_TOKENS
+    h = hv // v_heads_per_k_head
+    k_base = k_ptr + pid_b * stride_k_b + h * stride_k_h
+    q_base = q_ptr + pid_b * stride_q_b + h * stride_q_h
+    state_rows = state_ptr + slot * stride_state_slot + hv * stride_state_h + offs_v[:, None] * stride_state_v
+    P = tl.zeros((BLOCK_V, 2 * DRAFT_COLS), tl.float32)
+    for c in tl.range(0, BLOCK_K // KEY_CHUNK, num_stages=STAGES):
+        offs_c = c * KEY_CHUNK + tl.arange(0, KEY_CHUNK)
+        mask_c = dim_mask(offs_c, head_k_dim, EVEN_TILE)
+        S0 = tl.load(state_rows + offs_c[None, :], mask=mask_v[:, None] & mask_c[None, :], other=0.0)
+        Xc = _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_c, mask_c, tok, is_key, mask_u)
+        P += small_matmul(S0.to(tl.float32), Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
+    W = tl.load(solve_ptr + _solve_offsets(pid_b, hv, num_v_heads, offs_u))
+    mask_vu = mask_v[:, None] & mask_u[None, :]
+    F = small_matmul(P, W, True, False, SMALL_PRECISION, ONE_PASS_PRECISION) \
+        + tl.load(bias_ptr + _bias_offsets(pid_b, hv, num_v_heads, head_v_dim, offs_v, tok, is_key, NUM_TOKENS),
+                  mask=mask_vu, other=0.0)
+    phys_u = (origin + wp + tok) & (BUF - 1)
+    tl.store(d_ring_ptr + slot * stride_dr_slot + hv * stride_dr_h + phys_u[None, :] * stride_dr_l + offs_v[:, None],
+             F.to(d_ring_ptr.dtype.element_ty), mask=mask_vu & is_key[None, :])
+    tl.store(out_ptr + pid_b * stride_out_b + tok[None, :] * stride_out_t + hv * stride_out_h + offs_v[:, None],
+             F.to(out_ptr.dtype.element_ty), mask=mask_vu & ~is_key[None, :])
+
+
 def gdn_spec_workspace_numel(batch: int, num_v_heads: int) -> int:
     """fp32 elements of a verify's workspace (:data:`SOLVE_APART`): ``Z [batch, HV, 16, 16]``."""
     return batch * num_v_heads * (2 * MAX_T) ** 2
@@ -625,22 +798,41 @@ def gdn_replayssm_spec_decode(
                       EXACT_B=exact_in_tf32(k_ring.dtype), K_CHUNK=fma_key_chunk(block_k),
                       EVEN_TILE=even_tile(V, rows, K, block_k), num_warps=num_warps, **shared)
 
-    check_split_fold(cfg, supported=(0, 1, 2))
+    check_split_fold(cfg, supported=(0, 1, 2, STATE_APART))
     if use_dot and VERIFY_ON_DOT:
-        solve = (spec_workspace(workspace, gdn_spec_workspace_numel(Bsz, HV), q.device) if SOLVE_APART
-                 else out)  # (a placeholder for a verify that solves in place)
+        state_apart = cfg.split_fold == STATE_APART
+        solve_numel = gdn_spec_workspace_numel(Bsz, HV)
+        bias_numel = Bsz * HV * 2 * T * V if state_apart else 0
+        ws = (spec_workspace(workspace, solve_numel + bias_numel, q.device) if SOLVE_APART or state_apart
+              else out)  # (a placeholder for a verify that solves in place)
+        solve, bias = ws[:solve_numel], ws[solve_numel:]
         exact_x = exact_in_tf32(q.dtype) and exact_in_tf32(k.dtype)
-        if SOLVE_APART:
+        draft_args = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2))
+        gate_args = (a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2), step.scale,
+                     step.softplus_beta, step.softplus_threshold)
+        slot_idx = initial_state_indices if initial_state_indices is not None else write_pos
+        ring_strides = (d_ring.stride(0), d_ring.stride(1), d_ring.stride(2), k_ring.stride(0), k_ring.stride(1),
+                        k_ring.stride(2), g_ring.stride(0), g_ring.stride(1))
+        if state_apart:
+            # The solve and the ring's part, then the flush rows' whole step, then the
+            # other rows' state product.
+            ring_rows = min(GDN_RING_PART_ROWS, triton.next_power_of_2(V))
+            launch_kernel(_gdn_spec_ring_part_kernel, (1, HV, Bsz), d_ring, k_ring, g_ring, write_pos, origin, is_flush,
+                          q, k, v, a, b, A_log, dt_bias, slot_idx, solve, bias, slots, K, V, HV, HV // H, capacity,
+                          pad_slot_id, *ring_strides, *draft_args, v.stride(0), v.stride(1), v.stride(2), *gate_args,
+                          BLOCK_V=ring_rows, V_BLOCKS=triton.cdiv(V, ring_rows), EXACT_X=exact_x, NUM_TOKENS=T,
+                          SMALL_PRECISION=SMALL_DOT_PRECISION, EVEN_TILE=block_k == K,
+                          num_warps=GDN_RING_PART_WARPS, **shared)
+        elif SOLVE_APART:
             launch_kernel(_gdn_spec_solve_kernel, (1, HV, Bsz), q, k, a, b, A_log, dt_bias, solve, write_pos, origin,
-                          is_flush, initial_state_indices if initial_state_indices is not None else write_pos,
-                          slots, K, HV, HV // H, capacity, pad_slot_id, q.stride(0), q.stride(1), q.stride(2),
-                          k.stride(0), k.stride(1), k.stride(2), a.stride(0), a.stride(1), a.stride(2), b.stride(0),
-                          b.stride(1), b.stride(2), step.scale, step.softplus_beta, step.softplus_threshold,
+                          is_flush, slot_idx, slots, K, HV, HV // H, capacity, pad_slot_id, *draft_args, *gate_args,
                           USE_QK_L2NORM=step.use_qk_l2norm, HAS_SLOT_IDX=initial_state_indices is not None,
                           BLOCK_K=block_k, BUF=buf, EXACT_X=exact_x, DOT_PRECISION=DOT_PRECISION,
                           ONE_PASS_PRECISION=ONE_PASS_PRECISION, NUM_TOKENS=T, SMALL_PRECISION=SMALL_DOT_PRECISION,
                           EVEN_TILE=block_k == K, BLOCK_V=triton.next_power_of_2(V), num_warps=SOLVE_WARPS)
-        if cfg.split_fold == 2:
+        if state_apart:
+            row_launches = (FLUSH_ROWS,)
+        elif cfg.split_fold == 2:
             # The flush rows fold and verify in a launch of their own (their state read
             # once), the other rows in one compiled without the fold.
             row_launches = (FLUSH_ROWS, NONFLUSH_ROWS)
@@ -656,8 +848,21 @@ def gdn_replayssm_spec_decode(
                           BLOCK_V=block_v, EXACT_X=exact_x, solve_ptr=solve, num_v_heads=HV,
                           HEADS_PER_PROG=hpp, KEY_CHUNK=min(cfg.key_chunk or block_k, block_k), NUM_TOKENS=T,
                           SMALL_PRECISION=SMALL_DOT_PRECISION, EVEN_TILE=even_tile(V, block_v, K, block_k),
-                          PHASE=phase.value, SOLVE_APART=SOLVE_APART, num_warps=cfg.num_warps, **shared)
-    else:  # (split_fold 2 folds apart here, as 1 does: its flush rows' launch is the tl.dot verify's)
+                          PHASE=phase.value, SOLVE_APART=SOLVE_APART or state_apart, num_warps=cfg.num_warps,
+                          **shared)
+        if state_apart:
+            rows = min(GDN_STATE_PRODUCT_ROWS, triton.next_power_of_2(V))
+            chunk = min(GDN_STATE_PRODUCT_COLS, block_k)
+            launch_kernel(_gdn_spec_state_product_kernel, (triton.cdiv(V, rows), HV, Bsz), state, d_ring, write_pos,
+                          origin, is_flush, q, k, out, slot_idx, solve, bias, slots, K, V, HV, HV // H, capacity,
+                          pad_slot_id, state.stride(0), state.stride(1), state.stride(2), d_ring.stride(0),
+                          d_ring.stride(1), d_ring.stride(2), *draft_args, out.stride(0), out.stride(1),
+                          out.stride(2), HAS_SLOT_IDX=initial_state_indices is not None, BLOCK_V=rows,
+                          BLOCK_K=block_k, KEY_CHUNK=chunk, BUF=buf, EXACT_X=exact_x,
+                          DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, NUM_TOKENS=T,
+                          SMALL_PRECISION=SMALL_DOT_PRECISION, EVEN_TILE=even_tile(V, rows, K, chunk),
+                          STAGES=GDN_STATE_PRODUCT_STAGES, num_warps=GDN_STATE_PRODUCT_WARPS)
+    else:  # (split_fold 2 and 3 fold apart here, as 1 does: their flush rows' launch is the tl.dot verify's)
         for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
             launch_chunked(phase, cfg.block_p, cfg.num_warps)
     return out

@@ -67,7 +67,8 @@ MAMBA2_SPEC_CANDIDATES = [LaunchConfig(b, w, heads_per_prog=h, split_fold=3)
 # faulted (an illegal memory access, Triton 3.6). Folding a flush row inside the verify
 # for every row ran 555-1164, and 2 pipeline stages in the chunk loop instead of 3-4 lost
 # 36 (``gdn_spec_fold_in_verify.json``, commit b8e31c5).
-GDN_SPEC_CANDIDATES = [LaunchConfig(b, w, heads_per_prog=h, split_fold=2, key_chunk=c)
+GDN_SPEC_CANDIDATES = [LaunchConfig(b, w, split_fold=3, key_chunk=32) for b, w in [(64, 2), (128, 4)]] + \
+    [LaunchConfig(b, w, heads_per_prog=h, split_fold=2, key_chunk=c)
                        for b, w, h, c in [(64, 2, 4, 32), (128, 4, 4, 32), (64, 2, 4, 64), (32, 1, 4, 32),
                                           (64, 2, 1, 32), (128, 4, 1, 32)]] + \
     [LaunchConfig(b, w, heads_per_prog=h, split_fold=1, key_chunk=c)  # a fold-only launch first

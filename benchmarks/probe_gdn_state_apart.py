@@ -28,14 +28,12 @@ from trtllm_replayssm.ops.launch import LaunchConfig
 
 SPLIT_FOLD_2 = LaunchConfig(64, 2, heads_per_prog=4, split_fold=2, key_chunk=32)
 # (the verify config, whose rows and warps the flush rows' launch takes; the state's
-# product: rows, key columns, warps, stages; the ring part: rows, warps)
+# product: rows, key columns, warps, stages; the ring part: rows, warps, value heads)
 SETTINGS = [(SPLIT_FOLD_2, None, None)] + \
-    [(LaunchConfig(64, 2, split_fold=3, key_chunk=32), sp, (64, 4))
-     for sp in [(32, 32, 1, 3), (64, 32, 2, 3), (32, 64, 1, 2), (64, 64, 2, 2), (16, 32, 1, 3), (32, 32, 1, 4),
-                (32, 32, 2, 3), (128, 32, 4, 3)]] + \
     [(LaunchConfig(64, 2, split_fold=3, key_chunk=32), (32, 32, 1, 3), rp)
-     for rp in [(32, 2), (64, 2), (128, 4), (128, 8), (32, 1)]] + \
-    [(LaunchConfig(128, 4, split_fold=3, key_chunk=32), (32, 32, 1, 3), (64, 4))]
+     for rp in [(32, 1, 4), (32, 1, 2), (32, 1, 1), (16, 1, 4), (64, 2, 4), (32, 2, 4), (64, 1, 4), (128, 4, 4)]] + \
+    [(LaunchConfig(64, 2, split_fold=3, key_chunk=32), sp, (32, 1, 4))
+     for sp in [(64, 32, 2, 3), (128, 32, 4, 3), (32, 32, 1, 2)]]
 
 
 def profile_launches(rig, setting, steps: int) -> None:
@@ -43,7 +41,7 @@ def profile_launches(rig, setting, steps: int) -> None:
     cfg, sp, rp = setting
     (gdn_spec.GDN_STATE_PRODUCT_ROWS, gdn_spec.GDN_STATE_PRODUCT_COLS, gdn_spec.GDN_STATE_PRODUCT_WARPS,
      gdn_spec.GDN_STATE_PRODUCT_STAGES) = sp
-    gdn_spec.GDN_RING_PART_ROWS, gdn_spec.GDN_RING_PART_WARPS = rp
+    gdn_spec.GDN_RING_PART_ROWS, gdn_spec.GDN_RING_PART_WARPS, gdn_spec.GDN_RING_PART_HEADS = rp
     rig.config = cfg
     run = rig.replay_fn(steps)
     run()
@@ -75,7 +73,7 @@ def main() -> None:
             if sp is not None:
                 (gdn_spec.GDN_STATE_PRODUCT_ROWS, gdn_spec.GDN_STATE_PRODUCT_COLS, gdn_spec.GDN_STATE_PRODUCT_WARPS,
                  gdn_spec.GDN_STATE_PRODUCT_STAGES) = sp
-                gdn_spec.GDN_RING_PART_ROWS, gdn_spec.GDN_RING_PART_WARPS = rp
+                gdn_spec.GDN_RING_PART_ROWS, gdn_spec.GDN_RING_PART_WARPS, gdn_spec.GDN_RING_PART_HEADS = rp
             records.append(probe_record(rig, cfg, args.steps, args.replays, state_product=sp, ring_part=rp))
         if args.profile:
             profile_launches(rig, SETTINGS[1], args.steps)
@@ -85,7 +83,7 @@ def main() -> None:
     print(tabulate([[r["batch"], r["acceptance"], r["config"]["split_fold"], r["config"]["block_p"],
                      r["config"]["num_warps"], r["state_product"], r["ring_part"], r["us_per_step"]] for r in records],
                    headers=["batch", "accepted", "split_fold", "rows", "warps", "state product (rows, cols, warps, "
-                            "stages)", "ring part (rows, warps)", "us / verify step"]))
+                            "stages)", "ring part (rows, warps, heads)", "us / verify step"]))
 
 
 if __name__ == "__main__":

@@ -130,16 +130,18 @@ def test_solve_in_the_verify_or_apart(monkeypatch, split_fold):
     assert min(flushes.values()) >= 1, flushes
 
 
-@pytest.mark.parametrize("geom,T,Bh", [(GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=32, head_v_dim=16), 3, 8),
-                                       (GDNGeometry(num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=48), 5, 6)],
-                         ids=["chunks", "masked_v_two_key_heads"])
-def test_state_product_in_a_launch_of_its_own(monkeypatch, geom, T, Bh):
+@pytest.mark.parametrize("geom,T,Bh,ring_heads", [
+    (GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=32, head_v_dim=16), 3, 8, 1),
+    (GDNGeometry(num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=48), 5, 6, 4)],
+    ids=["chunks_one_head", "masked_v_two_key_heads"])
+def test_state_product_in_a_launch_of_its_own(monkeypatch, geom, T, Bh, ring_heads):
     """``split_fold = 3``: the solve and the ring's part (``W``, ``bias``) in one launch, the
     flush rows' whole step in theirs, and ``(S_0 X) W + bias`` for the other rows in a lean
-    launch: over state chunks (K = 32 in two) and over rows of V that the ring part loops
-    through in blocks (V = 48: a masked tail) with two value heads a key head."""
+    launch: over state chunks (K = 32 in two), over rows of V that the ring part loops
+    through in blocks (V = 48: a masked tail), a value head or a key head's two a program."""
     monkeypatch.setattr(gdn_spec_module, "GDN_STATE_PRODUCT_COLS", 16)
     monkeypatch.setattr(gdn_spec_module, "GDN_RING_PART_ROWS", 32)
+    monkeypatch.setattr(gdn_spec_module, "GDN_RING_PART_HEADS", ring_heads)
     flushes = run_gdn_spec_fuzz(T=T, Bh=Bh, steps=16, seed=23, geom=geom,
                                 config=LaunchConfig(16, 1, split_fold=3, key_chunk=16))
     assert min(flushes.values()) >= 1, flushes

@@ -329,6 +329,20 @@ def _solve_weights(Gram, beta, decay_us, offs_u, tok, is_key, mask_u, NUM_TOKENS
 
 
 @triton.jit
+def _head_solve(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv, stride_a_b, stride_a_t, stride_a_h, stride_b_b,
+                stride_b_t, stride_b_h, softplus_beta, softplus_threshold, Gram, offs_u, tok, is_key, mask_u,
+                NUM_TOKENS: tl.constexpr, SMALL_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr):
+    """A value head's drafts' gates (:func:`_draft_gates`: ``g``, ``beta``, ``A``) and its
+    solve ``Z`` (:func:`_solve_weights`) from its key head's scaled Gram."""
+    g_u, beta, A_u, decay_us = _draft_gates(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv, stride_a_b, stride_a_t,
+                                            stride_a_h, stride_b_b, stride_b_t, stride_b_h, softplus_beta,
+                                            softplus_threshold, offs_u, tok, is_key, mask_u)
+    Z = _solve_weights(Gram, beta, decay_us, offs_u, tok, is_key, mask_u, NUM_TOKENS, SMALL_PRECISION,
+                       ONE_PASS_PRECISION)
+    return g_u, beta, A_u, Z
+
+
+@triton.jit
 def _draft_columns(k_ptr, q_ptr, pid_b, h, stride_k_b, stride_k_t, stride_k_h, stride_q_b, stride_q_t, stride_q_h,
                    offs_k, mask_k, tok, is_key, mask_u, scale, USE_QK_L2NORM: tl.constexpr, EXACT_X: tl.constexpr,
                    DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr):
@@ -386,11 +400,9 @@ def _gdn_spec_solve_kernel(
                                             stride_k_h, stride_q_b, stride_q_t, stride_q_h, offs_k, mask_k, tok,
                                             is_key, mask_u, scale, USE_QK_L2NORM, EXACT_X, DOT_PRECISION,
                                             ONE_PASS_PRECISION)
-    g_u, beta, A_u, decay_us = _draft_gates(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv, stride_a_b, stride_a_t,
-                                            stride_a_h, stride_b_b, stride_b_t, stride_b_h, softplus_beta,
-                                            softplus_threshold, offs_u, tok, is_key, mask_u)
-    Z = _solve_weights(Gram, beta, decay_us, offs_u, tok, is_key, mask_u, NUM_TOKENS, SMALL_PRECISION,
-                       ONE_PASS_PRECISION)
+    Z = _head_solve(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv, stride_a_b, stride_a_t, stride_a_h, stride_b_b,
+                    stride_b_t, stride_b_h, softplus_beta, softplus_threshold, Gram, offs_u, tok, is_key, mask_u,
+                    NUM_TOKENS, SMALL_PRECISION, ONE_PASS_PRECISION)[3]
     tl.store(solve_ptr + _solve_offsets(pid_b, hv, num_v_heads, offs_u), Z)
 
 
@@ -558,9 +570,9 @@ def _gdn_spec_verify_dot_kernel(
 # (the ring's part, with the solve); the state's product launch then streams the
 # checkpoint with nothing else in its registers. Its launch config: rows of V a program,
 # key columns a step of its loop, warps, pipeline stages; the ring part's: rows of V a
-# step of its loop over the head's, warps.
+# step of its loop over the head's, warps, value heads of a key head a program.
 GDN_STATE_PRODUCT_ROWS, GDN_STATE_PRODUCT_COLS, GDN_STATE_PRODUCT_WARPS, GDN_STATE_PRODUCT_STAGES = 32, 32, 1, 3
-GDN_RING_PART_ROWS, GDN_RING_PART_WARPS = 64, 4
+GDN_RING_PART_ROWS, GDN_RING_PART_WARPS, GDN_RING_PART_HEADS = 32, 1, 4
 
 
 @triton.jit
@@ -583,9 +595,10 @@ def _gdn_spec_ring_part_kernel(
     USE_QK_L2NORM: tl.constexpr, HAS_SLOT_IDX: tl.constexpr, BLOCK_K: tl.constexpr, BUF: tl.constexpr,
     BLOCK_L: tl.constexpr, BLOCK_V: tl.constexpr, V_BLOCKS: tl.constexpr, EXACT_X: tl.constexpr,
     DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, NUM_TOKENS: tl.constexpr,
-    SMALL_PRECISION: tl.constexpr, EVEN_TILE: tl.constexpr,
+    SMALL_PRECISION: tl.constexpr, EVEN_TILE: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
 ):
-    """split_fold 3's first launch, a program a (row, value head), grid ``(1, HV, B)``:
+    """split_fold 3's first launch, a program a row and ``HEADS_PER_PROG`` value heads of a
+    key head (their drafts' tile and history products shared), grid ``(1, HV / heads, B)``:
     the drafts' solve ``Z`` and, for a row that does not flush, everything of its verify
     but the state's product. To the workspace: ``W [16, 16]`` in ``Z``'s place (a flush
     row keeps ``Z``, for its own launch) and ``bias [2T, V]``; to the ring: the drafts'
@@ -596,14 +609,14 @@ def _gdn_spec_ring_part_kernel(
     ``S_h X = e^G P c + H``, and the dot kernel's ``R Z + [query] e^A S_h X`` becomes
     ``P W + bias`` with ``W[s, u] = e^{A_s + G} c_s ([query s] delta_su - [key s] beta_s Z[s, u])``
     and ``bias = ([key] beta (V - e^A H)) Z + [query] e^A H``."""
-    hv = tl.program_id(1)
+    hv0 = tl.program_id(1) * HEADS_PER_PROG
     pid_b = tl.program_id(2)
     slot, wp, origin, is_flush, is_pad, is_bad = load_spec_row(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, pid_b,
                                                                num_slots, NUM_TOKENS, capacity, pad_slot_id,
                                                                HAS_SLOT_IDX, BUF)
     if is_pad | is_bad:  # (the state's product launch reports a bad row)
         return
-    h = hv // v_heads_per_k_head
+    h = hv0 // v_heads_per_k_head
     offs_k = tl.arange(0, BLOCK_K)
     mask_k = dim_mask(offs_k, head_k_dim, EVEN_TILE)
     offs_u = tl.arange(0, 2 * DRAFT_COLS)
@@ -613,56 +626,60 @@ def _gdn_spec_ring_part_kernel(
     X, Xf, col_scale, Gram = _draft_columns(k_ptr, q_ptr, pid_b, h, stride_k_b, stride_k_t, stride_k_h, stride_q_b,
                                             stride_q_t, stride_q_h, offs_k, mask_k, tok, is_key, mask_u, scale,
                                             USE_QK_L2NORM, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
-    g_u, beta, A_u, decay_us = _draft_gates(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv, stride_a_b, stride_a_t,
-                                            stride_a_h, stride_b_b, stride_b_t, stride_b_h, softplus_beta,
-                                            softplus_threshold, offs_u, tok, is_key, mask_u)
-    Z = _solve_weights(Gram, beta, decay_us, offs_u, tok, is_key, mask_u, NUM_TOKENS, SMALL_PRECISION,
-                       ONE_PASS_PRECISION)
-    solve_offs = _solve_offsets(pid_b, hv, num_v_heads, offs_u)
     if is_flush:  # the flush rows' own launch takes its whole step with Z
-        tl.store(solve_ptr + solve_offs, Z)
+        for hh in range(0, HEADS_PER_PROG):
+            g_u, beta, A_u, Z = _head_solve(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv0 + hh, stride_a_b,
+                                            stride_a_t, stride_a_h, stride_b_b, stride_b_t, stride_b_h, softplus_beta,
+                                            softplus_threshold, Gram, offs_u, tok, is_key, mask_u, NUM_TOKENS,
+                                            SMALL_PRECISION, ONE_PASS_PRECISION)
+            tl.store(solve_ptr + _solve_offsets(pid_b, hv0 + hh, num_v_heads, offs_u), Z)
         return
 
-    # The history: its keys against every column, [L, 16]; its gates and total decay.
+    # The history's keys against every column, [L, 16] (shared by the key head's value
+    # heads); the drafts' keys appended (reads stop at wp).
     kr_base = k_ring_ptr + slot * stride_kr_slot + h * stride_kr_h
     offs_l, phys_l = ring_positions(origin, BUF, BLOCK_L)
     mask_l = offs_l < wp
     K_hist = tl.load(kr_base + phys_l[:, None] * stride_kr_l + offs_k[None, :],
                      mask=mask_l[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
     HX = small_matmul(K_hist, Xf, True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION) * col_scale[None, :]
-    gr_base = g_ring_ptr + slot * stride_gr_slot + hv * stride_gr_h
-    g_hist = tl.load(gr_base + phys_l, mask=mask_l, other=0.0)
-    G = tl.sum(g_hist, axis=0)
-    decay_l = tl.where(mask_l, tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0)), 0.0)
-    decay_A = tl.exp(A_u)
-    eye = offs_u[:, None] == offs_u[None, :]
-    W = (decay_A * tl.exp(G) * col_scale)[:, None] \
-        * tl.where(is_key[:, None], -beta[:, None] * Z, tl.where(eye, 1.0, 0.0))
-    tl.store(solve_ptr + solve_offs, W)
-
-    # Append the drafts' keys (one value head of a key head) and gates; reads stop at wp.
     phys_u = (origin + wp + tok) & (BUF - 1)
-    if hv % v_heads_per_k_head == 0:
+    if hv0 % v_heads_per_k_head == 0:
         tl.store(kr_base + phys_u[None, :] * stride_kr_l + offs_k[:, None],
                  (Xf * col_scale[None, :]).to(k_ring_ptr.dtype.element_ty),
                  mask=mask_k[:, None] & (mask_u & is_key)[None, :])
-    tl.store(gr_base + phys_u, g_u, mask=mask_u & is_key)
+    eye = offs_u[:, None] == offs_u[None, :]
+    for hh in range(0, HEADS_PER_PROG):
+        hv = hv0 + hh
+        g_u, beta, A_u, Z = _head_solve(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv, stride_a_b, stride_a_t,
+                                        stride_a_h, stride_b_b, stride_b_t, stride_b_h, softplus_beta,
+                                        softplus_threshold, Gram, offs_u, tok, is_key, mask_u, NUM_TOKENS,
+                                        SMALL_PRECISION, ONE_PASS_PRECISION)
+        gr_base = g_ring_ptr + slot * stride_gr_slot + hv * stride_gr_h
+        g_hist = tl.load(gr_base + phys_l, mask=mask_l, other=0.0)
+        G = tl.sum(g_hist, axis=0)
+        decay_l = tl.where(mask_l, tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0)), 0.0)
+        decay_A = tl.exp(A_u)
+        W = (decay_A * tl.exp(G) * col_scale)[:, None] \
+            * tl.where(is_key[:, None], -beta[:, None] * Z, tl.where(eye, 1.0, 0.0))
+        tl.store(solve_ptr + _solve_offsets(pid_b, hv, num_v_heads, offs_u), W)
+        tl.store(gr_base + phys_u, g_u, mask=mask_u & is_key)
 
-    dr_base = d_ring_ptr + slot * stride_dr_slot + hv * stride_dr_h
-    for c in tl.range(0, V_BLOCKS):
-        offs_v = c * BLOCK_V + tl.arange(0, BLOCK_V)
-        mask_v = offs_v < head_v_dim
-        D_w = tl.load(dr_base + phys_l[None, :] * stride_dr_l + offs_v[:, None],
-                      mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32) * decay_l[None, :]
-        Hs = small_matmul(D_w, HX, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)  # [V, 16]
-        mask_vu = mask_v[:, None] & mask_u[None, :]
-        Vd = tl.load(v_ptr + pid_b * stride_v_b + tok[None, :] * stride_v_t + hv * stride_v_h + offs_v[:, None],
-                     mask=mask_vu & is_key[None, :], other=0.0).to(tl.float32)
-        R = tl.where(is_key[None, :], beta[None, :] * (Vd - decay_A[None, :] * Hs), 0.0)
-        bias = small_matmul(R, Z, True, False, SMALL_PRECISION, ONE_PASS_PRECISION) \
-            + tl.where(is_key[None, :], 0.0, decay_A[None, :] * Hs)
-        tl.store(bias_ptr + _bias_offsets(pid_b, hv, num_v_heads, head_v_dim, offs_v, tok, is_key, NUM_TOKENS), bias,
-                 mask=mask_vu)
+        dr_base = d_ring_ptr + slot * stride_dr_slot + hv * stride_dr_h
+        for c in tl.range(0, V_BLOCKS):
+            offs_v = c * BLOCK_V + tl.arange(0, BLOCK_V)
+            mask_v = offs_v < head_v_dim
+            D_w = tl.load(dr_base + phys_l[None, :] * stride_dr_l + offs_v[:, None],
+                          mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32) * decay_l[None, :]
+            Hs = small_matmul(D_w, HX, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)  # [V, 16]
+            mask_vu = mask_v[:, None] & mask_u[None, :]
+            Vd = tl.load(v_ptr + pid_b * stride_v_b + tok[None, :] * stride_v_t + hv * stride_v_h + offs_v[:, None],
+                         mask=mask_vu & is_key[None, :], other=0.0).to(tl.float32)
+            R = tl.where(is_key[None, :], beta[None, :] * (Vd - decay_A[None, :] * Hs), 0.0)
+            bias = small_matmul(R, Z, True, False, SMALL_PRECISION, ONE_PASS_PRECISION) \
+                + tl.where(is_key[None, :], 0.0, decay_A[None, :] * Hs)
+            tl.store(bias_ptr + _bias_offsets(pid_b, hv, num_v_heads, head_v_dim, offs_v, tok, is_key, NUM_TOKENS),
+                     bias, mask=mask_vu)
 
 
 @triton.jit(do_not_specialize=["num_slots"])
@@ -817,12 +834,13 @@ def gdn_replayssm_spec_decode(
             # The solve and the ring's part, then the flush rows' whole step, then the
             # other rows' state product.
             ring_rows = min(GDN_RING_PART_ROWS, triton.next_power_of_2(V))
-            launch_kernel(_gdn_spec_ring_part_kernel, (1, HV, Bsz), d_ring, k_ring, g_ring, write_pos, origin, is_flush,
+            ring_heads = math.gcd(GDN_RING_PART_HEADS, HV // H)
+            launch_kernel(_gdn_spec_ring_part_kernel, (1, HV // ring_heads, Bsz), d_ring, k_ring, g_ring, write_pos, origin, is_flush,
                           q, k, v, a, b, A_log, dt_bias, slot_idx, solve, bias, slots, K, V, HV, HV // H, capacity,
                           pad_slot_id, *ring_strides, *draft_args, v.stride(0), v.stride(1), v.stride(2), *gate_args,
                           BLOCK_V=ring_rows, V_BLOCKS=triton.cdiv(V, ring_rows), EXACT_X=exact_x, NUM_TOKENS=T,
                           SMALL_PRECISION=SMALL_DOT_PRECISION, EVEN_TILE=block_k == K,
-                          num_warps=GDN_RING_PART_WARPS, **shared)
+                          HEADS_PER_PROG=ring_heads, num_warps=GDN_RING_PART_WARPS, **shared)
         elif SOLVE_APART:
             launch_kernel(_gdn_spec_solve_kernel, (1, HV, Bsz), q, k, a, b, A_log, dt_bias, solve, write_pos, origin,
                           is_flush, slot_idx, slots, K, HV, HV // H, capacity, pad_slot_id, *draft_args, *gate_args,

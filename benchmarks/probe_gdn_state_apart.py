@@ -24,24 +24,35 @@ import trtllm_replayssm.ops.gdn.spec as gdn_spec
 from trtllm_replayssm.benchmarking.records import REPO
 from trtllm_replayssm.benchmarking.spec import SpecCase, make_spec_rig, probe_record
 from trtllm_replayssm.models import model
+from trtllm_replayssm.ops.common import DOT_PRECISION
 from trtllm_replayssm.ops.launch import LaunchConfig
 
 SPLIT_FOLD_2 = LaunchConfig(64, 2, heads_per_prog=4, split_fold=2, key_chunk=32)
+SPLIT_FOLD_3 = LaunchConfig(64, 2, split_fold=3, key_chunk=32)
+IEEE, TF32X3 = "ieee", DOT_PRECISION
 # (the verify config, whose rows and warps the flush rows' launch takes; the state's
-# product: rows, key columns, warps, stages; the ring part: rows, warps, value heads)
+# product: rows, key columns, warps, stages, small products' precision; the ring part:
+# rows, warps, value heads, small products' precision)
 SETTINGS = [(SPLIT_FOLD_2, None, None)] + \
-    [(LaunchConfig(64, 2, split_fold=3, key_chunk=32), (32, 32, 1, 3), rp)
-     for rp in [(32, 1, 4), (32, 1, 2), (32, 1, 1), (16, 1, 4), (64, 2, 4), (32, 2, 4), (64, 1, 4), (128, 4, 4)]] + \
-    [(LaunchConfig(64, 2, split_fold=3, key_chunk=32), sp, (32, 1, 4))
-     for sp in [(64, 32, 2, 3), (128, 32, 4, 3), (32, 32, 1, 2)]]
+    [(SPLIT_FOLD_3, (128, 32, 4, 3, sp), (32, 1, 4, rp)) for sp, rp in [(IEEE, IEEE), (IEEE, TF32X3), (TF32X3, IEEE),
+                                                                      (TF32X3, TF32X3)]] + \
+    [(SPLIT_FOLD_3, (128, 32, 4, 3, IEEE), rp) for rp in [(16, 1, 4, TF32X3), (32, 2, 4, TF32X3), (64, 2, 4, TF32X3),
+                                                          (64, 4, 4, TF32X3), (32, 1, 2, TF32X3)]] + \
+    [(SPLIT_FOLD_3, sp, (32, 1, 4, IEEE)) for sp in [(64, 32, 2, 3, IEEE), (128, 64, 4, 2, IEEE), (64, 64, 4, 3, IEEE)]]
+
+
+def apply_setting(sp, rp) -> None:
+    """Set the state product's and the ring part's launch constants of ``ops/gdn/spec.py``."""
+    (gdn_spec.GDN_STATE_PRODUCT_ROWS, gdn_spec.GDN_STATE_PRODUCT_COLS, gdn_spec.GDN_STATE_PRODUCT_WARPS,
+     gdn_spec.GDN_STATE_PRODUCT_STAGES, gdn_spec.GDN_STATE_PRODUCT_PRECISION) = sp
+    (gdn_spec.GDN_RING_PART_ROWS, gdn_spec.GDN_RING_PART_WARPS, gdn_spec.GDN_RING_PART_HEADS,
+     gdn_spec.GDN_RING_PART_PRECISION) = rp
 
 
 def profile_launches(rig, setting, steps: int) -> None:
     """Each kernel's CUDA time per call over one eager run (the launches of a verify step)."""
     cfg, sp, rp = setting
-    (gdn_spec.GDN_STATE_PRODUCT_ROWS, gdn_spec.GDN_STATE_PRODUCT_COLS, gdn_spec.GDN_STATE_PRODUCT_WARPS,
-     gdn_spec.GDN_STATE_PRODUCT_STAGES) = sp
-    gdn_spec.GDN_RING_PART_ROWS, gdn_spec.GDN_RING_PART_WARPS, gdn_spec.GDN_RING_PART_HEADS = rp
+    apply_setting(sp, rp)
     rig.config = cfg
     run = rig.replay_fn(steps)
     run()
@@ -71,9 +82,7 @@ def main() -> None:
                                      args.accepted or args.tokens))
         for cfg, sp, rp in SETTINGS:
             if sp is not None:
-                (gdn_spec.GDN_STATE_PRODUCT_ROWS, gdn_spec.GDN_STATE_PRODUCT_COLS, gdn_spec.GDN_STATE_PRODUCT_WARPS,
-                 gdn_spec.GDN_STATE_PRODUCT_STAGES) = sp
-                gdn_spec.GDN_RING_PART_ROWS, gdn_spec.GDN_RING_PART_WARPS, gdn_spec.GDN_RING_PART_HEADS = rp
+                apply_setting(sp, rp)
             records.append(probe_record(rig, cfg, args.steps, args.replays, state_product=sp, ring_part=rp))
         if args.profile:
             profile_launches(rig, SETTINGS[1], args.steps)
@@ -83,7 +92,7 @@ def main() -> None:
     print(tabulate([[r["batch"], r["acceptance"], r["config"]["split_fold"], r["config"]["block_p"],
                      r["config"]["num_warps"], r["state_product"], r["ring_part"], r["us_per_step"]] for r in records],
                    headers=["batch", "accepted", "split_fold", "rows", "warps", "state product (rows, cols, warps, "
-                            "stages)", "ring part (rows, warps, heads)", "us / verify step"]))
+                            "stages, precision)", "ring part (rows, warps, heads, precision)", "us / verify step"]))
 
 
 if __name__ == "__main__":

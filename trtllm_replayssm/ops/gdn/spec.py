@@ -573,6 +573,9 @@ def _gdn_spec_verify_dot_kernel(
 # step of its loop over the head's, warps, value heads of a key head a program.
 GDN_STATE_PRODUCT_ROWS, GDN_STATE_PRODUCT_COLS, GDN_STATE_PRODUCT_WARPS, GDN_STATE_PRODUCT_STAGES = 32, 32, 1, 3
 GDN_RING_PART_ROWS, GDN_RING_PART_WARPS, GDN_RING_PART_HEADS = 32, 1, 4
+# The precision of the two launches' small products (the solve, the history's and the
+# drafts' [V, 16] x [16, 16], ``(S_0 X) W``).
+GDN_RING_PART_PRECISION, GDN_STATE_PRODUCT_PRECISION = SMALL_DOT_PRECISION, SMALL_DOT_PRECISION
 
 
 @triton.jit
@@ -839,7 +842,7 @@ def gdn_replayssm_spec_decode(
                           q, k, v, a, b, A_log, dt_bias, slot_idx, solve, bias, slots, K, V, HV, HV // H, capacity,
                           pad_slot_id, *ring_strides, *draft_args, v.stride(0), v.stride(1), v.stride(2), *gate_args,
                           BLOCK_V=ring_rows, V_BLOCKS=triton.cdiv(V, ring_rows), EXACT_X=exact_x, NUM_TOKENS=T,
-                          SMALL_PRECISION=SMALL_DOT_PRECISION, EVEN_TILE=block_k == K,
+                          SMALL_PRECISION=GDN_RING_PART_PRECISION, EVEN_TILE=block_k == K,
                           HEADS_PER_PROG=ring_heads, num_warps=GDN_RING_PART_WARPS, **shared)
         elif SOLVE_APART:
             launch_kernel(_gdn_spec_solve_kernel, (1, HV, Bsz), q, k, a, b, A_log, dt_bias, solve, write_pos, origin,
@@ -878,7 +881,7 @@ def gdn_replayssm_spec_decode(
                           out.stride(2), HAS_SLOT_IDX=initial_state_indices is not None, BLOCK_V=rows,
                           BLOCK_K=block_k, KEY_CHUNK=chunk, BUF=buf, EXACT_X=exact_x,
                           DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, NUM_TOKENS=T,
-                          SMALL_PRECISION=SMALL_DOT_PRECISION, EVEN_TILE=even_tile(V, rows, K, chunk),
+                          SMALL_PRECISION=GDN_STATE_PRODUCT_PRECISION, EVEN_TILE=even_tile(V, rows, K, chunk),
                           STAGES=GDN_STATE_PRODUCT_STAGES, num_warps=GDN_STATE_PRODUCT_WARPS)
     else:  # (split_fold 2 and 3 fold apart here, as 1 does: their flush rows' launch is the tl.dot verify's)
         for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):

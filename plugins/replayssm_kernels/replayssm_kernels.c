@@ -532,10 +532,16 @@ int rs_mamba2_spec_verify(const rs_mamba2_spec_args* a, void* stream) {
   X(stride_b_b, INT(a->stride_b[0])) X(stride_b_t, INT(a->stride_b[1])) X(stride_b_h, INT(a->stride_b[2]))       \
   X(stride_out_b, INT(a->stride_out[0])) X(stride_out_t, INT(a->stride_out[1])) X(stride_out_h, INT(a->stride_out[2])) \
   X(scale, FLT(scale)) X(softplus_beta, FLT(a->softplus_beta)) X(softplus_threshold, FLT(a->softplus_threshold))     \
-  X(solve_ptr, PTR(a->workspace)) X(num_v_heads, INT(a->num_v_heads))
+  X(solve_ptr, PTR(a->workspace)) X(num_v_heads, INT(a->num_v_heads))                                         \
+  X(bias_ptr, PTR((char*)a->workspace + gdn_spec_solve_bytes(a->batch, a->num_v_heads)))
 
-/* The workspace: fp32 [batch, HV, 16, 16], the drafts' solve (ops/gdn/spec.py, gdn_spec_workspace_numel). */
-int64_t rs_gdn_spec_workspace_size(int64_t batch, int64_t num_v_heads) { return 4 * batch * num_v_heads * 256; }
+/* The workspace: fp32 [batch, HV, 16, 16] (the drafts' solve), then fp32 [batch, HV, 2T, V]
+ * (the ring part's bias); ops/gdn/spec.py, gdn_spec_workspace_numel. */
+static int64_t gdn_spec_solve_bytes(int64_t batch, int64_t num_v_heads) { return 4 * batch * num_v_heads * 256; }
+
+int64_t rs_gdn_spec_workspace_size(int64_t batch, int64_t num_tokens, int64_t num_v_heads, int64_t head_v_dim) {
+  return gdn_spec_solve_bytes(batch, num_v_heads) + 4 * batch * num_v_heads * 2 * num_tokens * head_v_dim;
+}
 
 int rs_gdn_spec_verify(const rs_gdn_spec_args* a, void* stream) {
   if (!a) return fail(RS_ERR_INVALID_ARGUMENT, "args is NULL");

@@ -155,8 +155,9 @@ typedef struct {
   int64_t stride_d_ring[3], stride_k_ring[3], stride_g_ring[2];
   float scale, softplus_beta, softplus_threshold; /* scale 0: 1/sqrt(K) */
   int32_t state_dtype, act_dtype;
-  /* Device scratch of rs_gdn_spec_workspace_size(batch, num_v_heads) bytes (16-byte
-   * aligned): the drafts' solve a row and value head, formed by a launch of its own. */
+  /* Device scratch of rs_gdn_spec_workspace_size(batch, num_tokens, num_v_heads, head_v_dim)
+   * bytes (16-byte aligned): the drafts' solve and the ring part's outputs, a row and value
+   * head, formed by a launch ahead of the state's product. */
   void* workspace;
 } rs_gdn_spec_args;
 
@@ -165,7 +166,8 @@ RS_API int rs_gdn_step(const rs_gdn_step_args* args, void* stream);
 RS_API int rs_mamba2_spec_verify(const rs_mamba2_spec_args* args, void* stream);
 /* Bytes of rs_mamba2_spec_args.workspace / rs_gdn_spec_args.workspace for a verify of this size. */
 RS_API int64_t rs_mamba2_spec_workspace_size(int64_t batch, int64_t num_tokens, int64_t nheads, int64_t headdim);
-RS_API int64_t rs_gdn_spec_workspace_size(int64_t batch, int64_t num_v_heads);
+RS_API int64_t rs_gdn_spec_workspace_size(int64_t batch, int64_t num_tokens, int64_t num_v_heads,
+                                          int64_t head_v_dim);
 RS_API int rs_gdn_spec_verify(const rs_gdn_spec_args* args, void* stream);
 /* After acceptance: accepted (B,) int32 tokens per row, bonus included; rows with <= 0 keep
  * their cursors. Slots entering decode: rs_reset_spec (pad_slot_id rows are skipped). */

@@ -186,7 +186,7 @@ def test_c_abi_speculative_ops_check_their_arguments(lib):
     g = GDNSpecArgs()
     g.num_tokens, g.history_len = 4, 16
     assert lib.lib.rs_gdn_spec_verify(ctypes.byref(g), None) == 1  # null pointers
-    assert lib.lib.rs_gdn_spec_workspace_size(4, 64) == 4 * gdn_spec_workspace_numel(4, 64)
+    assert lib.lib.rs_gdn_spec_workspace_size(4, 4, 64, 128) == 4 * gdn_spec_workspace_numel(4, 4, 64, 128)
     assert lib.lib.rs_commit_spec(4096, 4096, 4096, 8, None, 4096, 4, 4, 16, -1, None) == 1
     assert lib.lib.rs_reset_spec(4096, 4096, 4096, 8, 4096, 2, 4, 70, -1, None) == 1  # history > 64
     if not ctypes.util.find_library("cuda"):

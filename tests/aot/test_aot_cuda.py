@@ -378,3 +378,68 @@ def test_c_abi_mamba2_spec_verify_equals_jit(lib):
     for a, b in zip(runs["jit"][1:], runs["c"][1:]):
         assert torch.equal(a, b)
 
+
+
+def test_c_abi_gdn_spec_verify_equals_jit(lib):
+    """rs_gdn_spec_verify and rs_commit_spec over steps with flushes equal the Python entry
+    points on the JIT bit for bit (Qwen3.5-122B; the default split: the solve and the ring's
+    part, the flush rows' launch, the state's product, through the C workspace's offsets)."""
+    from trtllm_replayssm.aot.library import GDNSpecArgs
+    from trtllm_replayssm.ops.gdn.spec import gdn_replayssm_spec_decode
+    from trtllm_replayssm.ops.mamba2 import spec as m2_spec
+
+    T, Bh, batch = 4, 16, 6
+    g = model("qwen3.5-122b").geom
+    H, HV, K, V = g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim
+    buf, slots_n = m2_spec.ring_capacity(T, Bh), batch + 3
+    runs = {}
+    for path in ("jit", "c"):
+        torch.manual_seed(13)
+        cache = GDNReplayCache(g, 1, slots_n, buf, torch.float32, device="cuda")
+        state = cache.ssm_state[0]
+        state.copy_(torch.randn_like(state) * 0.1)
+        rings = dict(d_ring=cache.d_cache[0], k_ring=cache.k_cache[0], g_ring=cache.g_cache[0])
+        wp = torch.zeros(slots_n, dtype=torch.int32, device="cuda")
+        origin, flush = torch.zeros_like(wp), torch.zeros(slots_n, dtype=torch.int8, device="cuda")
+        slots = torch.randperm(slots_n, device="cuda")[:batch].to(torch.int32)
+        m2_spec.reset_replayssm_spec_cursors(wp, origin, flush, slots, T, Bh)
+        A_log, dt_bias = torch.randn(HV, device="cuda") * 0.5 - 0.5, torch.randn(HV, device="cuda") * 0.5
+        outs, flushed = [], 0
+        for _ in range(12):
+            q, k = (torch.randn(batch, T, H, K, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            v = torch.randn(batch, T, HV, V, device="cuda", dtype=torch.bfloat16)
+            a, b = (torch.randn(batch, T, HV, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            accepted = torch.randint(1, T + 1, (batch,), device="cuda", dtype=torch.int32)
+            out = torch.empty_like(v)
+            flushed += int(flush[slots.long()].sum())
+            if path == "jit":
+                gdn_replayssm_spec_decode(state, q, k, v, a, b, A_log, dt_bias, initial_state_indices=slots, out=out,
+                                          write_pos=wp, origin=origin, is_flush=flush, history_len=Bh, **rings)
+                m2_spec.commit_replayssm_spec(wp, origin, flush, accepted, T, Bh, slots)
+            else:
+                args = GDNSpecArgs()
+                tensors = dict(state=state, q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, out=out,
+                               slot_idx=slots, write_pos=wp, origin=origin, is_flush=flush, **rings)
+                for name, t in tensors.items():
+                    setattr(args, name, t.data_ptr())
+                args.batch, args.num_tokens, args.history_len, args.num_slots, args.pad_slot_id = batch, T, Bh, slots_n, -1
+                args.num_k_heads, args.num_v_heads, args.head_k_dim, args.head_v_dim = H, HV, K, V
+                for name in ("state", "q", "k", "v", "a", "b", "out", "d_ring", "k_ring"):
+                    getattr(args, f"stride_{name}")[:] = tensors[name].stride()[:3]
+                args.stride_g_ring[:] = rings["g_ring"].stride()[:2]
+                args.scale, args.softplus_beta, args.softplus_threshold = 0.0, 1.0, 20.0
+                args.state_dtype, args.act_dtype = DTYPE_CODES["fp32"], DTYPE_CODES["bf16"]
+                workspace = torch.empty(lib.lib.rs_gdn_spec_workspace_size(batch, T, HV, V) // 4, device="cuda")
+                args.workspace = workspace.data_ptr()
+                lib.check(lib.lib.rs_gdn_spec_verify(ctypes.byref(args), None), "rs_gdn_spec_verify")
+                lib.check(lib.lib.rs_commit_spec(wp.data_ptr(), origin.data_ptr(), flush.data_ptr(), slots_n,
+                                                 accepted.data_ptr(), slots.data_ptr(), batch, T, Bh, -1, None),
+                          "rs_commit_spec")
+            outs.append(out)
+        torch.cuda.synchronize()
+        assert flushed >= batch, flushed  # every row flushed at least once on the way
+        runs[path] = (outs, state, rings["d_ring"], wp, origin)
+    for t, (a, b) in enumerate(zip(runs["jit"][0], runs["c"][0])):
+        assert torch.equal(a, b), f"verify {t}: outputs differ"
+    for a, b in zip(runs["jit"][1:], runs["c"][1:]):
+        assert torch.equal(a, b)

@@ -153,8 +153,8 @@ def test_workspace_is_checked():
     H, HV, K, V, T, Bh, Bsz = GEOM.num_k_heads, GEOM.num_v_heads, GEOM.head_k_dim, GEOM.head_v_dim, 2, 4, 2
     buf = ring_capacity(T, Bh)
     rand = lambda *shape: torch.randn(*shape, device=DEVICE)  # noqa: E731
-    need = gdn_spec_module.gdn_spec_workspace_numel(Bsz, HV)
-    assert need == Bsz * HV * 16 * 16
+    need = gdn_spec_module.gdn_spec_workspace_numel(Bsz, T, HV, V)
+    assert need == Bsz * HV * (16 * 16 + 2 * T * V)
     kw = dict(d_ring=torch.zeros(Bsz, HV, buf, V, device=DEVICE), k_ring=torch.zeros(Bsz, H, buf, K, device=DEVICE),
               g_ring=torch.zeros(Bsz, HV, buf, device=DEVICE), history_len=Bh,
               write_pos=torch.zeros(Bsz, dtype=torch.int32, device=DEVICE),

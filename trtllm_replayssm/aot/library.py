@@ -112,7 +112,7 @@ class KernelLibrary:
         lib.rs_mamba2_spec_verify.argtypes = [ctypes.POINTER(Mamba2SpecArgs), ctypes.c_void_p]
         lib.rs_mamba2_spec_workspace_size.argtypes = [_i64, _i64, _i64, _i64]
         lib.rs_mamba2_spec_workspace_size.restype = _i64
-        lib.rs_gdn_spec_workspace_size.argtypes = [_i64, _i64]
+        lib.rs_gdn_spec_workspace_size.argtypes = [_i64, _i64, _i64, _i64]
         lib.rs_gdn_spec_workspace_size.restype = _i64
         lib.rs_gdn_spec_verify.argtypes = [ctypes.POINTER(GDNSpecArgs), ctypes.c_void_p]
         lib.rs_commit_spec.argtypes = [_p, _p, _p, _i64, _p, _p, _i64, _i64, _i64, _i64, _p]

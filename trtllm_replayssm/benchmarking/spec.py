@@ -58,9 +58,11 @@ MAMBA2_SPEC_CANDIDATES = [LaunchConfig(b, w, heads_per_prog=h, split_fold=3)
      for s in (1, 2) for b, w, h in [(16, 1, 4), (16, 1, 8), (16, 1, 16), (32, 2, 8), (32, 2, 16)]]
 # GDN's verify runs on tl.dot; ``heads_per_prog`` value heads of one key head share the
 # drafts' tile and history products; ``key_chunk`` streams the state through the matmul in
-# chunks of key columns. The flush rows' whole step in a launch of its own (``split_fold``
-# 2) with the drafts' solve apart comes first: H200, Qwen3.5-122B, T = 4, batch 128, us a
-# verify step (``gdn_solve_apart.json``): rows, warps, heads (64, 2, 4) 362; (128, 4, 4)
+# chunks of key columns. The state's product in a launch of its own (``split_fold`` 3:
+# the candidate sets the flush rows' launch) comes first: H200, Qwen3.5-122B, T = 4,
+# batch 128, us a verify step (``gdn_state_apart.json``): 340. Then the flush rows' whole
+# step in a launch of its own with the rest fused (``split_fold`` 2), the drafts' solve
+# apart (``gdn_solve_apart.json``): rows, warps, heads (64, 2, 4) 359-362; (128, 4, 4)
 # 386; split_fold 1 399; 1-2 heads a program 402-410. Before the solve moved out
 # (``gdn_spec_dot_variants.json``): 128 rows on 4 warps, 4 heads, chunks of 32: 419; of
 # 64: 448; whole tile 1044 (spilled); one head a program 607-924. 64 rows on 8 warps

@@ -14,12 +14,17 @@ corrected values solve a unit lower-triangular system, all T at once:
 ``(I + M)^-1`` is formed as ``(I - M)(I + M^2)(I + M^4)`` (``M`` is nilpotent, T <= 8).
 On a flush step the committed history is first folded into the checkpoint and stored.
 
-Two kernels:
+The kernels:
 - :func:`_gdn_spec_verify_dot_kernel`, the verify wherever the tiles allow tl.dot (>= 16
   rows of V and key columns: every real model). All products on the 16 columns of the
-  drafts' keys and queries. The flush rows fold before it, in a launch of the other
-  kernel (``split_fold`` 1), or fold on the way through in a launch of their own, the
-  other rows in one compiled without the fold (``split_fold`` 2: their state read once).
+  drafts' keys and queries. The flush rows fold before it, in a launch of the chunked
+  kernel (``split_fold`` 1), or fold on the way through in a launch of their own
+  (``split_fold`` 2 and 3: their state read once), the other rows in one compiled without
+  the fold (2) or in the two launches of split_fold 3 (the default):
+  :func:`_gdn_spec_ring_part_kernel` (the drafts' solve and everything but the state's
+  product, to a workspace) and :func:`_gdn_spec_state_product_kernel` (``(S_0 X) W + bias``,
+  streaming the checkpoint). Under split_fold 1-2, :func:`_gdn_spec_solve_kernel` forms
+  the solve ahead of the verify (:data:`SOLVE_APART`).
 - :func:`_gdn_spec_verify_kernel` streams the checkpoint in chunks of key columns, every
   product with the drafts an fp32 FMA reduction: the fold-only launch, and the whole
   verify on tiles too small for tl.dot (or with :data:`VERIFY_ON_DOT` off).
@@ -43,14 +48,15 @@ from ..mamba2.spec import (AFTER_FOLD, BOTH, FLUSH_ROWS, FOLD_ONLY, MAX_T, NONFL
 from .step_inputs import parse_gdn_step
 
 RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-# 64 rows of V a program on 2 warps, 4 value heads of a key head a program, the state
-# through the matmul in chunks of 32 key columns, the flush rows folding on the way
-# through in a launch of their own (split_fold 2), the drafts' solve in a launch before
-# (SOLVE_APART). H200, Qwen3.5-122B, T = 4, all accepted, us a verify step at batch 128 /
-# 512 (``benchmarks/results/gdn_solve_apart.json``): 362 / 1403; 128 rows on 4 warps 386 /
-# 1492 (399 / 1548 with the solve in the verify, the config before); split_fold 1 (a
-# fold-only launch first) 399 / 1539; 1-2 heads a program 402-410 / 1555-1603.
-GDN_SPEC_CONFIG = LaunchConfig(block_p=64, num_warps=2, heads_per_prog=4, split_fold=2, key_chunk=32)
+# The state's product in a launch of its own (split_fold 3; see GDN_STATE_PRODUCT_ROWS):
+# the solve and the ring's part first, then the flush rows' whole step (on 64 rows of V
+# and 2 warps, the state in chunks of 32 key columns), then ``(S_0 X) W + bias`` for the
+# other rows. H200, Qwen3.5-122B, T = 4, all accepted, us a verify step at batch 128 / 512
+# (``benchmarks/results/gdn_state_apart.json``): 340 / 1300. Before, split_fold 2 (the
+# flush rows' whole step apart, the other rows' verify fused: 64 rows on 2 warps, 4 value
+# heads a program, the solve apart) 359 / 1391; 128 rows on 4 warps 386 / 1492
+# (``gdn_solve_apart.json``); split_fold 1 (a fold-only launch first) 399 / 1539.
+GDN_SPEC_CONFIG = LaunchConfig(block_p=64, num_warps=2, split_fold=3, key_chunk=32)
 # The fold-only launch before the tl.dot verify: 64 rows of V on 4 warps (the chunked
 # kernel's fold at 126 registers a thread; at the verify's 128 rows, 220).
 GDN_SPEC_FOLD_CONFIG = LaunchConfig(block_p=64, num_warps=4)
@@ -571,11 +577,19 @@ def _gdn_spec_verify_dot_kernel(
 # checkpoint with nothing else in its registers. Its launch config: rows of V a program,
 # key columns a step of its loop, warps, pipeline stages; the ring part's: rows of V a
 # step of its loop over the head's, warps, value heads of a key head a program.
-GDN_STATE_PRODUCT_ROWS, GDN_STATE_PRODUCT_COLS, GDN_STATE_PRODUCT_WARPS, GDN_STATE_PRODUCT_STAGES = 32, 32, 1, 3
+# H200, Qwen3.5-122B, T = 4, all accepted, us a verify step at batch 128 / 512
+# (``python benchmarks/probe_gdn_state_apart.py``, ``benchmarks/results/gdn_state_apart.json``):
+# split_fold 2 359 / 1391; split_fold 3 with these 340 / 1300. The state's product on 32
+# rows and one warp 388 / 1493 (64 rows, 2 warps: 384 / 1477; chunks of 64 columns lost
+# 2-8%); the ring part a value head a program 412 / 1595, 2 a program 398 / 1541, on 2-4
+# warps or 64-128 rows 400-433 / 1567-1643 (all with fp32 FMA products).
+GDN_STATE_PRODUCT_ROWS, GDN_STATE_PRODUCT_COLS, GDN_STATE_PRODUCT_WARPS, GDN_STATE_PRODUCT_STAGES = 128, 32, 4, 3
 GDN_RING_PART_ROWS, GDN_RING_PART_WARPS, GDN_RING_PART_HEADS = 32, 1, 4
 # The precision of the two launches' small products (the solve, the history's and the
-# drafts' [V, 16] x [16, 16], ``(S_0 X) W``).
-GDN_RING_PART_PRECISION, GDN_STATE_PRODUCT_PRECISION = SMALL_DOT_PRECISION, SMALL_DOT_PRECISION
+# drafts' [V, 16] x [16, 16], ``(S_0 X) W``): tf32x3 on the tensor cores, not the fused
+# verify's fp32 FMAs (:data:`SMALL_DOT_PRECISION`): 340 against 381 us (both launches
+# FMAs), 350 (the ring part's alone on the tensor cores), 372 (the state product's).
+GDN_RING_PART_PRECISION, GDN_STATE_PRODUCT_PRECISION = DOT_PRECISION, DOT_PRECISION
 
 
 @triton.jit
@@ -743,9 +757,11 @@ def _gdn_spec_state_product_kernel(
              F.to(out_ptr.dtype.element_ty), mask=mask_vu & ~is_key[None, :])
 
 
-def gdn_spec_workspace_numel(batch: int, num_v_heads: int) -> int:
-    """fp32 elements of a verify's workspace (:data:`SOLVE_APART`): ``Z [batch, HV, 16, 16]``."""
-    return batch * num_v_heads * (2 * MAX_T) ** 2
+def gdn_spec_workspace_numel(batch: int, num_tokens: int, num_v_heads: int, head_v_dim: int) -> int:
+    """fp32 elements of a verify's workspace: the drafts' solve ``[batch, HV, 16, 16]``
+    (:data:`SOLVE_APART`; split_fold 3: ``W`` for the rows that do not flush), then the
+    ring part's ``bias [batch, HV, 2T, V]`` (split_fold 3)."""
+    return batch * num_v_heads * ((2 * MAX_T) ** 2 + 2 * num_tokens * head_v_dim)
 
 
 def gdn_replayssm_spec_decode(
@@ -761,8 +777,10 @@ def gdn_replayssm_spec_decode(
     :func:`commit_replayssm_spec`. ``config`` (default :data:`GDN_SPEC_CONFIG`): rows of V
     a program (``block_p``), warps, value heads of a key head a program (``heads_per_prog``)
     and key columns a chunk (``key_chunk``) of the tl.dot verify; the chunked FMA kernel
-    (tiles below 16) takes ``block_p``, the warps and ``split_fold``. ``workspace``: the
-    solve launch's scratch (:data:`SOLVE_APART`), fp32, contiguous, at least
+    (tiles below 16) takes ``block_p``, the warps and ``split_fold``; under split_fold 3
+    (the state's product apart) ``block_p``, the warps and ``key_chunk`` set the flush
+    rows' launch, the module's ``GDN_STATE_PRODUCT_*`` and ``GDN_RING_PART_*`` the others.
+    ``workspace``: scratch for the solve and the ring's part, fp32, contiguous, at least
     :func:`gdn_spec_workspace_numel` elements (allocated per call if not given)."""
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         raise ValueError("q must have shape (batch, T, num_k_heads, head_k_dim)")
@@ -821,9 +839,8 @@ def gdn_replayssm_spec_decode(
     check_split_fold(cfg, supported=(0, 1, 2, STATE_APART))
     if use_dot and VERIFY_ON_DOT:
         state_apart = cfg.split_fold == STATE_APART
-        solve_numel = gdn_spec_workspace_numel(Bsz, HV)
-        bias_numel = Bsz * HV * 2 * T * V if state_apart else 0
-        ws = (spec_workspace(workspace, solve_numel + bias_numel, q.device) if SOLVE_APART or state_apart
+        solve_numel = Bsz * HV * (2 * MAX_T) ** 2
+        ws = (spec_workspace(workspace, gdn_spec_workspace_numel(Bsz, T, HV, V), q.device) if SOLVE_APART or state_apart
               else out)  # (a placeholder for a verify that solves in place)
         solve, bias = ws[:solve_numel], ws[solve_numel:]
         exact_x = exact_in_tf32(q.dtype) and exact_in_tf32(k.dtype)

@@ -119,7 +119,7 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
     a key head) tiles; a ``split_fold`` config is two launches (the fold of flush rows, then the verify), or for
     split_fold 3 three (the fold, the ring's part, the state's product)."""
     buf = m2_spec.ring_capacity(T, history_len)
-    common = dict(HAS_SLOT_IDX=True, BUF=buf, BLOCK_L=max(16, buf), DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32",
+    common = dict(HAS_SLOT_IDX=True, BUF=buf, BLOCK_L=m2_spec.history_tile(history_len), DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32",
                   EVEN_TILE=True)
 
     def flush_rows(phase):  # a launch of the flush rows alone looks through blocks of rows (at batch >= 128)
@@ -160,9 +160,29 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
             ONE_PASS_PRECISION="tf32", NUM_TOKENS=T, SMALL_PRECISION=gdn_spec.SMALL_DOT_PRECISION, EVEN_TILE=True,
             BLOCK_V=128), gdn_spec.SOLVE_WARPS
 
+    def gdn_ring_part():  # split_fold 3's first launch, on its module-level config
+        return gdn_spec._gdn_spec_ring_part_kernel, dict(
+            USE_QK_L2NORM=True, HAS_SLOT_IDX=True, BLOCK_K=128, BUF=buf, BLOCK_L=m2_spec.history_tile(history_len),
+            BLOCK_V=gdn_spec.GDN_RING_PART_ROWS, V_BLOCKS=128 // gdn_spec.GDN_RING_PART_ROWS, EXACT_X=True,
+            DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32", NUM_TOKENS=T, SMALL_PRECISION="tf32x3",
+            EVEN_TILE=True, HEADS_PER_PROG=gdn_spec.GDN_RING_PART_HEADS), gdn_spec.GDN_RING_PART_WARPS
+
+    def gdn_state_product():  # split_fold 3's last launch, on its module-level tile
+        return gdn_spec._gdn_spec_state_product_kernel, dict(
+            HAS_SLOT_IDX=True, BLOCK_V=gdn_spec.GDN_STATE_PRODUCT_ROWS, BLOCK_K=128,
+            KEY_CHUNK=gdn_spec.GDN_STATE_PRODUCT_COLS, BUF=buf, EXACT_X=True, DOT_PRECISION="tf32x3",
+            ONE_PASS_PRECISION="tf32", NUM_TOKENS=T, SMALL_PRECISION="tf32x3", EVEN_TILE=True,
+            STAGES=gdn_spec.GDN_STATE_PRODUCT_STAGES), gdn_spec.GDN_STATE_PRODUCT_WARPS
+
     for family, phase_kernel, candidates in (("mamba2", mamba2_phase, MAMBA2_SPEC_CANDIDATES),
                                              ("gdn", gdn_phase, GDN_SPEC_CANDIDATES)):
         for cfg in candidates:
+            if family == "gdn" and cfg.split_fold == m2_spec.STATE_APART:
+                regs = (f"ring part {registers(*gdn_ring_part(), state_dtype)}, flush rows "
+                        f"{registers(*phase_kernel(cfg, m2_spec.FLUSH_ROWS), state_dtype)}, state product "
+                        f"{registers(*gdn_state_product(), state_dtype)}")
+                yield [family, f"spec T={T}", str(cfg), regs]
+                continue
             names = {0: ["verify+fold"], 1: ["fold", "verify"], 2: ["flush rows", "other rows"],
                      3: ["fold", "ring part"]}[cfg.split_fold]
             regs = ", ".join(f"{name} {registers(*phase_kernel(cfg, p), state_dtype)}"

@@ -197,10 +197,10 @@ def exact_lhs_matmul(a, b, USE_DOT: tl.constexpr, EXACT_A: tl.constexpr, DOT_PRE
 @triton.jit
 def ring_positions(origin, BUF: tl.constexpr, BLOCK_L: tl.constexpr):
     """Logical ring positions ``0..BLOCK_L-1`` and their physical indices on a circular
-    ring of ``BUF`` entries. ``BLOCK_L >= BUF`` pads the history tiles to 16 on a small ring
-    (positions past ``BUF`` are past the history, so always masked): tiles of 4 or 8 along
-    the ring gave wrong folds on the GPU (H200, Triton 3.6; right in the interpreter), and
-    16 keeps the fold on tl.dot."""
+    ring of ``BUF`` entries. ``BLOCK_L`` covers the history, which callers mask (it may be
+    shorter than the ring, or pad a small ring's tiles to 16: positions past ``BUF`` are
+    past the history): tiles of 4 or 8 along the ring gave wrong folds on the GPU (H200,
+    Triton 3.6; right in the interpreter), and 16 keeps the fold on tl.dot."""
     offs_l = tl.arange(0, BLOCK_L)
     return offs_l, (origin + offs_l) & (BUF - 1)
 

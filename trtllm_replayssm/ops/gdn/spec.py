@@ -44,7 +44,8 @@ from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, ex
                       native_dot, ring_positions, small_matmul, store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel
 from ..mamba2.spec import (AFTER_FOLD, BOTH, FLUSH_ROWS, FOLD_ONLY, MAX_T, NONFLUSH_ROWS, STATE_APART,
-                           _check_cursors, _check_spec_sizes, check_split_fold, leaves_row, ring_capacity, spec_workspace)
+                           _check_cursors, _check_spec_sizes, check_split_fold, history_tile, leaves_row, ring_capacity,
+                           spec_workspace)
 from .step_inputs import parse_gdn_step
 
 RING_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -826,7 +827,7 @@ def gdn_replayssm_spec_decode(
             v.stride(2), a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2),
             out.stride(0), out.stride(1), out.stride(2), step.scale, step.softplus_beta, step.softplus_threshold)
     shared = dict(USE_QK_L2NORM=step.use_qk_l2norm, HAS_SLOT_IDX=initial_state_indices is not None,
-                  BLOCK_K=block_k, BUF=buf, BLOCK_L=max(16, buf), DOT_PRECISION=DOT_PRECISION,
+                  BLOCK_K=block_k, BUF=buf, BLOCK_L=history_tile(history_len), DOT_PRECISION=DOT_PRECISION,
                   ONE_PASS_PRECISION=ONE_PASS_PRECISION)
 
     def launch_chunked(phase, rows: int, num_warps: int) -> None:

@@ -169,6 +169,14 @@ def ring_capacity(num_tokens: int, history_len: int) -> int:
     return triton.next_power_of_2(history_len + num_tokens)
 
 
+def history_tile(history_len: int) -> int:
+    """Entries of the verify kernels' history tiles (``BLOCK_L``): a row whose cursors pass
+    :func:`spec_cursors_bad` has ``wp + T <= Bh + T``, so at most Bh committed entries,
+    whatever the ring's length; at least 16 (see :func:`ring_positions`). Tiles as long as
+    the ring (32 at T = 4, Bh = 16) held twice the registers for masked entries."""
+    return max(16, triton.next_power_of_2(history_len))
+
+
 @triton.jit
 def flush_rows_of_block(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, block, batch, num_slots, num_tokens, capacity,
                         pad_slot_id, HAS_SLOT_IDX: tl.constexpr, BUF: tl.constexpr, ROW_BLOCK: tl.constexpr):
@@ -580,7 +588,7 @@ def selective_state_update_replayssm_spec(
             HAS_D=Dt is not None, HAS_Z=z is not None, HAS_DT_BIAS=step.dt_bias is not None,
             HAS_SLOT_IDX=state_batch_indices is not None, DT_SOFTPLUS=bool(dt_softplus), NUM_TOKENS=T,
             BLOCK_P=block_p, BLOCK_N=block_n, BLOCK_T=token_tile(T, use_dot), BUF=buf,
-            BLOCK_L=max(16, buf), USE_DOT=use_dot, EXACT_B=exact_in_tf32(B_ring.dtype),
+            BLOCK_L=history_tile(history_len), USE_DOT=use_dot, EXACT_B=exact_in_tf32(B_ring.dtype),
             DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, PHASE=phase.value,
             EVEN_TILE=even_tile(P, block_p, N, block_n), HEADS_PER_PROG=hpp,
             # dstate columns a step of the outputs' matmul takes: a verify launch compiled

@@ -306,6 +306,20 @@ def test_spec_verify_aot_equals_jit_bit_for_bit(lib, family):
     assert torch.equal(runs["jit"][2].write_pos, runs["aot"][2].write_pos)
 
 
+def _c_commit_spec(lib, wp, origin, flush, accepted, slots, num_slots, T, Bh):
+    lib.check(lib.lib.rs_commit_spec(wp.data_ptr(), origin.data_ptr(), flush.data_ptr(), num_slots,
+                                     accepted.data_ptr(), slots.data_ptr(), slots.numel(), T, Bh, -1, None),
+              "rs_commit_spec")
+
+
+def _assert_runs_equal(jit, c):
+    """Two runs' (outputs per step, then the state, ring and cursors) equal bit for bit."""
+    for t, (a, b) in enumerate(zip(jit[0], c[0])):
+        assert torch.equal(a, b), f"verify {t}: outputs differ"
+    for a, b in zip(jit[1:], c[1:]):
+        assert torch.equal(a, b)
+
+
 def test_c_abi_mamba2_spec_verify_equals_jit(lib):
     """rs_mamba2_spec_verify and rs_commit_spec (what a TensorRT plugin calls) over steps
     with flushes equal the Python entry points on the JIT bit for bit, at a batch whose
@@ -364,19 +378,14 @@ def test_c_abi_mamba2_spec_verify_equals_jit(lib):
                 workspace = torch.empty(lib.lib.rs_mamba2_spec_workspace_size(batch, T, H, P) // 4, device="cuda")
                 a.workspace = workspace.data_ptr()
                 lib.check(lib.lib.rs_mamba2_spec_verify(ctypes.byref(a), None), "rs_mamba2_spec_verify")
-                lib.check(lib.lib.rs_commit_spec(wp.data_ptr(), origin.data_ptr(), flush.data_ptr(), slots_n,
-                                                 accepted.data_ptr(), slots.data_ptr(), batch, T, Bh, -1, None),
-                          "rs_commit_spec")
+                _c_commit_spec(lib, wp, origin, flush, accepted, slots, slots_n, T, Bh)
             outs.append(out)
         torch.cuda.synchronize()
         assert flushed >= batch, flushed  # every row flushed at least once on the way
         runs[path] = (outs, state, rings["x_ring"], wp, origin)
     fold_cfg = m2_spec.phase_config(m2_spec.SPEC_CONFIG, m2_spec.FOLD_ONLY)
     assert m2_spec.flush_row_block(P // fold_cfg.block_p * H, batch) == 4  # the fold launch's blocks
-    for t, (a, b) in enumerate(zip(runs["jit"][0], runs["c"][0])):
-        assert torch.equal(a, b), f"verify {t}: outputs differ"
-    for a, b in zip(runs["jit"][1:], runs["c"][1:]):
-        assert torch.equal(a, b)
+    _assert_runs_equal(runs["jit"], runs["c"])
 
 
 
@@ -432,14 +441,9 @@ def test_c_abi_gdn_spec_verify_equals_jit(lib):
                 workspace = torch.empty(lib.lib.rs_gdn_spec_workspace_size(batch, T, HV, V) // 4, device="cuda")
                 args.workspace = workspace.data_ptr()
                 lib.check(lib.lib.rs_gdn_spec_verify(ctypes.byref(args), None), "rs_gdn_spec_verify")
-                lib.check(lib.lib.rs_commit_spec(wp.data_ptr(), origin.data_ptr(), flush.data_ptr(), slots_n,
-                                                 accepted.data_ptr(), slots.data_ptr(), batch, T, Bh, -1, None),
-                          "rs_commit_spec")
+                _c_commit_spec(lib, wp, origin, flush, accepted, slots, slots_n, T, Bh)
             outs.append(out)
         torch.cuda.synchronize()
         assert flushed >= batch, flushed  # every row flushed at least once on the way
         runs[path] = (outs, state, rings["d_ring"], wp, origin)
-    for t, (a, b) in enumerate(zip(runs["jit"][0], runs["c"][0])):
-        assert torch.equal(a, b), f"verify {t}: outputs differ"
-    for a, b in zip(runs["jit"][1:], runs["c"][1:]):
-        assert torch.equal(a, b)
+    _assert_runs_equal(runs["jit"], runs["c"])

@@ -280,6 +280,15 @@ DRAFT_COLS = tl.constexpr(MAX_T)
 
 
 @triton.jit
+def _draft_column_ids(NUM_TOKENS: tl.constexpr):
+    """The 16 columns of the dot form's tiles: ``offs_u``, the draft each belongs to
+    (``tok``), whether it is a key column (else a query's) and whether its draft exists."""
+    offs_u = tl.arange(0, 2 * DRAFT_COLS)
+    tok = offs_u % DRAFT_COLS
+    return offs_u, tok, offs_u < DRAFT_COLS, tok < NUM_TOKENS
+
+
+@triton.jit
 def _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_k, mask_k, tok, is_key, mask_u):
     """The drafts' raw keys and queries as the columns of one tile ``[len(offs_k), 16]``
     in the activations' dtype: key t at column t, query t at ``DRAFT_COLS + t``."""
@@ -368,6 +377,21 @@ def _draft_columns(k_ptr, q_ptr, pid_b, h, stride_k_b, stride_k_t, stride_k_h, s
 
 
 @triton.jit
+def _history_keys_x(kr_base, stride_kr_l, origin, n_hist, offs_k, mask_k, Xf, col_scale, BUF: tl.constexpr,
+                    BLOCK_L: tl.constexpr, EXACT_X: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                    ONE_PASS_PRECISION: tl.constexpr):
+    """The committed history's ring positions (logical, physical, mask) and its keys
+    (normalised, in the ring at ``kr_base``) against every column of the drafts' tile:
+    ``(K_hist X) c`` [L, 16]."""
+    offs_l, phys_l = ring_positions(origin, BUF, BLOCK_L)
+    mask_l = offs_l < n_hist
+    K_hist = tl.load(kr_base + phys_l[:, None] * stride_kr_l + offs_k[None, :],
+                     mask=mask_l[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
+    HX = small_matmul(K_hist, Xf, True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION) * col_scale[None, :]
+    return offs_l, phys_l, mask_l, HX
+
+
+@triton.jit
 def _solve_offsets(pid_b, hv, num_v_heads, offs_u):
     """Offsets of a (row, value head)'s ``Z [16, 16]`` in the solve's workspace ``[B, HV, 16, 16]``."""
     return ((pid_b.to(tl.int64) * num_v_heads + hv) * (2 * DRAFT_COLS) + offs_u[:, None]) * (2 * DRAFT_COLS) \
@@ -399,10 +423,7 @@ def _gdn_spec_solve_kernel(
         return
     offs_k = tl.arange(0, BLOCK_K)
     mask_k = dim_mask(offs_k, head_k_dim, EVEN_TILE)
-    offs_u = tl.arange(0, 2 * DRAFT_COLS)
-    tok = offs_u % DRAFT_COLS
-    is_key = offs_u < DRAFT_COLS
-    mask_u = tok < NUM_TOKENS
+    offs_u, tok, is_key, mask_u = _draft_column_ids(NUM_TOKENS)
     X, Xf, col_scale, Gram = _draft_columns(k_ptr, q_ptr, pid_b, hv // v_heads_per_k_head, stride_k_b, stride_k_t,
                                             stride_k_h, stride_q_b, stride_q_t, stride_q_h, offs_k, mask_k, tok,
                                             is_key, mask_u, scale, USE_QK_L2NORM, EXACT_X, DOT_PRECISION,
@@ -451,11 +472,8 @@ def _gdn_spec_verify_dot_kernel(
     pid_b = tl.program_id(2)
     offs_v = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
     offs_k = tl.arange(0, BLOCK_K)
-    offs_u = tl.arange(0, 2 * DRAFT_COLS)
+    offs_u, tok, is_key, mask_u = _draft_column_ids(NUM_TOKENS)
     mask_v, mask_k = tile_masks(offs_v, offs_k, head_v_dim, head_k_dim, EVEN_TILE)
-    tok = offs_u % DRAFT_COLS  # the draft a column belongs to
-    is_key = offs_u < DRAFT_COLS
-    mask_u = tok < NUM_TOKENS
 
     slot, wp, origin, is_flush, is_pad, is_bad = load_spec_row(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, pid_b,
                                                                num_slots, NUM_TOKENS, capacity, pad_slot_id,
@@ -486,11 +504,8 @@ def _gdn_spec_verify_dot_kernel(
                                             USE_QK_L2NORM, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
     # The history's keys (normalised, in the ring) against every column: [L, 16].
     kr_base = k_ring_ptr + slot * stride_kr_slot + h * stride_kr_h
-    offs_l, phys_l = ring_positions(origin, BUF, BLOCK_L)
-    mask_l = offs_l < n_hist
-    K_hist = tl.load(kr_base + phys_l[:, None] * stride_kr_l + offs_k[None, :],
-                     mask=mask_l[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
-    HX = small_matmul(K_hist, Xf, True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION) * col_scale[None, :]
+    offs_l, phys_l, mask_l, HX = _history_keys_x(kr_base, stride_kr_l, origin, n_hist, offs_k, mask_k, Xf, col_scale,
+                                                 BUF, BLOCK_L, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
     if pid_v == 0:
         if hv0 % v_heads_per_k_head == 0:  # one program per key head appends the shared keys
             tl.store(kr_base + phys_u[None, :] * stride_kr_l + offs_k[:, None],
@@ -637,10 +652,7 @@ def _gdn_spec_ring_part_kernel(
     h = hv0 // v_heads_per_k_head
     offs_k = tl.arange(0, BLOCK_K)
     mask_k = dim_mask(offs_k, head_k_dim, EVEN_TILE)
-    offs_u = tl.arange(0, 2 * DRAFT_COLS)
-    tok = offs_u % DRAFT_COLS
-    is_key = offs_u < DRAFT_COLS
-    mask_u = tok < NUM_TOKENS
+    offs_u, tok, is_key, mask_u = _draft_column_ids(NUM_TOKENS)
     X, Xf, col_scale, Gram = _draft_columns(k_ptr, q_ptr, pid_b, h, stride_k_b, stride_k_t, stride_k_h, stride_q_b,
                                             stride_q_t, stride_q_h, offs_k, mask_k, tok, is_key, mask_u, scale,
                                             USE_QK_L2NORM, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
@@ -656,11 +668,8 @@ def _gdn_spec_ring_part_kernel(
     # The history's keys against every column, [L, 16] (shared by the key head's value
     # heads); the drafts' keys appended (reads stop at wp).
     kr_base = k_ring_ptr + slot * stride_kr_slot + h * stride_kr_h
-    offs_l, phys_l = ring_positions(origin, BUF, BLOCK_L)
-    mask_l = offs_l < wp
-    K_hist = tl.load(kr_base + phys_l[:, None] * stride_kr_l + offs_k[None, :],
-                     mask=mask_l[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
-    HX = small_matmul(K_hist, Xf, True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION) * col_scale[None, :]
+    offs_l, phys_l, mask_l, HX = _history_keys_x(kr_base, stride_kr_l, origin, wp, offs_k, mask_k, Xf, col_scale, BUF,
+                                                 BLOCK_L, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
     phys_u = (origin + wp + tok) & (BUF - 1)
     if hv0 % v_heads_per_k_head == 0:
         tl.store(kr_base + phys_u[None, :] * stride_kr_l + offs_k[:, None],
@@ -731,10 +740,7 @@ def _gdn_spec_state_product_kernel(
         return
     if is_flush:
         return
-    offs_u = tl.arange(0, 2 * DRAFT_COLS)
-    tok = offs_u % DRAFT_COLS
-    is_key = offs_u < DRAFT_COLS
-    mask_u = tok < NUM_TOKENS
+    offs_u, tok, is_key, mask_u = _draft_column_ids(NUM_TOKENS)
     h = hv // v_heads_per_k_head
     k_base = k_ptr + pid_b * stride_k_b + h * stride_k_h
     q_base = q_ptr + pid_b * stride_q_b + h * stride_q_h

@@ -151,9 +151,7 @@ def _gdn_spec_verify_kernel(
     offs_l, phys_l = ring_positions(origin, BUF, BLOCK_L)
     mask_l = offs_l < n_hist
     # The committed history's decays and corrected values [V, L], weighted by exp(G - G_j).
-    g_hist = tl.load(gr_base + phys_l, mask=mask_l, other=0.0)
-    G = tl.sum(g_hist, axis=0)
-    decay = tl.where(mask_l, tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0)), 0.0)
+    G, decay = _history_decays(gr_base, phys_l, mask_l)
     D_w = tl.load(dr_base + phys_l[None, :] * stride_dr_l + offs_v[:, None], mask=mask_v[:, None] & mask_l[None, :],
                   other=0.0).to(tl.float32) * decay[None, :]
 
@@ -377,6 +375,15 @@ def _draft_columns(k_ptr, q_ptr, pid_b, h, stride_k_b, stride_k_t, stride_k_h, s
 
 
 @triton.jit
+def _history_decays(gr_base, phys_l, mask_l):
+    """A value head's committed history's total log-decay ``G`` and its entries' weights
+    ``exp(G - G_j)`` (``G_j`` the log-decay summed up to entry j; 0 past the history)."""
+    g_hist = tl.load(gr_base + phys_l, mask=mask_l, other=0.0)
+    G = tl.sum(g_hist, axis=0)
+    return G, tl.where(mask_l, tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0)), 0.0)
+
+
+@triton.jit
 def _history_keys_x(kr_base, stride_kr_l, origin, n_hist, offs_k, mask_k, Xf, col_scale, BUF: tl.constexpr,
                     BLOCK_L: tl.constexpr, EXACT_X: tl.constexpr, DOT_PRECISION: tl.constexpr,
                     ONE_PASS_PRECISION: tl.constexpr):
@@ -522,9 +529,7 @@ def _gdn_spec_verify_dot_kernel(
         # = exp(G) S_0 X + D_w (K_hist X).
         dr_base = d_ring_ptr + slot * stride_dr_slot + hv * stride_dr_h
         gr_base = g_ring_ptr + slot * stride_gr_slot + hv * stride_gr_h
-        g_hist = tl.load(gr_base + phys_l, mask=mask_l, other=0.0)
-        G = tl.sum(g_hist, axis=0)
-        decay_l = tl.where(mask_l, tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0)), 0.0)
+        G, decay_l = _history_decays(gr_base, phys_l, mask_l)
         D_w = tl.load(dr_base + phys_l[None, :] * stride_dr_l + offs_v[:, None],
                       mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32) * decay_l[None, :]
         # S_0 X: the whole state tile against the drafts' tile, or the state streamed in
@@ -606,6 +611,12 @@ GDN_RING_PART_ROWS, GDN_RING_PART_WARPS, GDN_RING_PART_HEADS = 32, 1, 4
 # verify's fp32 FMAs (:data:`SMALL_DOT_PRECISION`): 340 against 381 us (both launches
 # FMAs), 350 (the ring part's alone on the tensor cores), 372 (the state product's).
 GDN_RING_PART_PRECISION, GDN_STATE_PRODUCT_PRECISION = DOT_PRECISION, DOT_PRECISION
+# Whether split_fold 3's flush rows take their step in a launch of the state's product
+# compiled with the fold (``FOLD``: the ring part's W and bias, of an empty history, then
+# the fold on the way through), rather than in the fused verify's flush rows' launch
+# (``_gdn_spec_verify_dot_kernel``, FLUSH_ROWS: it forms the solve's products and the
+# history's again, and holds 213 registers a thread). Not yet measured: off.
+GDN_FLUSH_IN_STATE_PRODUCT = False
 
 
 @triton.jit
@@ -629,13 +640,16 @@ def _gdn_spec_ring_part_kernel(
     BLOCK_L: tl.constexpr, BLOCK_V: tl.constexpr, V_BLOCKS: tl.constexpr, EXACT_X: tl.constexpr,
     DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, NUM_TOKENS: tl.constexpr,
     SMALL_PRECISION: tl.constexpr, EVEN_TILE: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
+    FLUSH_ROWS_TOO: tl.constexpr,
 ):
     """split_fold 3's first launch, a program a row and ``HEADS_PER_PROG`` value heads of a
     key head (their drafts' tile and history products shared), grid ``(1, HV / heads, B)``:
     the drafts' solve ``Z`` and, for a row that does not flush, everything of its verify
     but the state's product. To the workspace: ``W [16, 16]`` in ``Z``'s place (a flush
-    row keeps ``Z``, for its own launch) and ``bias [2T, V]``; to the ring: the drafts'
-    keys and gates (their corrected values need ``S_0`` and come with the state's product).
+    row keeps ``Z``, for its own launch; with ``FLUSH_ROWS_TOO`` it gets ``W`` and ``bias``
+    of an empty history, as its state product folds first) and ``bias [2T, V]``; to the
+    ring: the drafts' keys and gates (their corrected values need ``S_0`` and come with
+    the state's product).
 
     With ``P = S_0 X`` (raw columns), ``c`` the columns' scales, ``G`` the history's total
     log-decay and ``H = D_w (K_hist X) c`` the history's share of ``S_h X``:
@@ -656,20 +670,24 @@ def _gdn_spec_ring_part_kernel(
     X, Xf, col_scale, Gram = _draft_columns(k_ptr, q_ptr, pid_b, h, stride_k_b, stride_k_t, stride_k_h, stride_q_b,
                                             stride_q_t, stride_q_h, offs_k, mask_k, tok, is_key, mask_u, scale,
                                             USE_QK_L2NORM, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
-    if is_flush:  # the flush rows' own launch takes its whole step with Z
-        for hh in range(0, HEADS_PER_PROG):
-            g_u, beta, A_u, Z = _head_solve(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv0 + hh, stride_a_b,
-                                            stride_a_t, stride_a_h, stride_b_b, stride_b_t, stride_b_h, softplus_beta,
-                                            softplus_threshold, Gram, offs_u, tok, is_key, mask_u, NUM_TOKENS,
-                                            SMALL_PRECISION, ONE_PASS_PRECISION)
-            tl.store(solve_ptr + _solve_offsets(pid_b, hv0 + hh, num_v_heads, offs_u), Z)
-        return
+    n_hist = wp
+    if FLUSH_ROWS_TOO:  # a flush row's state product folds its history first: W and bias without it
+        n_hist = tl.where(is_flush, 0, wp)
+    else:
+        if is_flush:  # the flush rows' own launch takes its whole step with Z
+            for hh in range(0, HEADS_PER_PROG):
+                g_u, beta, A_u, Z = _head_solve(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv0 + hh, stride_a_b,
+                                                stride_a_t, stride_a_h, stride_b_b, stride_b_t, stride_b_h,
+                                                softplus_beta, softplus_threshold, Gram, offs_u, tok, is_key, mask_u,
+                                                NUM_TOKENS, SMALL_PRECISION, ONE_PASS_PRECISION)
+                tl.store(solve_ptr + _solve_offsets(pid_b, hv0 + hh, num_v_heads, offs_u), Z)
+            return
 
     # The history's keys against every column, [L, 16] (shared by the key head's value
     # heads); the drafts' keys appended (reads stop at wp).
     kr_base = k_ring_ptr + slot * stride_kr_slot + h * stride_kr_h
-    offs_l, phys_l, mask_l, HX = _history_keys_x(kr_base, stride_kr_l, origin, wp, offs_k, mask_k, Xf, col_scale, BUF,
-                                                 BLOCK_L, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
+    offs_l, phys_l, mask_l, HX = _history_keys_x(kr_base, stride_kr_l, origin, n_hist, offs_k, mask_k, Xf, col_scale,
+                                                 BUF, BLOCK_L, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
     phys_u = (origin + wp + tok) & (BUF - 1)
     if hv0 % v_heads_per_k_head == 0:
         tl.store(kr_base + phys_u[None, :] * stride_kr_l + offs_k[:, None],
@@ -683,9 +701,7 @@ def _gdn_spec_ring_part_kernel(
                                         softplus_threshold, Gram, offs_u, tok, is_key, mask_u, NUM_TOKENS,
                                         SMALL_PRECISION, ONE_PASS_PRECISION)
         gr_base = g_ring_ptr + slot * stride_gr_slot + hv * stride_gr_h
-        g_hist = tl.load(gr_base + phys_l, mask=mask_l, other=0.0)
-        G = tl.sum(g_hist, axis=0)
-        decay_l = tl.where(mask_l, tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0)), 0.0)
+        G, decay_l = _history_decays(gr_base, phys_l, mask_l)
         decay_A = tl.exp(A_u)
         W = (decay_A * tl.exp(G) * col_scale)[:, None] \
             * tl.where(is_key[:, None], -beta[:, None] * Z, tl.where(eye, 1.0, 0.0))
@@ -711,19 +727,23 @@ def _gdn_spec_ring_part_kernel(
 
 @triton.jit(do_not_specialize=["num_slots"])
 def _gdn_spec_state_product_kernel(
-    state_ptr, d_ring_ptr, wp_ptr, origin_ptr, flush_ptr, q_ptr, k_ptr, out_ptr, slot_idx_ptr, solve_ptr, bias_ptr,
-    num_slots, head_k_dim, head_v_dim, num_v_heads, v_heads_per_k_head, capacity, pad_slot_id,
+    state_ptr, d_ring_ptr, k_ring_ptr, g_ring_ptr, wp_ptr, origin_ptr, flush_ptr, q_ptr, k_ptr, out_ptr, slot_idx_ptr,
+    solve_ptr, bias_ptr, num_slots, head_k_dim, head_v_dim, num_v_heads, v_heads_per_k_head, capacity, pad_slot_id,
     stride_state_slot, stride_state_h, stride_state_v, stride_dr_slot, stride_dr_h, stride_dr_l,
+    stride_kr_slot, stride_kr_h, stride_kr_l, stride_gr_slot, stride_gr_h,
     stride_q_b, stride_q_t, stride_q_h, stride_k_b, stride_k_t, stride_k_h, stride_out_b, stride_out_t, stride_out_h,
     HAS_SLOT_IDX: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, KEY_CHUNK: tl.constexpr,
-    BUF: tl.constexpr, EXACT_X: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
-    NUM_TOKENS: tl.constexpr, SMALL_PRECISION: tl.constexpr, EVEN_TILE: tl.constexpr, STAGES: tl.constexpr,
+    BUF: tl.constexpr, BLOCK_L: tl.constexpr, EXACT_X: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    ONE_PASS_PRECISION: tl.constexpr, NUM_TOKENS: tl.constexpr, SMALL_PRECISION: tl.constexpr,
+    EVEN_TILE: tl.constexpr, STAGES: tl.constexpr, FOLD: tl.constexpr,
 ):
     """split_fold 3's last launch, for the rows that do not flush: ``F = (S_0 X) W + bias``
     (:func:`_gdn_spec_ring_part_kernel`) for a block of a value head's rows of V, the state
     streamed in chunks of key columns through a pipelined loop; the key columns' ``F`` are
     the drafts' corrected values (to the ring), the query columns' the outputs. Reports a
-    bad row (NaN outputs)."""
+    bad row (NaN outputs) unless ``FOLD``: compiled with it, the launch serves the flush
+    rows alone and folds on the way through (``S_h = e^G S_0 + D_w K_hist`` chunk by chunk,
+    stored, and ``S_h X``), with the ring part's ``W`` and ``bias`` of an empty history."""
     pid_v = tl.program_id(0)
     hv = tl.program_id(1)
     pid_b = tl.program_id(2)
@@ -734,24 +754,42 @@ def _gdn_spec_state_product_kernel(
                                                                HAS_SLOT_IDX, BUF)
     if is_pad:
         return
-    if is_bad:
-        store_nan_tokens(out_ptr, offs_v, mask_v, pid_b, hv, stride_out_b, stride_out_t, stride_out_h, NUM_TOKENS,
-                         DRAFT_COLS)
-        return
-    if is_flush:
-        return
+    if FOLD:
+        if is_bad | (is_flush == 0):  # (the other rows' launch reports a bad row)
+            return
+    else:
+        if is_bad:
+            store_nan_tokens(out_ptr, offs_v, mask_v, pid_b, hv, stride_out_b, stride_out_t, stride_out_h,
+                             NUM_TOKENS, DRAFT_COLS)
+            return
+        if is_flush:
+            return
     offs_u, tok, is_key, mask_u = _draft_column_ids(NUM_TOKENS)
     h = hv // v_heads_per_k_head
     k_base = k_ptr + pid_b * stride_k_b + h * stride_k_h
     q_base = q_ptr + pid_b * stride_q_b + h * stride_q_h
     state_rows = state_ptr + slot * stride_state_slot + hv * stride_state_h + offs_v[:, None] * stride_state_v
+    if FOLD:  # the history's weighted corrected values [V, L] and keys' ring, for the fold
+        offs_l, phys_l = ring_positions(origin, BUF, BLOCK_L)
+        mask_l = offs_l < wp
+        G, decay_l = _history_decays(g_ring_ptr + slot * stride_gr_slot + hv * stride_gr_h, phys_l, mask_l)
+        D_w = tl.load(d_ring_ptr + slot * stride_dr_slot + hv * stride_dr_h + phys_l[None, :] * stride_dr_l
+                      + offs_v[:, None], mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32) \
+            * decay_l[None, :]
+        kr_base = k_ring_ptr + slot * stride_kr_slot + h * stride_kr_h
     P = tl.zeros((BLOCK_V, 2 * DRAFT_COLS), tl.float32)
     for c in tl.range(0, BLOCK_K // KEY_CHUNK, num_stages=STAGES):
         offs_c = c * KEY_CHUNK + tl.arange(0, KEY_CHUNK)
         mask_c = dim_mask(offs_c, head_k_dim, EVEN_TILE)
-        S0 = tl.load(state_rows + offs_c[None, :], mask=mask_v[:, None] & mask_c[None, :], other=0.0)
+        mask_vc = mask_v[:, None] & mask_c[None, :]
+        S0 = tl.load(state_rows + offs_c[None, :], mask=mask_vc, other=0.0).to(tl.float32)
+        if FOLD:
+            K_hist_c = tl.load(kr_base + phys_l[:, None] * stride_kr_l + offs_c[None, :],
+                               mask=mask_l[:, None] & mask_c[None, :], other=0.0).to(tl.float32)
+            S0 = tl.exp(G) * S0 + small_matmul(D_w, K_hist_c, True, False, DOT_PRECISION, ONE_PASS_PRECISION)
+            tl.store(state_rows + offs_c[None, :], S0.to(state_ptr.dtype.element_ty), mask=mask_vc)
         Xc = _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_c, mask_c, tok, is_key, mask_u)
-        P += small_matmul(S0.to(tl.float32), Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
+        P += small_matmul(S0, Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
     W = tl.load(solve_ptr + _solve_offsets(pid_b, hv, num_v_heads, offs_u))
     mask_vu = mask_v[:, None] & mask_u[None, :]
     F = small_matmul(P, W, True, False, SMALL_PRECISION, ONE_PASS_PRECISION) \
@@ -867,7 +905,8 @@ def gdn_replayssm_spec_decode(
                           pad_slot_id, *ring_strides, *draft_args, v.stride(0), v.stride(1), v.stride(2), *gate_args,
                           BLOCK_V=ring_rows, V_BLOCKS=triton.cdiv(V, ring_rows), EXACT_X=exact_x, NUM_TOKENS=T,
                           SMALL_PRECISION=GDN_RING_PART_PRECISION, EVEN_TILE=block_k == K,
-                          HEADS_PER_PROG=ring_heads, num_warps=GDN_RING_PART_WARPS, **shared)
+                          HEADS_PER_PROG=ring_heads, FLUSH_ROWS_TOO=GDN_FLUSH_IN_STATE_PRODUCT,
+                          num_warps=GDN_RING_PART_WARPS, **shared)
         elif SOLVE_APART:
             launch_kernel(_gdn_spec_solve_kernel, (1, HV, Bsz), q, k, a, b, A_log, dt_bias, solve, write_pos, origin,
                           is_flush, slot_idx, slots, K, HV, HV // H, capacity, pad_slot_id, *draft_args, *gate_args,
@@ -876,7 +915,7 @@ def gdn_replayssm_spec_decode(
                           ONE_PASS_PRECISION=ONE_PASS_PRECISION, NUM_TOKENS=T, SMALL_PRECISION=SMALL_DOT_PRECISION,
                           EVEN_TILE=block_k == K, BLOCK_V=triton.next_power_of_2(V), num_warps=SOLVE_WARPS)
         if state_apart:
-            row_launches = (FLUSH_ROWS,)
+            row_launches = () if GDN_FLUSH_IN_STATE_PRODUCT else (FLUSH_ROWS,)
         elif cfg.split_fold == 2:
             # The flush rows fold and verify in a launch of their own (their state read
             # once), the other rows in one compiled without the fold.
@@ -898,15 +937,16 @@ def gdn_replayssm_spec_decode(
         if state_apart:
             rows = min(GDN_STATE_PRODUCT_ROWS, triton.next_power_of_2(V))
             chunk = min(GDN_STATE_PRODUCT_COLS, block_k)
-            launch_kernel(_gdn_spec_state_product_kernel, (triton.cdiv(V, rows), HV, Bsz), state, d_ring, write_pos,
-                          origin, is_flush, q, k, out, slot_idx, solve, bias, slots, K, V, HV, HV // H, capacity,
-                          pad_slot_id, state.stride(0), state.stride(1), state.stride(2), d_ring.stride(0),
-                          d_ring.stride(1), d_ring.stride(2), *draft_args, out.stride(0), out.stride(1),
-                          out.stride(2), HAS_SLOT_IDX=initial_state_indices is not None, BLOCK_V=rows,
-                          BLOCK_K=block_k, KEY_CHUNK=chunk, BUF=buf, EXACT_X=exact_x,
-                          DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, NUM_TOKENS=T,
-                          SMALL_PRECISION=GDN_STATE_PRODUCT_PRECISION, EVEN_TILE=even_tile(V, rows, K, chunk),
-                          STAGES=GDN_STATE_PRODUCT_STAGES, num_warps=GDN_STATE_PRODUCT_WARPS)
+            for fold in ((True, False) if GDN_FLUSH_IN_STATE_PRODUCT else (False,)):
+                launch_kernel(_gdn_spec_state_product_kernel, (triton.cdiv(V, rows), HV, Bsz), state, d_ring, k_ring,
+                              g_ring, write_pos, origin, is_flush, q, k, out, slot_idx, solve, bias, slots, K, V, HV,
+                              HV // H, capacity, pad_slot_id, state.stride(0), state.stride(1), state.stride(2),
+                              *ring_strides, *draft_args, out.stride(0), out.stride(1), out.stride(2),
+                              HAS_SLOT_IDX=initial_state_indices is not None, BLOCK_V=rows, BLOCK_K=block_k,
+                              KEY_CHUNK=chunk, BUF=buf, BLOCK_L=shared["BLOCK_L"], EXACT_X=exact_x,
+                              DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, NUM_TOKENS=T,
+                              SMALL_PRECISION=GDN_STATE_PRODUCT_PRECISION, EVEN_TILE=even_tile(V, rows, K, chunk),
+                              STAGES=GDN_STATE_PRODUCT_STAGES, FOLD=fold, num_warps=GDN_STATE_PRODUCT_WARPS)
     else:  # (split_fold 2 and 3 fold apart here, as 1 does: their flush rows' launch is the tl.dot verify's)
         for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
             launch_chunked(phase, cfg.block_p, cfg.num_warps)

@@ -18,7 +18,7 @@ GEOM = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=16)
 PAD = -1
 
 
-def run_gdn_spec_fuzz(T, Bh, steps, seed=0, corrupt_at=None, geom=GEOM, config=None):
+def run_gdn_spec_fuzz(T, Bh, steps, seed=0, corrupt_at=None, geom=GEOM, config=None, act_dtype=torch.float32):
     g = torch.Generator().manual_seed(seed)
     H, HV, K, V = geom.num_k_heads, geom.num_v_heads, geom.head_k_dim, geom.head_v_dim
     slots_n, buf = 5, ring_capacity(T, Bh)
@@ -35,17 +35,21 @@ def run_gdn_spec_fuzz(T, Bh, steps, seed=0, corrupt_at=None, geom=GEOM, config=N
     A_log, dt_bias = torch.randn(HV, generator=g) * 0.5 - 0.5, torch.randn(HV, generator=g) * 0.5
     ref = {s: state[s].double().cpu()[None] for s in rows if s != PAD}
     tol = tolerance(torch.float32, torch.float32)
+    out_tol = tol if act_dtype == torch.float32 else 1e-2  # (the outputs are rounded to act_dtype)
     flushes = {s: 0 for s in ref}
     for step in range(steps):
         if corrupt_at is not None and step == corrupt_at:
             s = rows[0]
             d_ring[s, :, (int(origin[s]) + int(wp[s]) - 1) % buf] += 50.0
         n = len(rows)
-        q, k = torch.randn(n, T, H, K, generator=g), torch.randn(n, T, H, K, generator=g)
-        v, a, b = torch.randn(n, T, HV, V, generator=g), torch.randn(n, T, HV, generator=g), torch.randn(n, T, HV, generator=g)
-        out = torch.full((n, T, HV, V), 2.5, device=DEVICE)
+        # (the activations as act_dtype holds them; the reference takes the same values)
+        q, k = (torch.randn(n, T, H, K, generator=g).to(act_dtype).float() for _ in range(2))
+        v = torch.randn(n, T, HV, V, generator=g).to(act_dtype).float()
+        a, b = (torch.randn(n, T, HV, generator=g).to(act_dtype).float() for _ in range(2))
+        out = torch.full((n, T, HV, V), 2.5, device=DEVICE, dtype=act_dtype)
         sent = out.clone()
         flush_before = flush.cpu().clone()
+        q, k, v, a, b = (t.to(act_dtype) for t in (q, k, v, a, b))
         gdn_replayssm_spec_decode(state, q.to(DEVICE), k.to(DEVICE), v.to(DEVICE), a.to(DEVICE), b.to(DEVICE),
                                   A_log.to(DEVICE), dt_bias.to(DEVICE), initial_state_indices=slot_idx, pad_slot_id=PAD,
                                   out=out, d_ring=d_ring, k_ring=k_ring, g_ring=g_ring, write_pos=wp, origin=origin,
@@ -62,10 +66,9 @@ def run_gdn_spec_fuzz(T, Bh, steps, seed=0, corrupt_at=None, geom=GEOM, config=N
                 assert err <= tol, f"step {step} slot {s}: checkpoint error after flush {err:.3g}"
             st = ref[s]
             for t in range(T):
-                st, y = gdn_step_ref(st, q[r:r + 1, t], k[r:r + 1, t], v[r:r + 1, t], a[r:r + 1, t], b[r:r + 1, t],
-                                     A_log, dt_bias)
+                st, y = gdn_step_ref(st, *(x[r:r + 1, t].float() for x in (q, k, v, a, b)), A_log, dt_bias)
                 err = rel_err(out[r, t].cpu(), y[0])
-                assert err <= tol, f"step {step} row {r} token {t}: output error {err:.3g}"
+                assert err <= out_tol, f"step {step} row {r} token {t}: output error {err:.3g}"
                 if t + 1 == int(accepted[r]):
                     ref[s] = st
         commit_replayssm_spec(wp, origin, flush, accepted.to(DEVICE), T, Bh, slot_idx, PAD)
@@ -80,6 +83,14 @@ def test_rollback_fuzz():
 @pytest.mark.parametrize("T,Bh", [(1, 5), (2, 2), (3, 5), (4, 4), (8, 8), (8, 24)])
 def test_fuzz_sizes(T, Bh):
     flushes = run_gdn_spec_fuzz(T=T, Bh=Bh, steps=20, seed=T + Bh)
+    assert min(flushes.values()) >= 1, flushes
+
+
+@pytest.mark.parametrize("act_dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_half_activations(act_dtype):
+    """TensorRT-LLM's case: q, k, v, a, b (and the outputs) in bf16 / fp16, where the drafts'
+    tile is exact in TF32 and the state takes the two-pass split (the default split_fold 3)."""
+    flushes = run_gdn_spec_fuzz(T=4, Bh=8, steps=14, seed=29, act_dtype=act_dtype)
     assert min(flushes.values()) >= 1, flushes
 
 
@@ -184,6 +195,16 @@ def test_cuda_real_shapes_every_candidate(config):
     (tf32x3) on the GPU, flushes included."""
     geom = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=128, head_v_dim=128)
     flushes = run_gdn_spec_fuzz(T=4, Bh=16, steps=12, geom=geom, config=config)
+    assert min(flushes.values()) >= 1, flushes
+
+
+@requires_cuda
+@pytest.mark.parametrize("config", GDN_SPEC_CANDIDATES[:3], ids=str)
+def test_cuda_real_shapes_bf16_activations(config):
+    """Qwen3.5's head shape with bf16 activations (the drafts' tile exact in TF32: the
+    state's two-pass split, the Gram on one bf16 pass), flushes included."""
+    geom = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=128, head_v_dim=128)
+    flushes = run_gdn_spec_fuzz(T=4, Bh=16, steps=12, geom=geom, config=config, act_dtype=torch.bfloat16)
     assert min(flushes.values()) >= 1, flushes
 
 

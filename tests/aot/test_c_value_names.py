@@ -17,8 +17,10 @@ KERNELS = {
     "MAMBA2_VALUES": [m2_replay._replay_step_kernel, m2_fold._replay_fold_kernel,
                       m2_standard._selective_state_update_kernel],
     "GDN_VALUES": [gdn_replay._gdn_replay_kernel, gdn_standard._gdn_update_kernel],
-    "MAMBA2_SPEC_VALUES": [m2_spec._spec_verify_kernel],
-    "GDN_SPEC_VALUES": [gdn_spec._gdn_spec_verify_kernel, gdn_spec._gdn_spec_verify_dot_kernel],
+    "MAMBA2_SPEC_VALUES": [m2_spec._spec_verify_kernel, m2_spec._spec_state_product_kernel],
+    "GDN_SPEC_VALUES": [gdn_spec._gdn_spec_verify_kernel, gdn_spec._gdn_spec_verify_dot_kernel,
+                        gdn_spec._gdn_spec_solve_kernel, gdn_spec._gdn_spec_ring_part_kernel,
+                        gdn_spec._gdn_spec_state_product_kernel],
 }
 
 

@@ -178,15 +178,16 @@ def gdn_replayssm_spec_decode(
     cfg = config or GDN_SPEC_CONFIG
     block_v, block_k = min(cfg.block_p, triton.next_power_of_2(V)), triton.next_power_of_2(K)
     use_dot = min(block_v, block_k) >= 16
-    args = (state, d_ring, k_ring, g_ring, write_pos, origin, is_flush, q, k, v, a, b, A_log, dt_bias, out,
-            initial_state_indices if initial_state_indices is not None else write_pos,
-            slots, T, K, V, HV // H, capacity, pad_slot_id,
-            state.stride(0), state.stride(1), state.stride(2),
-            d_ring.stride(0), d_ring.stride(1), d_ring.stride(2), k_ring.stride(0), k_ring.stride(1), k_ring.stride(2),
-            g_ring.stride(0), g_ring.stride(1),
-            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1),
-            v.stride(2), a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2),
-            out.stride(0), out.stride(1), out.stride(2), step.scale, step.softplus_beta, step.softplus_threshold)
+    # The kernels' arguments in groups (each launch takes the groups its kernel reads).
+    slot_idx = initial_state_indices if initial_state_indices is not None else write_pos
+    state_strides = state.stride()[:3]
+    ring_strides = (*d_ring.stride()[:3], *k_ring.stride()[:3], *g_ring.stride()[:2])
+    qk_strides = (*q.stride()[:3], *k.stride()[:3])
+    v_strides, ab_strides, out_strides = v.stride()[:3], (*a.stride()[:3], *b.stride()[:3]), out.stride()[:3]
+    gate_scalars = (step.scale, step.softplus_beta, step.softplus_threshold)
+    args = (state, d_ring, k_ring, g_ring, write_pos, origin, is_flush, q, k, v, a, b, A_log, dt_bias, out, slot_idx,
+            slots, T, K, V, HV // H, capacity, pad_slot_id, *state_strides, *ring_strides, *qk_strides, *v_strides,
+            *ab_strides, *out_strides, *gate_scalars)
     shared = dict(USE_QK_L2NORM=step.use_qk_l2norm, HAS_SLOT_IDX=initial_state_indices is not None,
                   BLOCK_K=block_k, BUF=buf, BLOCK_L=history_tile(history_len), DOT_PRECISION=DOT_PRECISION,
                   ONE_PASS_PRECISION=ONE_PASS_PRECISION)
@@ -206,27 +207,23 @@ def gdn_replayssm_spec_decode(
               else out)  # (a placeholder for a verify that solves in place)
         solve, bias = ws[:solve_numel], ws[solve_numel:]
         exact_x = exact_in_tf32(q.dtype) and exact_in_tf32(k.dtype)
-        draft_args = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2))
-        gate_args = (a.stride(0), a.stride(1), a.stride(2), b.stride(0), b.stride(1), b.stride(2), step.scale,
-                     step.softplus_beta, step.softplus_threshold)
-        slot_idx = initial_state_indices if initial_state_indices is not None else write_pos
-        ring_strides = (d_ring.stride(0), d_ring.stride(1), d_ring.stride(2), k_ring.stride(0), k_ring.stride(1),
-                        k_ring.stride(2), g_ring.stride(0), g_ring.stride(1))
         if state_apart:
             # The solve and the ring's part, then the flush rows' whole step, then the
             # other rows' state product.
             ring_rows = min(GDN_RING_PART_ROWS, triton.next_power_of_2(V))
             ring_heads = math.gcd(GDN_RING_PART_HEADS, HV // H)
-            launch_kernel(_gdn_spec_ring_part_kernel, (1, HV // ring_heads, Bsz), d_ring, k_ring, g_ring, write_pos, origin, is_flush,
-                          q, k, v, a, b, A_log, dt_bias, slot_idx, solve, bias, slots, K, V, HV, HV // H, capacity,
-                          pad_slot_id, *ring_strides, *draft_args, v.stride(0), v.stride(1), v.stride(2), *gate_args,
+            launch_kernel(_gdn_spec_ring_part_kernel, (1, HV // ring_heads, Bsz), d_ring, k_ring, g_ring, write_pos,
+                          origin, is_flush, q, k, v, a, b, A_log, dt_bias, slot_idx, solve, bias, slots, K, V, HV,
+                          HV // H, capacity, pad_slot_id, *ring_strides, *qk_strides, *v_strides, *ab_strides,
+                          *gate_scalars,
                           BLOCK_V=ring_rows, V_BLOCKS=triton.cdiv(V, ring_rows), EXACT_X=exact_x, NUM_TOKENS=T,
                           SMALL_PRECISION=GDN_RING_PART_PRECISION, EVEN_TILE=block_k == K,
                           HEADS_PER_PROG=ring_heads, FLUSH_ROWS_TOO=GDN_FLUSH_IN_STATE_PRODUCT,
                           num_warps=GDN_RING_PART_WARPS, **shared)
         elif SOLVE_APART:
             launch_kernel(_gdn_spec_solve_kernel, (1, HV, Bsz), q, k, a, b, A_log, dt_bias, solve, write_pos, origin,
-                          is_flush, slot_idx, slots, K, HV, HV // H, capacity, pad_slot_id, *draft_args, *gate_args,
+                          is_flush, slot_idx, slots, K, HV, HV // H, capacity, pad_slot_id, *qk_strides, *ab_strides,
+                          *gate_scalars,
                           USE_QK_L2NORM=step.use_qk_l2norm, HAS_SLOT_IDX=initial_state_indices is not None,
                           BLOCK_K=block_k, BUF=buf, EXACT_X=exact_x, DOT_PRECISION=DOT_PRECISION,
                           ONE_PASS_PRECISION=ONE_PASS_PRECISION, NUM_TOKENS=T, SMALL_PRECISION=SMALL_DOT_PRECISION,
@@ -257,8 +254,8 @@ def gdn_replayssm_spec_decode(
             for fold in ((True, False) if GDN_FLUSH_IN_STATE_PRODUCT else (False,)):
                 launch_kernel(_gdn_spec_state_product_kernel, (triton.cdiv(V, rows), HV, Bsz), state, d_ring, k_ring,
                               g_ring, write_pos, origin, is_flush, q, k, out, slot_idx, solve, bias, slots, K, V, HV,
-                              HV // H, capacity, pad_slot_id, state.stride(0), state.stride(1), state.stride(2),
-                              *ring_strides, *draft_args, out.stride(0), out.stride(1), out.stride(2),
+                              HV // H, capacity, pad_slot_id, *state_strides, *ring_strides, *qk_strides,
+                              *out_strides,
                               HAS_SLOT_IDX=initial_state_indices is not None, BLOCK_V=rows, BLOCK_K=block_k,
                               KEY_CHUNK=chunk, BUF=buf, BLOCK_L=shared["BLOCK_L"], EXACT_X=exact_x,
                               DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, NUM_TOKENS=T,

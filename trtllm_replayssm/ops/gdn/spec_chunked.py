@@ -10,7 +10,7 @@ import triton.language as tl
 
 from ..common import dim_mask, load_spec_row, ring_positions, small_matmul, store_nan_tokens, tile_masks
 from ..mamba2.spec import AFTER_FOLD, FOLD_ONLY
-from .spec_dot import _history_decays
+from .spec_dot import _history_decays, _history_values
 
 
 def fma_key_chunk(block_k: int) -> int:
@@ -77,8 +77,7 @@ def _gdn_spec_verify_kernel(
     mask_l = offs_l < n_hist
     # The committed history's decays and corrected values [V, L], weighted by exp(G - G_j).
     G, decay = _history_decays(gr_base, phys_l, mask_l)
-    D_w = tl.load(dr_base + phys_l[None, :] * stride_dr_l + offs_v[:, None], mask=mask_v[:, None] & mask_l[None, :],
-                  other=0.0).to(tl.float32) * decay[None, :]
+    D_w = _history_values(dr_base, stride_dr_l, phys_l, mask_l, offs_v, mask_v, decay)
 
     # The drafts' inverse L2 norms [T] (whole rows of k and q); the products below are
     # taken with the raw rows and scaled by these at the end.

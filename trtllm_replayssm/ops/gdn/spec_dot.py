@@ -124,6 +124,27 @@ def _history_decays(gr_base, phys_l, mask_l):
 
 
 @triton.jit
+def _history_values(dr_base, stride_dr_l, phys_l, mask_l, offs_v, mask_v, decay_l):
+    """A value head's committed history's corrected values, rows ``offs_v``, weighted by
+    their decays (:func:`_history_decays`): ``D_w [V, L]`` in fp32."""
+    return tl.load(dr_base + phys_l[None, :] * stride_dr_l + offs_v[:, None], mask=mask_v[:, None] & mask_l[None, :],
+                   other=0.0).to(tl.float32) * decay_l[None, :]
+
+
+@triton.jit
+def _fold_chunk(S0, state_chunk_ptrs, mask_vc, G, D_w, kr_base, stride_kr_l, phys_l, mask_l, offs_c, mask_c,
+                DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr):
+    """Fold the committed history into a chunk of key columns of the checkpoint,
+    ``S_h = e^G S_0 + D_w K_hist`` (``S0`` fp32, as loaded from ``state_chunk_ptrs``), store
+    it there, and return it (fp32) for the outputs' product."""
+    K_hist_c = tl.load(kr_base + phys_l[:, None] * stride_kr_l + offs_c[None, :],
+                       mask=mask_l[:, None] & mask_c[None, :], other=0.0).to(tl.float32)
+    S_h = tl.exp(G) * S0 + small_matmul(D_w, K_hist_c, True, False, DOT_PRECISION, ONE_PASS_PRECISION)
+    tl.store(state_chunk_ptrs, S_h.to(state_chunk_ptrs.dtype.element_ty), mask=mask_vc)
+    return S_h
+
+
+@triton.jit
 def _history_keys_x(kr_base, stride_kr_l, origin, n_hist, offs_k, mask_k, Xf, col_scale, BUF: tl.constexpr,
                     BLOCK_L: tl.constexpr, EXACT_X: tl.constexpr, DOT_PRECISION: tl.constexpr,
                     ONE_PASS_PRECISION: tl.constexpr):
@@ -270,8 +291,7 @@ def _gdn_spec_verify_dot_kernel(
         dr_base = d_ring_ptr + slot * stride_dr_slot + hv * stride_dr_h
         gr_base = g_ring_ptr + slot * stride_gr_slot + hv * stride_gr_h
         G, decay_l = _history_decays(gr_base, phys_l, mask_l)
-        D_w = tl.load(dr_base + phys_l[None, :] * stride_dr_l + offs_v[:, None],
-                      mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32) * decay_l[None, :]
+        D_w = _history_values(dr_base, stride_dr_l, phys_l, mask_l, offs_v, mask_v, decay_l)
         # S_0 X: the whole state tile against the drafts' tile, or the state streamed in
         # chunks of KEY_CHUNK key columns (the drafts' tile chunk is then read again from
         # L1, as the whole tile held across the heads would cost the registers saved).
@@ -283,11 +303,9 @@ def _gdn_spec_verify_dot_kernel(
                 offs_c = c * KEY_CHUNK + tl.arange(0, KEY_CHUNK)
                 mask_c = dim_mask(offs_c, head_k_dim, EVEN_TILE)
                 mask_vc = mask_v[:, None] & mask_c[None, :]
-                K_hist_c = tl.load(kr_base + phys_l[:, None] * stride_kr_l + offs_c[None, :],
-                                   mask=mask_l[:, None] & mask_c[None, :], other=0.0).to(tl.float32)
-                S_h = tl.exp(G) * tl.load(state_rows + offs_c[None, :], mask=mask_vc, other=0.0).to(tl.float32) \
-                    + small_matmul(D_w, K_hist_c, True, False, DOT_PRECISION, ONE_PASS_PRECISION)
-                tl.store(state_rows + offs_c[None, :], S_h.to(state_ptr.dtype.element_ty), mask=mask_vc)
+                S_h = _fold_chunk(tl.load(state_rows + offs_c[None, :], mask=mask_vc, other=0.0).to(tl.float32),
+                                  state_rows + offs_c[None, :], mask_vc, G, D_w, kr_base, stride_kr_l, phys_l, mask_l,
+                                  offs_c, mask_c, DOT_PRECISION, ONE_PASS_PRECISION)
                 Xc = _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_c, mask_c, tok, is_key, mask_u)
                 SX += small_matmul(S_h, Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
             SX = SX * col_scale[None, :]

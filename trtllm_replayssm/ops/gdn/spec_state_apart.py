@@ -10,8 +10,8 @@ import triton.language as tl
 
 from ..common import dim_mask, load_spec_row, ring_positions, small_matmul, store_nan_tokens
 
-from .spec_dot import (DRAFT_COLS, _draft_column_ids, _draft_columns, _draft_tile, _head_solve, _history_decays,
-                       _history_keys_x, _solve_offsets)
+from .spec_dot import (DRAFT_COLS, _draft_column_ids, _draft_columns, _draft_tile, _fold_chunk, _head_solve,
+                       _history_decays, _history_keys_x, _history_values, _solve_offsets)
 
 
 @triton.jit
@@ -107,8 +107,7 @@ def _gdn_spec_ring_part_kernel(
         for c in tl.range(0, V_BLOCKS):
             offs_v = c * BLOCK_V + tl.arange(0, BLOCK_V)
             mask_v = offs_v < head_v_dim
-            D_w = tl.load(dr_base + phys_l[None, :] * stride_dr_l + offs_v[:, None],
-                          mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32) * decay_l[None, :]
+            D_w = _history_values(dr_base, stride_dr_l, phys_l, mask_l, offs_v, mask_v, decay_l)
             Hs = small_matmul(D_w, HX, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)  # [V, 16]
             mask_vu = mask_v[:, None] & mask_u[None, :]
             Vd = tl.load(v_ptr + pid_b * stride_v_b + tok[None, :] * stride_v_t + hv * stride_v_h + offs_v[:, None],
@@ -168,9 +167,8 @@ def _gdn_spec_state_product_kernel(
         offs_l, phys_l = ring_positions(origin, BUF, BLOCK_L)
         mask_l = offs_l < wp
         G, decay_l = _history_decays(g_ring_ptr + slot * stride_gr_slot + hv * stride_gr_h, phys_l, mask_l)
-        D_w = tl.load(d_ring_ptr + slot * stride_dr_slot + hv * stride_dr_h + phys_l[None, :] * stride_dr_l
-                      + offs_v[:, None], mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32) \
-            * decay_l[None, :]
+        D_w = _history_values(d_ring_ptr + slot * stride_dr_slot + hv * stride_dr_h, stride_dr_l, phys_l, mask_l,
+                              offs_v, mask_v, decay_l)
         kr_base = k_ring_ptr + slot * stride_kr_slot + h * stride_kr_h
     P = tl.zeros((BLOCK_V, 2 * DRAFT_COLS), tl.float32)
     for c in tl.range(0, BLOCK_K // KEY_CHUNK, num_stages=STAGES):
@@ -179,10 +177,8 @@ def _gdn_spec_state_product_kernel(
         mask_vc = mask_v[:, None] & mask_c[None, :]
         S0 = tl.load(state_rows + offs_c[None, :], mask=mask_vc, other=0.0).to(tl.float32)
         if FOLD:
-            K_hist_c = tl.load(kr_base + phys_l[:, None] * stride_kr_l + offs_c[None, :],
-                               mask=mask_l[:, None] & mask_c[None, :], other=0.0).to(tl.float32)
-            S0 = tl.exp(G) * S0 + small_matmul(D_w, K_hist_c, True, False, DOT_PRECISION, ONE_PASS_PRECISION)
-            tl.store(state_rows + offs_c[None, :], S0.to(state_ptr.dtype.element_ty), mask=mask_vc)
+            S0 = _fold_chunk(S0, state_rows + offs_c[None, :], mask_vc, G, D_w, kr_base, stride_kr_l, phys_l, mask_l,
+                             offs_c, mask_c, DOT_PRECISION, ONE_PASS_PRECISION)
         Xc = _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_c, mask_c, tok, is_key, mask_u)
         P += small_matmul(S0, Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
     W = tl.load(solve_ptr + _solve_offsets(pid_b, hv, num_v_heads, offs_u))

@@ -108,7 +108,7 @@ GDN_RING_PART_PRECISION, GDN_STATE_PRODUCT_PRECISION = DOT_PRECISION, DOT_PRECIS
 # compiled with the fold (``FOLD``: the ring part's W and bias, of an empty history, then
 # the fold on the way through), rather than in the fused verify's flush rows' launch
 # (``_gdn_spec_verify_dot_kernel``, FLUSH_ROWS: it forms the solve's products and the
-# history's again, and holds 213 registers a thread). Not yet measured: off.
+# history's again, and holds 201 registers a thread). Not yet measured: off.
 GDN_FLUSH_IN_STATE_PRODUCT = False
 
 

@@ -80,6 +80,8 @@ def main() -> None:
     ap.add_argument("--flush-in-state-product", action="store_true",
                     help="split_fold 3's flush rows in the state product's launch compiled with the fold "
                          "(ops/gdn/spec.py: GDN_FLUSH_IN_STATE_PRODUCT)")
+    ap.add_argument("--settings", type=int, default=len(SETTINGS),
+                    help="time only the first N settings (1: split_fold 2; 2: and the default)")
     ap.add_argument("--profile", action="store_true",
                     help="then print each launch's time per call (torch.profiler) under the first split_fold 3 setting")
     args = ap.parse_args()
@@ -88,7 +90,7 @@ def main() -> None:
     for batch in args.batches:
         rig = make_spec_rig(SpecCase(args.model, model(args.model).geom, batch, args.tokens, 16,
                                      args.accepted or args.tokens))
-        for cfg, sp, rp in SETTINGS:
+        for cfg, sp, rp in SETTINGS[:args.settings]:
             if sp is not None:
                 apply_setting(sp, rp)
             records.append(probe_record(rig, cfg, args.steps, args.replays, state_product=sp, ring_part=rp,

@@ -165,23 +165,22 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
             USE_QK_L2NORM=True, HAS_SLOT_IDX=True, BLOCK_K=128, BUF=buf, BLOCK_L=m2_spec.history_tile(history_len),
             BLOCK_V=gdn_spec.GDN_RING_PART_ROWS, V_BLOCKS=128 // gdn_spec.GDN_RING_PART_ROWS, EXACT_X=True,
             DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32", NUM_TOKENS=T, SMALL_PRECISION="tf32x3",
-            EVEN_TILE=True, HEADS_PER_PROG=gdn_spec.GDN_RING_PART_HEADS,
-            FLUSH_ROWS_TOO=gdn_spec.GDN_FLUSH_IN_STATE_PRODUCT), gdn_spec.GDN_RING_PART_WARPS
+            EVEN_TILE=True, HEADS_PER_PROG=gdn_spec.GDN_RING_PART_HEADS), gdn_spec.GDN_RING_PART_WARPS
 
-    def gdn_state_product(fold=False):  # split_fold 3's last launch, on its module-level tile (fold: flush rows)
+    def gdn_state_product():  # split_fold 3's last launch, on its module-level tile
         return gdn_spec._gdn_spec_state_product_kernel, dict(
             HAS_SLOT_IDX=True, BLOCK_V=gdn_spec.GDN_STATE_PRODUCT_ROWS, BLOCK_K=128,
-            KEY_CHUNK=gdn_spec.GDN_STATE_PRODUCT_COLS, BUF=buf, BLOCK_L=common["BLOCK_L"], EXACT_X=True,
-            DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32", NUM_TOKENS=T, SMALL_PRECISION="tf32x3",
-            EVEN_TILE=True, STAGES=gdn_spec.GDN_STATE_PRODUCT_STAGES, FOLD=fold), gdn_spec.GDN_STATE_PRODUCT_WARPS
+            KEY_CHUNK=gdn_spec.GDN_STATE_PRODUCT_COLS, BUF=buf, EXACT_X=True, DOT_PRECISION="tf32x3",
+            ONE_PASS_PRECISION="tf32", NUM_TOKENS=T, SMALL_PRECISION="tf32x3", EVEN_TILE=True,
+            STAGES=gdn_spec.GDN_STATE_PRODUCT_STAGES, HEADS_PER_PROG=gdn_spec.GDN_STATE_PRODUCT_HEADS), \
+            gdn_spec.GDN_STATE_PRODUCT_WARPS
 
     for family, phase_kernel, candidates in (("mamba2", mamba2_phase, MAMBA2_SPEC_CANDIDATES),
                                              ("gdn", gdn_phase, GDN_SPEC_CANDIDATES)):
         for cfg in candidates:
             if family == "gdn" and cfg.split_fold == m2_spec.STATE_APART:
                 regs = (f"ring part {registers(*gdn_ring_part(), state_dtype)}, flush rows "
-                        f"{registers(*phase_kernel(cfg, m2_spec.FLUSH_ROWS), state_dtype)} (or the state product "
-                        f"folding: {registers(*gdn_state_product(fold=True), state_dtype)}), state product "
+                        f"{registers(*phase_kernel(cfg, m2_spec.FLUSH_ROWS), state_dtype)}, state product "
                         f"{registers(*gdn_state_product(), state_dtype)}")
                 yield [family, f"spec T={T}", str(cfg), regs]
                 continue

@@ -9,7 +9,7 @@ graphs, cold L2, median; T = 4, history 16, all drafts accepted, the rows flushi
 together every 5th step), every setting side by side in one process.
 
     python benchmarks/probe_gdn_state_apart.py    # H200 -> benchmarks/results/gdn_state_apart.json
-    python benchmarks/probe_gdn_state_apart.py --flush-in-state-product --out /tmp/fold.json --profile
+    python benchmarks/probe_gdn_state_apart.py --settings 2 --out /tmp/sp.json --profile
 """
 
 from __future__ import annotations
@@ -32,23 +32,23 @@ SPLIT_FOLD_2 = LaunchConfig(64, 2, heads_per_prog=4, split_fold=2, key_chunk=32)
 SPLIT_FOLD_3 = LaunchConfig(64, 2, split_fold=3, key_chunk=32)
 IEEE, TF32X3 = "ieee", DOT_PRECISION
 # (the verify config, whose rows and warps the flush rows' launch takes; the state's
-# product: rows, key columns, warps, stages, small products' precision; the ring part:
-# rows, warps, value heads, small products' precision). The first split_fold 3 setting is
-# the default. (``gdn_state_apart.json`` holds the list of commit 6c88394: every setting
-# is in its records.)
-DEFAULT_SP, DEFAULT_RP = (128, 32, 4, 3, TF32X3), (32, 1, 4, TF32X3)
+# product: rows, key columns, warps, stages, small products' precision, value heads a
+# program; the ring part: rows, warps, value heads, small products' precision). The first
+# split_fold 3 setting is the default. (``gdn_state_apart.json`` holds the list of commit
+# 6c88394: every setting is in its records.)
+DEFAULT_SP, DEFAULT_RP = (128, 32, 4, 3, TF32X3, 2), (32, 1, 4, TF32X3)
 SETTINGS = [(SPLIT_FOLD_2, None, None), (SPLIT_FOLD_3, DEFAULT_SP, DEFAULT_RP)] + \
-    [(SPLIT_FOLD_3, sp, DEFAULT_RP) for sp in [(64, 32, 2, 3, TF32X3), (32, 32, 1, 3, TF32X3), (128, 32, 4, 2, TF32X3),
-                                               (128, 32, 4, 3, IEEE)]] + \
-    [(SPLIT_FOLD_3, DEFAULT_SP, rp) for rp in [(16, 1, 4, TF32X3), (32, 1, 2, TF32X3), (64, 2, 4, TF32X3),
-                                               (32, 1, 4, IEEE)]] + \
-    [(LaunchConfig(128, 4, split_fold=3, key_chunk=32), DEFAULT_SP, DEFAULT_RP)]
+    [(SPLIT_FOLD_3, sp, DEFAULT_RP) for sp in [(128, 32, 4, 3, TF32X3, 1), (128, 32, 4, 3, TF32X3, 4),
+                                               (128, 16, 4, 3, TF32X3, 2), (128, 16, 4, 4, TF32X3, 2),
+                                               (128, 32, 4, 2, TF32X3, 2), (64, 32, 2, 3, TF32X3, 2),
+                                               (128, 32, 8, 3, TF32X3, 2)]] + \
+    [(SPLIT_FOLD_3, DEFAULT_SP, rp) for rp in [(16, 1, 4, TF32X3), (32, 1, 2, TF32X3)]]
 
 
 def apply_setting(sp, rp) -> None:
     """Set the state product's and the ring part's launch constants of ``ops/gdn/spec.py``."""
     (gdn_spec.GDN_STATE_PRODUCT_ROWS, gdn_spec.GDN_STATE_PRODUCT_COLS, gdn_spec.GDN_STATE_PRODUCT_WARPS,
-     gdn_spec.GDN_STATE_PRODUCT_STAGES, gdn_spec.GDN_STATE_PRODUCT_PRECISION) = sp
+     gdn_spec.GDN_STATE_PRODUCT_STAGES, gdn_spec.GDN_STATE_PRODUCT_PRECISION, gdn_spec.GDN_STATE_PRODUCT_HEADS) = sp
     (gdn_spec.GDN_RING_PART_ROWS, gdn_spec.GDN_RING_PART_WARPS, gdn_spec.GDN_RING_PART_HEADS,
      gdn_spec.GDN_RING_PART_PRECISION) = rp
 
@@ -77,15 +77,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/gdn_state_apart.json"))
-    ap.add_argument("--flush-in-state-product", action="store_true",
-                    help="split_fold 3's flush rows in the state product's launch compiled with the fold "
-                         "(ops/gdn/spec.py: GDN_FLUSH_IN_STATE_PRODUCT)")
     ap.add_argument("--settings", type=int, default=len(SETTINGS),
                     help="time only the first N settings (1: split_fold 2; 2: and the default)")
     ap.add_argument("--profile", action="store_true",
                     help="then print each launch's time per call (torch.profiler) under the first split_fold 3 setting")
     args = ap.parse_args()
-    gdn_spec.GDN_FLUSH_IN_STATE_PRODUCT = args.flush_in_state_product
     records = []
     for batch in args.batches:
         rig = make_spec_rig(SpecCase(args.model, model(args.model).geom, batch, args.tokens, 16,
@@ -93,8 +89,7 @@ def main() -> None:
         for cfg, sp, rp in SETTINGS[:args.settings]:
             if sp is not None:
                 apply_setting(sp, rp)
-            records.append(probe_record(rig, cfg, args.steps, args.replays, state_product=sp, ring_part=rp,
-                                        flush_in_state_product=args.flush_in_state_product))
+            records.append(probe_record(rig, cfg, args.steps, args.replays, state_product=sp, ring_part=rp))
         if args.profile:
             profile_launches(rig, SETTINGS[1], args.steps)
         rig = None  # (frees the layers before the next batch)
@@ -103,7 +98,7 @@ def main() -> None:
     print(tabulate([[r["batch"], r["acceptance"], r["config"]["split_fold"], r["config"]["block_p"],
                      r["config"]["num_warps"], r["state_product"], r["ring_part"], r["us_per_step"]] for r in records],
                    headers=["batch", "accepted", "split_fold", "rows", "warps", "state product (rows, cols, warps, "
-                            "stages, precision)", "ring part (rows, warps, heads, precision)", "us / verify step"]))
+                            "stages, precision, heads)", "ring part (rows, warps, heads, precision)", "us / verify step"]))
 
 
 if __name__ == "__main__":

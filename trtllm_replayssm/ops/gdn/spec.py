@@ -104,12 +104,14 @@ GDN_RING_PART_ROWS, GDN_RING_PART_WARPS, GDN_RING_PART_HEADS = 32, 1, 4
 # verify's fp32 FMAs (:data:`SMALL_DOT_PRECISION`): 340 against 381 us (both launches
 # FMAs), 350 (the ring part's alone on the tensor cores), 372 (the state product's).
 GDN_RING_PART_PRECISION, GDN_STATE_PRODUCT_PRECISION = DOT_PRECISION, DOT_PRECISION
-# Whether split_fold 3's flush rows take their step in a launch of the state's product
-# compiled with the fold (``FOLD``: the ring part's W and bias, of an empty history, then
-# the fold on the way through), rather than in the fused verify's flush rows' launch
-# (``_gdn_spec_verify_dot_kernel``, FLUSH_ROWS: it forms the solve's products and the
-# history's again, and holds 201 registers a thread). Not yet measured: off.
-GDN_FLUSH_IN_STATE_PRODUCT = False
+# The flush rows take their step in the fused verify's flush rows' launch. In a launch of
+# the state's product compiled with the fold (the ring part's W and bias of an empty
+# history, then the fold on the way through, 244 registers a thread) they lost: 330 / 1266
+# against 308 / 1182 us (commit abf4739, ``gdn_flush_in_state_product.json``).
+# Value heads a program of the state's product (a divisor of HV): its loop runs over the
+# heads' chunks, so the row's cursors are read once and a head's epilogue overlaps the
+# next head's loads.
+GDN_STATE_PRODUCT_HEADS = 2
 
 
 def dot_heads_per_program(cfg: LaunchConfig, v_heads_per_k_head: int, phase) -> int:
@@ -181,7 +183,8 @@ def gdn_replayssm_spec_decode(
     # The kernels' arguments in groups (each launch takes the groups its kernel reads).
     slot_idx = initial_state_indices if initial_state_indices is not None else write_pos
     state_strides = state.stride()[:3]
-    ring_strides = (*d_ring.stride()[:3], *k_ring.stride()[:3], *g_ring.stride()[:2])
+    d_ring_strides = d_ring.stride()[:3]
+    ring_strides = (*d_ring_strides, *k_ring.stride()[:3], *g_ring.stride()[:2])
     qk_strides = (*q.stride()[:3], *k.stride()[:3])
     v_strides, ab_strides, out_strides = v.stride()[:3], (*a.stride()[:3], *b.stride()[:3]), out.stride()[:3]
     gate_scalars = (step.scale, step.softplus_beta, step.softplus_threshold)
@@ -218,8 +221,7 @@ def gdn_replayssm_spec_decode(
                           *gate_scalars,
                           BLOCK_V=ring_rows, V_BLOCKS=triton.cdiv(V, ring_rows), EXACT_X=exact_x, NUM_TOKENS=T,
                           SMALL_PRECISION=GDN_RING_PART_PRECISION, EVEN_TILE=block_k == K,
-                          HEADS_PER_PROG=ring_heads, FLUSH_ROWS_TOO=GDN_FLUSH_IN_STATE_PRODUCT,
-                          num_warps=GDN_RING_PART_WARPS, **shared)
+                          HEADS_PER_PROG=ring_heads, num_warps=GDN_RING_PART_WARPS, **shared)
         elif SOLVE_APART:
             launch_kernel(_gdn_spec_solve_kernel, (1, HV, Bsz), q, k, a, b, A_log, dt_bias, solve, write_pos, origin,
                           is_flush, slot_idx, slots, K, HV, HV // H, capacity, pad_slot_id, *qk_strides, *ab_strides,
@@ -229,7 +231,7 @@ def gdn_replayssm_spec_decode(
                           ONE_PASS_PRECISION=ONE_PASS_PRECISION, NUM_TOKENS=T, SMALL_PRECISION=SMALL_DOT_PRECISION,
                           EVEN_TILE=block_k == K, BLOCK_V=triton.next_power_of_2(V), num_warps=SOLVE_WARPS)
         if state_apart:
-            row_launches = () if GDN_FLUSH_IN_STATE_PRODUCT else (FLUSH_ROWS,)
+            row_launches = (FLUSH_ROWS,)
         elif cfg.split_fold == 2:
             # The flush rows fold and verify in a launch of their own (their state read
             # once), the other rows in one compiled without the fold.
@@ -251,16 +253,15 @@ def gdn_replayssm_spec_decode(
         if state_apart:
             rows = min(GDN_STATE_PRODUCT_ROWS, triton.next_power_of_2(V))
             chunk = min(GDN_STATE_PRODUCT_COLS, block_k)
-            for fold in ((True, False) if GDN_FLUSH_IN_STATE_PRODUCT else (False,)):
-                launch_kernel(_gdn_spec_state_product_kernel, (triton.cdiv(V, rows), HV, Bsz), state, d_ring, k_ring,
-                              g_ring, write_pos, origin, is_flush, q, k, out, slot_idx, solve, bias, slots, K, V, HV,
-                              HV // H, capacity, pad_slot_id, *state_strides, *ring_strides, *qk_strides,
-                              *out_strides,
-                              HAS_SLOT_IDX=initial_state_indices is not None, BLOCK_V=rows, BLOCK_K=block_k,
-                              KEY_CHUNK=chunk, BUF=buf, BLOCK_L=shared["BLOCK_L"], EXACT_X=exact_x,
-                              DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, NUM_TOKENS=T,
-                              SMALL_PRECISION=GDN_STATE_PRODUCT_PRECISION, EVEN_TILE=even_tile(V, rows, K, chunk),
-                              STAGES=GDN_STATE_PRODUCT_STAGES, FOLD=fold, num_warps=GDN_STATE_PRODUCT_WARPS)
+            heads = math.gcd(GDN_STATE_PRODUCT_HEADS, HV)
+            launch_kernel(_gdn_spec_state_product_kernel, (triton.cdiv(V, rows), HV // heads, Bsz), state, d_ring,
+                          write_pos, origin, is_flush, q, k, out, slot_idx, solve, bias, slots, K, V, HV, HV // H,
+                          capacity, pad_slot_id, *state_strides, *d_ring_strides, *qk_strides, *out_strides,
+                          HAS_SLOT_IDX=initial_state_indices is not None, BLOCK_V=rows, BLOCK_K=block_k,
+                          KEY_CHUNK=chunk, BUF=buf, EXACT_X=exact_x, DOT_PRECISION=DOT_PRECISION,
+                          ONE_PASS_PRECISION=ONE_PASS_PRECISION, NUM_TOKENS=T,
+                          SMALL_PRECISION=GDN_STATE_PRODUCT_PRECISION, EVEN_TILE=even_tile(V, rows, K, chunk),
+                          STAGES=GDN_STATE_PRODUCT_STAGES, HEADS_PER_PROG=heads, num_warps=GDN_STATE_PRODUCT_WARPS)
     else:  # (split_fold 2 and 3 fold apart here, as 1 does: their flush rows' launch is the tl.dot verify's)
         for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
             launch_chunked(phase, cfg.block_p, cfg.num_warps)

@@ -8,10 +8,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common import dim_mask, load_spec_row, ring_positions, small_matmul, store_nan_tokens
+from ..common import dim_mask, load_spec_row, small_matmul, store_nan_tokens
 
-from .spec_dot import (DRAFT_COLS, _draft_column_ids, _draft_columns, _draft_tile, _fold_chunk, _head_solve,
-                       _history_decays, _history_keys_x, _history_values, _solve_offsets)
+from .spec_dot import (DRAFT_COLS, _draft_column_ids, _draft_columns, _draft_tile, _head_solve, _history_decays,
+                       _history_keys_x, _history_values, _solve_offsets)
 
 
 @triton.jit
@@ -35,14 +35,12 @@ def _gdn_spec_ring_part_kernel(
     BLOCK_L: tl.constexpr, BLOCK_V: tl.constexpr, V_BLOCKS: tl.constexpr, EXACT_X: tl.constexpr,
     DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, NUM_TOKENS: tl.constexpr,
     SMALL_PRECISION: tl.constexpr, EVEN_TILE: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
-    FLUSH_ROWS_TOO: tl.constexpr,
 ):
     """split_fold 3's first launch, a program a row and ``HEADS_PER_PROG`` value heads of a
     key head (their drafts' tile and history products shared), grid ``(1, HV / heads, B)``:
     the drafts' solve ``Z`` and, for a row that does not flush, everything of its verify
     but the state's product. To the workspace: ``W [16, 16]`` in ``Z``'s place (a flush
-    row keeps ``Z``, for its own launch; with ``FLUSH_ROWS_TOO`` it gets ``W`` and ``bias``
-    of an empty history, as its state product folds first) and ``bias [2T, V]``; to the
+    row keeps ``Z``, for its own launch) and ``bias [2T, V]``; to the
     ring: the drafts' keys and gates (their corrected values need ``S_0`` and come with
     the state's product).
 
@@ -65,23 +63,19 @@ def _gdn_spec_ring_part_kernel(
     X, Xf, col_scale, Gram = _draft_columns(k_ptr, q_ptr, pid_b, h, stride_k_b, stride_k_t, stride_k_h, stride_q_b,
                                             stride_q_t, stride_q_h, offs_k, mask_k, tok, is_key, mask_u, scale,
                                             USE_QK_L2NORM, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
-    n_hist = wp
-    if FLUSH_ROWS_TOO:  # a flush row's state product folds its history first: W and bias without it
-        n_hist = tl.where(is_flush, 0, wp)
-    else:
-        if is_flush:  # the flush rows' own launch takes its whole step with Z
-            for hh in range(0, HEADS_PER_PROG):
-                g_u, beta, A_u, Z = _head_solve(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv0 + hh, stride_a_b,
-                                                stride_a_t, stride_a_h, stride_b_b, stride_b_t, stride_b_h,
-                                                softplus_beta, softplus_threshold, Gram, offs_u, tok, is_key, mask_u,
-                                                NUM_TOKENS, SMALL_PRECISION, ONE_PASS_PRECISION)
-                tl.store(solve_ptr + _solve_offsets(pid_b, hv0 + hh, num_v_heads, offs_u), Z)
-            return
+    if is_flush:  # the flush rows' own launch takes its whole step with Z
+        for hh in range(0, HEADS_PER_PROG):
+            g_u, beta, A_u, Z = _head_solve(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv0 + hh, stride_a_b,
+                                            stride_a_t, stride_a_h, stride_b_b, stride_b_t, stride_b_h,
+                                            softplus_beta, softplus_threshold, Gram, offs_u, tok, is_key, mask_u,
+                                            NUM_TOKENS, SMALL_PRECISION, ONE_PASS_PRECISION)
+            tl.store(solve_ptr + _solve_offsets(pid_b, hv0 + hh, num_v_heads, offs_u), Z)
+        return
 
     # The history's keys against every column, [L, 16] (shared by the key head's value
     # heads); the drafts' keys appended (reads stop at wp).
     kr_base = k_ring_ptr + slot * stride_kr_slot + h * stride_kr_h
-    offs_l, phys_l, mask_l, HX = _history_keys_x(kr_base, stride_kr_l, origin, n_hist, offs_k, mask_k, Xf, col_scale,
+    offs_l, phys_l, mask_l, HX = _history_keys_x(kr_base, stride_kr_l, origin, wp, offs_k, mask_k, Xf, col_scale,
                                                  BUF, BLOCK_L, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
     phys_u = (origin + wp + tok) & (BUF - 1)
     if hv0 % v_heads_per_k_head == 0:
@@ -121,25 +115,24 @@ def _gdn_spec_ring_part_kernel(
 
 @triton.jit(do_not_specialize=["num_slots"])
 def _gdn_spec_state_product_kernel(
-    state_ptr, d_ring_ptr, k_ring_ptr, g_ring_ptr, wp_ptr, origin_ptr, flush_ptr, q_ptr, k_ptr, out_ptr, slot_idx_ptr,
+    state_ptr, d_ring_ptr, wp_ptr, origin_ptr, flush_ptr, q_ptr, k_ptr, out_ptr, slot_idx_ptr,
     solve_ptr, bias_ptr, num_slots, head_k_dim, head_v_dim, num_v_heads, v_heads_per_k_head, capacity, pad_slot_id,
     stride_state_slot, stride_state_h, stride_state_v, stride_dr_slot, stride_dr_h, stride_dr_l,
-    stride_kr_slot, stride_kr_h, stride_kr_l, stride_gr_slot, stride_gr_h,
     stride_q_b, stride_q_t, stride_q_h, stride_k_b, stride_k_t, stride_k_h, stride_out_b, stride_out_t, stride_out_h,
     HAS_SLOT_IDX: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, KEY_CHUNK: tl.constexpr,
-    BUF: tl.constexpr, BLOCK_L: tl.constexpr, EXACT_X: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    ONE_PASS_PRECISION: tl.constexpr, NUM_TOKENS: tl.constexpr, SMALL_PRECISION: tl.constexpr,
-    EVEN_TILE: tl.constexpr, STAGES: tl.constexpr, FOLD: tl.constexpr,
+    BUF: tl.constexpr, EXACT_X: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
+    NUM_TOKENS: tl.constexpr, SMALL_PRECISION: tl.constexpr, EVEN_TILE: tl.constexpr, STAGES: tl.constexpr,
+    HEADS_PER_PROG: tl.constexpr,
 ):
     """split_fold 3's last launch, for the rows that do not flush: ``F = (S_0 X) W + bias``
-    (:func:`_gdn_spec_ring_part_kernel`) for a block of a value head's rows of V, the state
-    streamed in chunks of key columns through a pipelined loop; the key columns' ``F`` are
-    the drafts' corrected values (to the ring), the query columns' the outputs. Reports a
-    bad row (NaN outputs) unless ``FOLD``: compiled with it, the launch serves the flush
-    rows alone and folds on the way through (``S_h = e^G S_0 + D_w K_hist`` chunk by chunk,
-    stored, and ``S_h X``), with the ring part's ``W`` and ``bias`` of an empty history."""
+    (:func:`_gdn_spec_ring_part_kernel`) for a block of rows of V of ``HEADS_PER_PROG``
+    value heads, grid ``(V / BLOCK_V, HV / heads, B)``; the key columns' ``F`` are the
+    drafts' corrected values (to the ring), the query columns' the outputs. The state
+    streams in chunks of key columns through one pipelined loop over the heads' chunks,
+    so that a head's epilogue (``W``, ``bias``) runs with the next head's chunks in flight
+    and the row's cursors are read once for all its heads. Reports a bad row (NaN outputs)."""
     pid_v = tl.program_id(0)
-    hv = tl.program_id(1)
+    hv0 = tl.program_id(1) * HEADS_PER_PROG
     pid_b = tl.program_id(2)
     offs_v = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
     mask_v = dim_mask(offs_v, head_v_dim, EVEN_TILE)
@@ -148,46 +141,37 @@ def _gdn_spec_state_product_kernel(
                                                                HAS_SLOT_IDX, BUF)
     if is_pad:
         return
-    if FOLD:
-        if is_bad | (is_flush == 0):  # (the other rows' launch reports a bad row)
-            return
-    else:
-        if is_bad:
-            store_nan_tokens(out_ptr, offs_v, mask_v, pid_b, hv, stride_out_b, stride_out_t, stride_out_h,
+    if is_bad:
+        for hh in range(0, HEADS_PER_PROG):
+            store_nan_tokens(out_ptr, offs_v, mask_v, pid_b, hv0 + hh, stride_out_b, stride_out_t, stride_out_h,
                              NUM_TOKENS, DRAFT_COLS)
-            return
-        if is_flush:
-            return
+        return
+    if is_flush:
+        return
     offs_u, tok, is_key, mask_u = _draft_column_ids(NUM_TOKENS)
-    h = hv // v_heads_per_k_head
-    k_base = k_ptr + pid_b * stride_k_b + h * stride_k_h
-    q_base = q_ptr + pid_b * stride_q_b + h * stride_q_h
-    state_rows = state_ptr + slot * stride_state_slot + hv * stride_state_h + offs_v[:, None] * stride_state_v
-    if FOLD:  # the history's weighted corrected values [V, L] and keys' ring, for the fold
-        offs_l, phys_l = ring_positions(origin, BUF, BLOCK_L)
-        mask_l = offs_l < wp
-        G, decay_l = _history_decays(g_ring_ptr + slot * stride_gr_slot + hv * stride_gr_h, phys_l, mask_l)
-        D_w = _history_values(d_ring_ptr + slot * stride_dr_slot + hv * stride_dr_h, stride_dr_l, phys_l, mask_l,
-                              offs_v, mask_v, decay_l)
-        kr_base = k_ring_ptr + slot * stride_kr_slot + h * stride_kr_h
+    mask_vu = mask_v[:, None] & mask_u[None, :]
+    phys_u = (origin + wp + tok) & (BUF - 1)
+    state_rows = state_ptr + slot * stride_state_slot + offs_v[:, None] * stride_state_v
+    CHUNKS: tl.constexpr = BLOCK_K // KEY_CHUNK
     P = tl.zeros((BLOCK_V, 2 * DRAFT_COLS), tl.float32)
-    for c in tl.range(0, BLOCK_K // KEY_CHUNK, num_stages=STAGES):
+    for i in tl.range(0, HEADS_PER_PROG * CHUNKS, num_stages=STAGES):
+        hv = hv0 + i // CHUNKS
+        c = i % CHUNKS
+        h = hv // v_heads_per_k_head
         offs_c = c * KEY_CHUNK + tl.arange(0, KEY_CHUNK)
         mask_c = dim_mask(offs_c, head_k_dim, EVEN_TILE)
-        mask_vc = mask_v[:, None] & mask_c[None, :]
-        S0 = tl.load(state_rows + offs_c[None, :], mask=mask_vc, other=0.0).to(tl.float32)
-        if FOLD:
-            S0 = _fold_chunk(S0, state_rows + offs_c[None, :], mask_vc, G, D_w, kr_base, stride_kr_l, phys_l, mask_l,
-                             offs_c, mask_c, DOT_PRECISION, ONE_PASS_PRECISION)
-        Xc = _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_c, mask_c, tok, is_key, mask_u)
-        P += small_matmul(S0, Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
-    W = tl.load(solve_ptr + _solve_offsets(pid_b, hv, num_v_heads, offs_u))
-    mask_vu = mask_v[:, None] & mask_u[None, :]
-    F = small_matmul(P, W, True, False, SMALL_PRECISION, ONE_PASS_PRECISION) \
-        + tl.load(bias_ptr + _bias_offsets(pid_b, hv, num_v_heads, head_v_dim, offs_v, tok, is_key, NUM_TOKENS),
-                  mask=mask_vu, other=0.0)
-    phys_u = (origin + wp + tok) & (BUF - 1)
-    tl.store(d_ring_ptr + slot * stride_dr_slot + hv * stride_dr_h + phys_u[None, :] * stride_dr_l + offs_v[:, None],
-             F.to(d_ring_ptr.dtype.element_ty), mask=mask_vu & is_key[None, :])
-    tl.store(out_ptr + pid_b * stride_out_b + tok[None, :] * stride_out_t + hv * stride_out_h + offs_v[:, None],
-             F.to(out_ptr.dtype.element_ty), mask=mask_vu & ~is_key[None, :])
+        S0 = tl.load(state_rows + hv * stride_state_h + offs_c[None, :], mask=mask_v[:, None] & mask_c[None, :],
+                     other=0.0).to(tl.float32)
+        Xc = _draft_tile(k_ptr + pid_b * stride_k_b + h * stride_k_h, q_ptr + pid_b * stride_q_b + h * stride_q_h,
+                         stride_k_t, stride_q_t, offs_c, mask_c, tok, is_key, mask_u)
+        P = tl.where(c == 0, 0.0, P) \
+            + small_matmul(S0, Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
+        if c == CHUNKS - 1:  # the head's epilogue
+            W = tl.load(solve_ptr + _solve_offsets(pid_b, hv, num_v_heads, offs_u))
+            F = small_matmul(P, W, True, False, SMALL_PRECISION, ONE_PASS_PRECISION) \
+                + tl.load(bias_ptr + _bias_offsets(pid_b, hv, num_v_heads, head_v_dim, offs_v, tok, is_key,
+                                                   NUM_TOKENS), mask=mask_vu, other=0.0)
+            tl.store(d_ring_ptr + slot * stride_dr_slot + hv * stride_dr_h + phys_u[None, :] * stride_dr_l
+                     + offs_v[:, None], F.to(d_ring_ptr.dtype.element_ty), mask=mask_vu & is_key[None, :])
+            tl.store(out_ptr + pid_b * stride_out_b + tok[None, :] * stride_out_t + hv * stride_out_h
+                     + offs_v[:, None], F.to(out_ptr.dtype.element_ty), mask=mask_vu & ~is_key[None, :])

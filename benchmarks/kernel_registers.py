@@ -165,15 +165,15 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
             USE_QK_L2NORM=True, HAS_SLOT_IDX=True, BLOCK_K=128, BUF=buf, BLOCK_L=m2_spec.history_tile(history_len),
             BLOCK_V=gdn_spec.GDN_RING_PART_ROWS, V_BLOCKS=128 // gdn_spec.GDN_RING_PART_ROWS, EXACT_X=True,
             DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32", NUM_TOKENS=T, SMALL_PRECISION="tf32x3",
-            EVEN_TILE=True, HEADS_PER_PROG=gdn_spec.GDN_RING_PART_HEADS), gdn_spec.GDN_RING_PART_WARPS
+            EVEN_TILE=True, HEADS_PER_PROG=gdn_spec.GDN_RING_PART_HEADS, KEY_CHUNK=gdn_spec.GDN_RING_PART_COLS), \
+            gdn_spec.GDN_RING_PART_WARPS
 
     def gdn_state_product():  # split_fold 3's last launch, on its module-level tile
         return gdn_spec._gdn_spec_state_product_kernel, dict(
             HAS_SLOT_IDX=True, BLOCK_V=gdn_spec.GDN_STATE_PRODUCT_ROWS, BLOCK_K=128,
             KEY_CHUNK=gdn_spec.GDN_STATE_PRODUCT_COLS, BUF=buf, EXACT_X=True, DOT_PRECISION="tf32x3",
             ONE_PASS_PRECISION="tf32", NUM_TOKENS=T, SMALL_PRECISION="tf32x3", EVEN_TILE=True,
-            STAGES=gdn_spec.GDN_STATE_PRODUCT_STAGES, HEADS_PER_PROG=gdn_spec.GDN_STATE_PRODUCT_HEADS), \
-            gdn_spec.GDN_STATE_PRODUCT_WARPS
+            STAGES=gdn_spec.GDN_STATE_PRODUCT_STAGES), gdn_spec.GDN_STATE_PRODUCT_WARPS
 
     for family, phase_kernel, candidates in (("mamba2", mamba2_phase, MAMBA2_SPEC_CANDIDATES),
                                              ("gdn", gdn_phase, GDN_SPEC_CANDIDATES)):

@@ -32,23 +32,21 @@ SPLIT_FOLD_2 = LaunchConfig(64, 2, heads_per_prog=4, split_fold=2, key_chunk=32)
 SPLIT_FOLD_3 = LaunchConfig(64, 2, split_fold=3, key_chunk=32)
 IEEE, TF32X3 = "ieee", DOT_PRECISION
 # (the verify config, whose rows and warps the flush rows' launch takes; the state's
-# product: rows, key columns, warps, stages, small products' precision, value heads a
-# program; the ring part: rows, warps, value heads, small products' precision). The first
-# split_fold 3 setting is the default. (``gdn_state_apart.json`` holds the list of commit
-# 6c88394: every setting is in its records.)
-DEFAULT_SP, DEFAULT_RP = (128, 32, 4, 3, TF32X3, 2), (32, 1, 4, TF32X3)
+# product: rows, key columns, warps, stages, small products' precision; the ring part:
+# rows, warps, value heads, small products' precision). The first split_fold 3 setting is
+# the default. (``gdn_state_apart.json`` holds the list of commit 6c88394: every setting
+# is in its records.)
+DEFAULT_SP, DEFAULT_RP = (128, 32, 4, 3, TF32X3), (32, 1, 4, TF32X3)
 SETTINGS = [(SPLIT_FOLD_2, None, None), (SPLIT_FOLD_3, DEFAULT_SP, DEFAULT_RP)] + \
-    [(SPLIT_FOLD_3, sp, DEFAULT_RP) for sp in [(128, 32, 4, 3, TF32X3, 1), (128, 32, 4, 3, TF32X3, 4),
-                                               (128, 16, 4, 3, TF32X3, 2), (128, 16, 4, 4, TF32X3, 2),
-                                               (128, 32, 4, 2, TF32X3, 2), (64, 32, 2, 3, TF32X3, 2),
-                                               (128, 32, 8, 3, TF32X3, 2)]] + \
-    [(SPLIT_FOLD_3, DEFAULT_SP, rp) for rp in [(16, 1, 4, TF32X3), (32, 1, 2, TF32X3)]]
+    [(SPLIT_FOLD_3, sp, DEFAULT_RP) for sp in [(128, 16, 4, 4, TF32X3), (64, 32, 2, 3, TF32X3),
+                                               (128, 32, 8, 3, TF32X3), (128, 32, 4, 2, TF32X3)]] + \
+    [(SPLIT_FOLD_3, DEFAULT_SP, rp) for rp in [(16, 1, 4, TF32X3), (32, 1, 2, TF32X3), (32, 2, 4, TF32X3)]]
 
 
 def apply_setting(sp, rp) -> None:
     """Set the state product's and the ring part's launch constants of ``ops/gdn/spec.py``."""
     (gdn_spec.GDN_STATE_PRODUCT_ROWS, gdn_spec.GDN_STATE_PRODUCT_COLS, gdn_spec.GDN_STATE_PRODUCT_WARPS,
-     gdn_spec.GDN_STATE_PRODUCT_STAGES, gdn_spec.GDN_STATE_PRODUCT_PRECISION, gdn_spec.GDN_STATE_PRODUCT_HEADS) = sp
+     gdn_spec.GDN_STATE_PRODUCT_STAGES, gdn_spec.GDN_STATE_PRODUCT_PRECISION) = sp
     (gdn_spec.GDN_RING_PART_ROWS, gdn_spec.GDN_RING_PART_WARPS, gdn_spec.GDN_RING_PART_HEADS,
      gdn_spec.GDN_RING_PART_PRECISION) = rp
 
@@ -98,7 +96,7 @@ def main() -> None:
     print(tabulate([[r["batch"], r["acceptance"], r["config"]["split_fold"], r["config"]["block_p"],
                      r["config"]["num_warps"], r["state_product"], r["ring_part"], r["us_per_step"]] for r in records],
                    headers=["batch", "accepted", "split_fold", "rows", "warps", "state product (rows, cols, warps, "
-                            "stages, precision, heads)", "ring part (rows, warps, heads, precision)", "us / verify step"]))
+                            "stages, precision)", "ring part (rows, warps, heads, precision)", "us / verify step"]))
 
 
 if __name__ == "__main__":

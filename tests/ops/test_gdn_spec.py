@@ -145,15 +145,12 @@ def test_solve_in_the_verify_or_apart(monkeypatch, split_fold):
     (GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=32, head_v_dim=16), 3, 8, 1),
     (GDNGeometry(num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=48), 5, 6, 4)],
     ids=["chunks_one_head", "masked_v_two_key_heads"])
-@pytest.mark.parametrize("state_heads", [1, 2], ids=["state_product_head", "state_product_two_heads"])
-def test_state_product_in_a_launch_of_its_own(monkeypatch, geom, T, Bh, ring_heads, state_heads):
+def test_state_product_in_a_launch_of_its_own(monkeypatch, geom, T, Bh, ring_heads):
     """``split_fold = 3``: the solve and the ring's part (``W``, ``bias``) in one launch, the
     flush rows' whole step in theirs, and ``(S_0 X) W + bias`` for the other rows in a
     lean launch: over state chunks (K = 32 in two), over rows of V that the ring part
     loops through in blocks (V = 48: a masked tail), a value head or a key head's two a
-    program in the ring part, one or two value heads a program in the state's product
-    (its loop then runs over both heads' chunks)."""
-    monkeypatch.setattr(gdn_spec_module, "GDN_STATE_PRODUCT_HEADS", state_heads)
+    program in the ring part."""
     monkeypatch.setattr(gdn_spec_module, "GDN_STATE_PRODUCT_COLS", 16)
     monkeypatch.setattr(gdn_spec_module, "GDN_RING_PART_ROWS", 32)
     monkeypatch.setattr(gdn_spec_module, "GDN_RING_PART_HEADS", ring_heads)
@@ -245,12 +242,11 @@ def test_standard_spec_baseline_with_promote():
     assert torch.equal(state[[1, 3]], untouched)
 
 
-@pytest.mark.parametrize("split_fold,state_heads", [(1, 1), (2, 1), (3, 1), (3, 2)])
-def test_bad_slot_or_cursor_gives_nan_and_changes_nothing(monkeypatch, split_fold, state_heads):
+@pytest.mark.parametrize("split_fold", [1, 2, 3])
+def test_bad_slot_or_cursor_gives_nan_and_changes_nothing(split_fold):
     """A row whose slot is out of range or whose drafts would overflow the ring gets NaN
     outputs (from one launch: the flush rows' own launch of split_fold 2 skips it) and
     leaves its state and ring alone; the good row is served."""
-    monkeypatch.setattr(gdn_spec_module, "GDN_STATE_PRODUCT_HEADS", state_heads)
     H, HV, K, V, T, Bh = GEOM.num_k_heads, GEOM.num_v_heads, GEOM.head_k_dim, GEOM.head_v_dim, 2, 4
     buf = ring_capacity(T, Bh)
     state = torch.randn(3, HV, V, K, device=DEVICE)

@@ -99,6 +99,11 @@ SOLVE_WARPS = 1
 # warps or 64-128 rows 400-433 / 1567-1643 (all with fp32 FMA products).
 GDN_STATE_PRODUCT_ROWS, GDN_STATE_PRODUCT_COLS, GDN_STATE_PRODUCT_WARPS, GDN_STATE_PRODUCT_STAGES = 128, 32, 4, 3
 GDN_RING_PART_ROWS, GDN_RING_PART_WARPS, GDN_RING_PART_HEADS = 32, 1, 4
+# Key columns a step of the ring part's loop over the drafts' tile and the history's keys.
+GDN_RING_PART_COLS = 32
+# A cap on the ring part's registers a thread (ptxas's maxnreg; None: ptxas's choice):
+# its one-warp programs are latency-bound, and 248 registers hold 8 warps an SM.
+GDN_RING_PART_MAXNREG = None
 # The precision of the two launches' small products (the solve, the history's and the
 # drafts' [V, 16] x [16, 16], ``(S_0 X) W``): tf32x3 on the tensor cores, not the fused
 # verify's fp32 FMAs (:data:`SMALL_DOT_PRECISION`): 340 against 381 us (both launches
@@ -108,10 +113,9 @@ GDN_RING_PART_PRECISION, GDN_STATE_PRODUCT_PRECISION = DOT_PRECISION, DOT_PRECIS
 # the state's product compiled with the fold (the ring part's W and bias of an empty
 # history, then the fold on the way through, 244 registers a thread) they lost: 330 / 1266
 # against 308 / 1182 us (commit abf4739, ``gdn_flush_in_state_product.json``).
-# Value heads a program of the state's product (a divisor of HV): its loop runs over the
-# heads' chunks, so the row's cursors are read once and a head's epilogue overlaps the
-# next head's loads.
-GDN_STATE_PRODUCT_HEADS = 2
+# A value head a program of the state's product: one loop over 2-4 heads' chunks (the
+# row's cursors read once, a head's epilogue beside the next head's loads) lost, 331-335
+# against 308 us at batch 128 (commit 3476c36).
 
 
 def dot_heads_per_program(cfg: LaunchConfig, v_heads_per_k_head: int, phase) -> int:
@@ -221,7 +225,9 @@ def gdn_replayssm_spec_decode(
                           *gate_scalars,
                           BLOCK_V=ring_rows, V_BLOCKS=triton.cdiv(V, ring_rows), EXACT_X=exact_x, NUM_TOKENS=T,
                           SMALL_PRECISION=GDN_RING_PART_PRECISION, EVEN_TILE=block_k == K,
-                          HEADS_PER_PROG=ring_heads, num_warps=GDN_RING_PART_WARPS, **shared)
+                          HEADS_PER_PROG=ring_heads, KEY_CHUNK=min(GDN_RING_PART_COLS, block_k),
+                          num_warps=GDN_RING_PART_WARPS, **shared,
+                          **({"maxnreg": GDN_RING_PART_MAXNREG} if GDN_RING_PART_MAXNREG else {}))
         elif SOLVE_APART:
             launch_kernel(_gdn_spec_solve_kernel, (1, HV, Bsz), q, k, a, b, A_log, dt_bias, solve, write_pos, origin,
                           is_flush, slot_idx, slots, K, HV, HV // H, capacity, pad_slot_id, *qk_strides, *ab_strides,
@@ -253,15 +259,14 @@ def gdn_replayssm_spec_decode(
         if state_apart:
             rows = min(GDN_STATE_PRODUCT_ROWS, triton.next_power_of_2(V))
             chunk = min(GDN_STATE_PRODUCT_COLS, block_k)
-            heads = math.gcd(GDN_STATE_PRODUCT_HEADS, HV)
-            launch_kernel(_gdn_spec_state_product_kernel, (triton.cdiv(V, rows), HV // heads, Bsz), state, d_ring,
+            launch_kernel(_gdn_spec_state_product_kernel, (triton.cdiv(V, rows), HV, Bsz), state, d_ring,
                           write_pos, origin, is_flush, q, k, out, slot_idx, solve, bias, slots, K, V, HV, HV // H,
                           capacity, pad_slot_id, *state_strides, *d_ring_strides, *qk_strides, *out_strides,
                           HAS_SLOT_IDX=initial_state_indices is not None, BLOCK_V=rows, BLOCK_K=block_k,
                           KEY_CHUNK=chunk, BUF=buf, EXACT_X=exact_x, DOT_PRECISION=DOT_PRECISION,
                           ONE_PASS_PRECISION=ONE_PASS_PRECISION, NUM_TOKENS=T,
                           SMALL_PRECISION=GDN_STATE_PRODUCT_PRECISION, EVEN_TILE=even_tile(V, rows, K, chunk),
-                          STAGES=GDN_STATE_PRODUCT_STAGES, HEADS_PER_PROG=heads, num_warps=GDN_STATE_PRODUCT_WARPS)
+                          STAGES=GDN_STATE_PRODUCT_STAGES, num_warps=GDN_STATE_PRODUCT_WARPS)
     else:  # (split_fold 2 and 3 fold apart here, as 1 does: their flush rows' launch is the tl.dot verify's)
         for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
             launch_chunked(phase, cfg.block_p, cfg.num_warps)

@@ -8,10 +8,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common import dim_mask, load_spec_row, small_matmul, store_nan_tokens
+from ..common import dim_mask, load_spec_row, native_dot, ring_positions, small_matmul, store_nan_tokens
 
-from .spec_dot import (DRAFT_COLS, _draft_column_ids, _draft_columns, _draft_tile, _head_solve, _history_decays,
-                       _history_keys_x, _history_values, _solve_offsets)
+from .spec_dot import (DRAFT_COLS, _draft_column_ids, _draft_tile, _head_solve, _history_decays, _history_values,
+                       _solve_offsets)
 
 
 @triton.jit
@@ -20,6 +20,37 @@ def _bias_offsets(pid_b, hv, num_v_heads, head_v_dim, offs_v, tok, is_key, NUM_T
     workspace's ``bias [B, HV, 2T, V]`` (key t at t, query t at T + t; V contiguous)."""
     col = tl.where(is_key, tok, NUM_TOKENS + tok)
     return ((pid_b.to(tl.int64) * num_v_heads + hv) * (2 * NUM_TOKENS) + col[None, :]) * head_v_dim + offs_v[:, None]
+
+
+@triton.jit
+def _draft_columns_and_history(k_ptr, q_ptr, kr_base, stride_kr_l, pid_b, h, stride_k_b, stride_k_t, stride_k_h,
+                               stride_q_b, stride_q_t, stride_q_h, phys_l, mask_l, head_k_dim, tok, is_key, mask_u,
+                               scale, USE_QK_L2NORM: tl.constexpr, EXACT_X: tl.constexpr,
+                               DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
+                               BLOCK_K: tl.constexpr, KEY_CHUNK: tl.constexpr, EVEN_TILE: tl.constexpr):
+    """:func:`_draft_columns` and :func:`_history_keys_x` over chunks of key columns: the
+    columns' scales, the scaled Gram ``[16, 16]`` and ``(K_hist X) c`` ``[L, 16]``. On one
+    warp the whole tiles (``X`` in two dtypes, ``K_hist``) held ~160 registers a thread
+    at K = 128, and the launch's occupancy with them."""
+    k_base = k_ptr + pid_b * stride_k_b + h * stride_k_h
+    q_base = q_ptr + pid_b * stride_q_b + h * stride_q_h
+    Gram = tl.zeros((2 * DRAFT_COLS, 2 * DRAFT_COLS), tl.float32)
+    HX = tl.zeros((phys_l.shape[0], 2 * DRAFT_COLS), tl.float32)
+    sum_sq = tl.zeros((2 * DRAFT_COLS,), tl.float32)
+    for c in tl.range(0, BLOCK_K // KEY_CHUNK):
+        offs_c = c * KEY_CHUNK + tl.arange(0, KEY_CHUNK)
+        mask_c = dim_mask(offs_c, head_k_dim, EVEN_TILE)
+        Xc = _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_c, mask_c, tok, is_key, mask_u)
+        Xcf = Xc.to(tl.float32)
+        sum_sq += tl.sum(Xcf * Xcf, axis=0)
+        Gram += native_dot(tl.trans(Xc), Xc, True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
+        K_hist = tl.load(kr_base + phys_l[:, None] * stride_kr_l + offs_c[None, :],
+                         mask=mask_l[:, None] & mask_c[None, :], other=0.0).to(tl.float32)
+        HX += small_matmul(K_hist, Xcf, True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
+    col_scale = tl.where(is_key, 1.0, scale)
+    if USE_QK_L2NORM:
+        col_scale = col_scale * tl.rsqrt(sum_sq + 1e-6)
+    return col_scale, Gram * col_scale[:, None] * col_scale[None, :], HX * col_scale[None, :]
 
 
 @triton.jit(do_not_specialize=["num_slots"])
@@ -35,6 +66,7 @@ def _gdn_spec_ring_part_kernel(
     BLOCK_L: tl.constexpr, BLOCK_V: tl.constexpr, V_BLOCKS: tl.constexpr, EXACT_X: tl.constexpr,
     DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, NUM_TOKENS: tl.constexpr,
     SMALL_PRECISION: tl.constexpr, EVEN_TILE: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
+    KEY_CHUNK: tl.constexpr,
 ):
     """split_fold 3's first launch, a program a row and ``HEADS_PER_PROG`` value heads of a
     key head (their drafts' tile and history products shared), grid ``(1, HV / heads, B)``:
@@ -57,12 +89,16 @@ def _gdn_spec_ring_part_kernel(
     if is_pad | is_bad:  # (the state's product launch reports a bad row)
         return
     h = hv0 // v_heads_per_k_head
-    offs_k = tl.arange(0, BLOCK_K)
-    mask_k = dim_mask(offs_k, head_k_dim, EVEN_TILE)
     offs_u, tok, is_key, mask_u = _draft_column_ids(NUM_TOKENS)
-    X, Xf, col_scale, Gram = _draft_columns(k_ptr, q_ptr, pid_b, h, stride_k_b, stride_k_t, stride_k_h, stride_q_b,
-                                            stride_q_t, stride_q_h, offs_k, mask_k, tok, is_key, mask_u, scale,
-                                            USE_QK_L2NORM, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
+    # The history's ring positions (a flush row's history is its own launch's) and its
+    # keys against every column, [L, 16], with the Gram (shared by the key head's value heads).
+    kr_base = k_ring_ptr + slot * stride_kr_slot + h * stride_kr_h
+    offs_l, phys_l = ring_positions(origin, BUF, BLOCK_L)
+    mask_l = offs_l < tl.where(is_flush, 0, wp)
+    col_scale, Gram, HX = _draft_columns_and_history(
+        k_ptr, q_ptr, kr_base, stride_kr_l, pid_b, h, stride_k_b, stride_k_t, stride_k_h, stride_q_b, stride_q_t,
+        stride_q_h, phys_l, mask_l, head_k_dim, tok, is_key, mask_u, scale, USE_QK_L2NORM, EXACT_X, DOT_PRECISION,
+        ONE_PASS_PRECISION, BLOCK_K, KEY_CHUNK, EVEN_TILE)
     if is_flush:  # the flush rows' own launch takes its whole step with Z
         for hh in range(0, HEADS_PER_PROG):
             g_u, beta, A_u, Z = _head_solve(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv0 + hh, stride_a_b,
@@ -72,16 +108,16 @@ def _gdn_spec_ring_part_kernel(
             tl.store(solve_ptr + _solve_offsets(pid_b, hv0 + hh, num_v_heads, offs_u), Z)
         return
 
-    # The history's keys against every column, [L, 16] (shared by the key head's value
-    # heads); the drafts' keys appended (reads stop at wp).
-    kr_base = k_ring_ptr + slot * stride_kr_slot + h * stride_kr_h
-    offs_l, phys_l, mask_l, HX = _history_keys_x(kr_base, stride_kr_l, origin, wp, offs_k, mask_k, Xf, col_scale,
-                                                 BUF, BLOCK_L, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
+    # The drafts' keys appended, normalised (reads stop at wp).
     phys_u = (origin + wp + tok) & (BUF - 1)
     if hv0 % v_heads_per_k_head == 0:
-        tl.store(kr_base + phys_u[None, :] * stride_kr_l + offs_k[:, None],
-                 (Xf * col_scale[None, :]).to(k_ring_ptr.dtype.element_ty),
-                 mask=mask_k[:, None] & (mask_u & is_key)[None, :])
+        for c in tl.range(0, BLOCK_K // KEY_CHUNK):
+            offs_c = c * KEY_CHUNK + tl.arange(0, KEY_CHUNK)
+            mask_key = dim_mask(offs_c, head_k_dim, EVEN_TILE)[:, None] & (mask_u & is_key)[None, :]
+            keys = tl.load(k_ptr + pid_b * stride_k_b + h * stride_k_h + tok[None, :] * stride_k_t + offs_c[:, None],
+                           mask=mask_key, other=0.0).to(tl.float32)
+            tl.store(kr_base + phys_u[None, :] * stride_kr_l + offs_c[:, None],
+                     (keys * col_scale[None, :]).to(k_ring_ptr.dtype.element_ty), mask=mask_key)
     eye = offs_u[:, None] == offs_u[None, :]
     for hh in range(0, HEADS_PER_PROG):
         hv = hv0 + hh
@@ -122,17 +158,14 @@ def _gdn_spec_state_product_kernel(
     HAS_SLOT_IDX: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, KEY_CHUNK: tl.constexpr,
     BUF: tl.constexpr, EXACT_X: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
     NUM_TOKENS: tl.constexpr, SMALL_PRECISION: tl.constexpr, EVEN_TILE: tl.constexpr, STAGES: tl.constexpr,
-    HEADS_PER_PROG: tl.constexpr,
 ):
     """split_fold 3's last launch, for the rows that do not flush: ``F = (S_0 X) W + bias``
-    (:func:`_gdn_spec_ring_part_kernel`) for a block of rows of V of ``HEADS_PER_PROG``
-    value heads, grid ``(V / BLOCK_V, HV / heads, B)``; the key columns' ``F`` are the
-    drafts' corrected values (to the ring), the query columns' the outputs. The state
-    streams in chunks of key columns through one pipelined loop over the heads' chunks,
-    so that a head's epilogue (``W``, ``bias``) runs with the next head's chunks in flight
-    and the row's cursors are read once for all its heads. Reports a bad row (NaN outputs)."""
+    (:func:`_gdn_spec_ring_part_kernel`) for a block of a value head's rows of V, the state
+    streamed in chunks of key columns through a pipelined loop; the key columns' ``F`` are
+    the drafts' corrected values (to the ring), the query columns' the outputs. Reports a
+    bad row (NaN outputs)."""
     pid_v = tl.program_id(0)
-    hv0 = tl.program_id(1) * HEADS_PER_PROG
+    hv = tl.program_id(1)
     pid_b = tl.program_id(2)
     offs_v = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
     mask_v = dim_mask(offs_v, head_v_dim, EVEN_TILE)
@@ -142,36 +175,30 @@ def _gdn_spec_state_product_kernel(
     if is_pad:
         return
     if is_bad:
-        for hh in range(0, HEADS_PER_PROG):
-            store_nan_tokens(out_ptr, offs_v, mask_v, pid_b, hv0 + hh, stride_out_b, stride_out_t, stride_out_h,
-                             NUM_TOKENS, DRAFT_COLS)
+        store_nan_tokens(out_ptr, offs_v, mask_v, pid_b, hv, stride_out_b, stride_out_t, stride_out_h,
+                         NUM_TOKENS, DRAFT_COLS)
         return
     if is_flush:
         return
     offs_u, tok, is_key, mask_u = _draft_column_ids(NUM_TOKENS)
-    mask_vu = mask_v[:, None] & mask_u[None, :]
-    phys_u = (origin + wp + tok) & (BUF - 1)
-    state_rows = state_ptr + slot * stride_state_slot + offs_v[:, None] * stride_state_v
-    CHUNKS: tl.constexpr = BLOCK_K // KEY_CHUNK
+    h = hv // v_heads_per_k_head
+    k_base = k_ptr + pid_b * stride_k_b + h * stride_k_h
+    q_base = q_ptr + pid_b * stride_q_b + h * stride_q_h
+    state_rows = state_ptr + slot * stride_state_slot + hv * stride_state_h + offs_v[:, None] * stride_state_v
     P = tl.zeros((BLOCK_V, 2 * DRAFT_COLS), tl.float32)
-    for i in tl.range(0, HEADS_PER_PROG * CHUNKS, num_stages=STAGES):
-        hv = hv0 + i // CHUNKS
-        c = i % CHUNKS
-        h = hv // v_heads_per_k_head
+    for c in tl.range(0, BLOCK_K // KEY_CHUNK, num_stages=STAGES):
         offs_c = c * KEY_CHUNK + tl.arange(0, KEY_CHUNK)
         mask_c = dim_mask(offs_c, head_k_dim, EVEN_TILE)
-        S0 = tl.load(state_rows + hv * stride_state_h + offs_c[None, :], mask=mask_v[:, None] & mask_c[None, :],
-                     other=0.0).to(tl.float32)
-        Xc = _draft_tile(k_ptr + pid_b * stride_k_b + h * stride_k_h, q_ptr + pid_b * stride_q_b + h * stride_q_h,
-                         stride_k_t, stride_q_t, offs_c, mask_c, tok, is_key, mask_u)
-        P = tl.where(c == 0, 0.0, P) \
-            + small_matmul(S0, Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
-        if c == CHUNKS - 1:  # the head's epilogue
-            W = tl.load(solve_ptr + _solve_offsets(pid_b, hv, num_v_heads, offs_u))
-            F = small_matmul(P, W, True, False, SMALL_PRECISION, ONE_PASS_PRECISION) \
-                + tl.load(bias_ptr + _bias_offsets(pid_b, hv, num_v_heads, head_v_dim, offs_v, tok, is_key,
-                                                   NUM_TOKENS), mask=mask_vu, other=0.0)
-            tl.store(d_ring_ptr + slot * stride_dr_slot + hv * stride_dr_h + phys_u[None, :] * stride_dr_l
-                     + offs_v[:, None], F.to(d_ring_ptr.dtype.element_ty), mask=mask_vu & is_key[None, :])
-            tl.store(out_ptr + pid_b * stride_out_b + tok[None, :] * stride_out_t + hv * stride_out_h
-                     + offs_v[:, None], F.to(out_ptr.dtype.element_ty), mask=mask_vu & ~is_key[None, :])
+        S0 = tl.load(state_rows + offs_c[None, :], mask=mask_v[:, None] & mask_c[None, :], other=0.0).to(tl.float32)
+        Xc = _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_c, mask_c, tok, is_key, mask_u)
+        P += small_matmul(S0, Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
+    W = tl.load(solve_ptr + _solve_offsets(pid_b, hv, num_v_heads, offs_u))
+    mask_vu = mask_v[:, None] & mask_u[None, :]
+    F = small_matmul(P, W, True, False, SMALL_PRECISION, ONE_PASS_PRECISION) \
+        + tl.load(bias_ptr + _bias_offsets(pid_b, hv, num_v_heads, head_v_dim, offs_v, tok, is_key, NUM_TOKENS),
+                  mask=mask_vu, other=0.0)
+    phys_u = (origin + wp + tok) & (BUF - 1)
+    tl.store(d_ring_ptr + slot * stride_dr_slot + hv * stride_dr_h + phys_u[None, :] * stride_dr_l + offs_v[:, None],
+             F.to(d_ring_ptr.dtype.element_ty), mask=mask_vu & is_key[None, :])
+    tl.store(out_ptr + pid_b * stride_out_b + tok[None, :] * stride_out_t + hv * stride_out_h + offs_v[:, None],
+             F.to(out_ptr.dtype.element_ty), mask=mask_vu & ~is_key[None, :])

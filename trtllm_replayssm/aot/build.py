@@ -46,7 +46,10 @@ def _compile_one(job):
         signature.setdefault(p.name, "constexpr")
     attrs = {(names.index(p["name"]),): [["tt.divisibility", 16]] for p in spec_dict["params"] if p["div16"]}
     src = ASTSource(kernel, {n: signature[n] for n in names}, constexprs=constexprs, attrs=attrs)
-    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": spec_dict["num_warps"]})
+    options = {"num_warps": spec_dict["num_warps"]}
+    if spec_dict.get("maxnreg"):
+        options["maxnreg"] = spec_dict["maxnreg"]
+    compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
     md = compiled.metadata
     path = Path(out_dir) / f"sm{arch}" / f"{spec_dict['key']}.cubin"
     path.write_bytes(compiled.asm["cubin"])
@@ -68,7 +71,8 @@ def build(archs: Sequence[int], out_dir: Path, workers: int = 2, buffer_lens=(16
         arch_cases = op_cases(f"sm{arch}", buffer_lens)
         specs = unique_specs(arch_cases)
         spec_dicts = {k: dict(key=k, kernel=s.kernel, constexprs=[list(c) for c in s.constexprs],
-                              num_warps=s.num_warps, params=[vars(p) for p in s.params]) for k, s in specs.items()}
+                              num_warps=s.num_warps, params=[vars(p) for p in s.params],
+                              **({"maxnreg": s.maxnreg} if s.maxnreg else {})) for k, s in specs.items()}
         jobs = [(d, arch, str(out_dir)) for d in spec_dicts.values()]
         with ProcessPoolExecutor(max_workers=workers) as pool:
             for i, facts in enumerate(pool.map(_compile_one, jobs, chunksize=4)):

@@ -15,7 +15,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Dict, Iterable, List, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -72,6 +72,7 @@ class KernelSpec:
     constexprs: Tuple[Tuple[str, object], ...]
     num_warps: int
     params: Tuple[Param, ...]  # the runtime arguments, in declaration order
+    maxnreg: Optional[int] = None  # ptxas's cap on registers a thread (None: its choice)
 
     @property
     def key(self) -> str:
@@ -84,7 +85,8 @@ class KernelSpec:
 def _spec_key(spec: KernelSpec) -> str:
     # Cached: the AOT backend asks for the key of every launch, mostly of the same few specs.
     body = json.dumps([spec.kernel, list(spec.constexprs), spec.num_warps,
-                       [(p.name, p.type, p.div16) for p in spec.params]], default=str)
+                       [(p.name, p.type, p.div16) for p in spec.params]]
+                      + ([spec.maxnreg] if spec.maxnreg else []), default=str)
     short = spec.kernel.rsplit(".", 1)[-1].strip("_")
     return f"{short}_{hashlib.sha1(body.encode()).hexdigest()[:12]}"
 
@@ -102,7 +104,8 @@ def spec_of(kernel, kwargs: dict) -> KernelSpec:
             constexprs.append((p.name, v))
         else:
             params.append(Param(p.name, arg_type(v), divisible_by_16(v) and not p.do_not_specialize))
-    return KernelSpec(kernel_name(kernel), tuple(constexprs), int(kwargs.get("num_warps", 4)), tuple(params))
+    return KernelSpec(kernel_name(kernel), tuple(constexprs), int(kwargs.get("num_warps", 4)), tuple(params),
+                      kwargs.get("maxnreg"))
 
 
 @dataclass

@@ -101,9 +101,17 @@ GDN_STATE_PRODUCT_ROWS, GDN_STATE_PRODUCT_COLS, GDN_STATE_PRODUCT_WARPS, GDN_STA
 GDN_RING_PART_ROWS, GDN_RING_PART_WARPS, GDN_RING_PART_HEADS = 32, 1, 4
 # Key columns a step of the ring part's loop over the drafts' tile and the history's keys.
 GDN_RING_PART_COLS = 32
-# A cap on the ring part's registers a thread (ptxas's maxnreg; None: ptxas's choice):
-# its one-warp programs are latency-bound, and 248 registers hold 8 warps an SM.
-GDN_RING_PART_MAXNREG = None
+# Caps on split_fold 3's launches' registers a thread (ptxas's maxnreg; None: ptxas's
+# choice). The ring part's one-warp programs are latency-bound: at ptxas's 248 registers
+# an SM holds 8 of them. H200, Qwen3.5-122B, T = 4, us a verify step at batch 128 / 512
+# with 3 accepted (``benchmarks/results/gdn_spec_maxnreg.json``, commit 288f40a): no cap
+# 299 / 1147, 168 (188 B spilled) 305 / 1106, 128 (340 B spilled) 291 / 1107.
+GDN_RING_PART_MAXNREG, GDN_FLUSH_ROWS_MAXNREG, GDN_STATE_PRODUCT_MAXNREG = 128, None, None
+
+
+def maxnreg_option(cap) -> dict:
+    """A launch's ``maxnreg`` option where ``cap`` is set (the AOT build compiles it in)."""
+    return {"maxnreg": cap} if cap else {}
 # The precision of the two launches' small products (the solve, the history's and the
 # drafts' [V, 16] x [16, 16], ``(S_0 X) W``): tf32x3 on the tensor cores, not the fused
 # verify's fp32 FMAs (:data:`SMALL_DOT_PRECISION`): 340 against 381 us (both launches
@@ -226,8 +234,7 @@ def gdn_replayssm_spec_decode(
                           BLOCK_V=ring_rows, V_BLOCKS=triton.cdiv(V, ring_rows), EXACT_X=exact_x, NUM_TOKENS=T,
                           SMALL_PRECISION=GDN_RING_PART_PRECISION, EVEN_TILE=block_k == K,
                           HEADS_PER_PROG=ring_heads, KEY_CHUNK=min(GDN_RING_PART_COLS, block_k),
-                          num_warps=GDN_RING_PART_WARPS, **shared,
-                          **({"maxnreg": GDN_RING_PART_MAXNREG} if GDN_RING_PART_MAXNREG else {}))
+                          num_warps=GDN_RING_PART_WARPS, **shared, **maxnreg_option(GDN_RING_PART_MAXNREG))
         elif SOLVE_APART:
             launch_kernel(_gdn_spec_solve_kernel, (1, HV, Bsz), q, k, a, b, A_log, dt_bias, solve, write_pos, origin,
                           is_flush, slot_idx, slots, K, HV, HV // H, capacity, pad_slot_id, *qk_strides, *ab_strides,
@@ -255,7 +262,7 @@ def gdn_replayssm_spec_decode(
                           HEADS_PER_PROG=hpp, KEY_CHUNK=min(cfg.key_chunk or block_k, block_k), NUM_TOKENS=T,
                           SMALL_PRECISION=SMALL_DOT_PRECISION, EVEN_TILE=even_tile(V, block_v, K, block_k),
                           PHASE=phase.value, SOLVE_APART=SOLVE_APART or state_apart, num_warps=cfg.num_warps,
-                          **shared)
+                          **shared, **maxnreg_option(GDN_FLUSH_ROWS_MAXNREG if state_apart else None))
         if state_apart:
             rows = min(GDN_STATE_PRODUCT_ROWS, triton.next_power_of_2(V))
             chunk = min(GDN_STATE_PRODUCT_COLS, block_k)
@@ -266,7 +273,8 @@ def gdn_replayssm_spec_decode(
                           KEY_CHUNK=chunk, BUF=buf, EXACT_X=exact_x, DOT_PRECISION=DOT_PRECISION,
                           ONE_PASS_PRECISION=ONE_PASS_PRECISION, NUM_TOKENS=T,
                           SMALL_PRECISION=GDN_STATE_PRODUCT_PRECISION, EVEN_TILE=even_tile(V, rows, K, chunk),
-                          STAGES=GDN_STATE_PRODUCT_STAGES, num_warps=GDN_STATE_PRODUCT_WARPS)
+                          STAGES=GDN_STATE_PRODUCT_STAGES, num_warps=GDN_STATE_PRODUCT_WARPS,
+                          **maxnreg_option(GDN_STATE_PRODUCT_MAXNREG))
     else:  # (split_fold 2 and 3 fold apart here, as 1 does: their flush rows' launch is the tl.dot verify's)
         for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
             launch_chunked(phase, cfg.block_p, cfg.num_warps)

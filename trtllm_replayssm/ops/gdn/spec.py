@@ -102,11 +102,14 @@ GDN_RING_PART_ROWS, GDN_RING_PART_WARPS, GDN_RING_PART_HEADS = 32, 1, 4
 # Key columns a step of the ring part's loop over the drafts' tile and the history's keys.
 GDN_RING_PART_COLS = 32
 # Caps on split_fold 3's launches' registers a thread (ptxas's maxnreg; None: ptxas's
-# choice). The ring part's one-warp programs are latency-bound: at ptxas's 248 registers
-# an SM holds 8 of them. H200, Qwen3.5-122B, T = 4, us a verify step at batch 128 / 512
-# with 3 accepted (``benchmarks/results/gdn_spec_maxnreg.json``, commit 288f40a): no cap
-# 299 / 1147, 168 (188 B spilled) 305 / 1106, 128 (340 B spilled) 291 / 1107.
-GDN_RING_PART_MAXNREG, GDN_FLUSH_ROWS_MAXNREG, GDN_STATE_PRODUCT_MAXNREG = 128, None, None
+# choice), so that more programs share an SM: the ring part's one-warp programs are
+# latency-bound (at ptxas's 248 registers an SM holds 8), and the flush rows' and the state
+# product's hold 4 and 3 programs an SM. H200, Qwen3.5-122B, T = 4, 3 accepted, us a
+# verify step at batch 128 / 512 (``benchmarks/results/gdn_spec_maxnreg.json``, commit
+# f796638; ring part, flush rows, state product): none 300 / 1151; 128, -, - 293 / 1110
+# (112: 297 / 1120, 96: 302 / 1147); 128, 168, - 289 / 1090 (128, 128, -: 296 / 1119);
+# 128, -, 128 286 / 1074; 128, 128, 128 290 / 1087.
+GDN_RING_PART_MAXNREG, GDN_FLUSH_ROWS_MAXNREG, GDN_STATE_PRODUCT_MAXNREG = 128, 168, 128
 
 
 def maxnreg_option(cap) -> dict:

@@ -97,7 +97,11 @@ SOLVE_WARPS = 1
 # rows and one warp 388 / 1493 (64 rows, 2 warps: 384 / 1477; chunks of 64 columns lost
 # 2-8%); the ring part a value head a program 412 / 1595, 2 a program 398 / 1541, on 2-4
 # warps or 64-128 rows 400-433 / 1567-1643 (all with fp32 FMA products).
-GDN_STATE_PRODUCT_ROWS, GDN_STATE_PRODUCT_COLS, GDN_STATE_PRODUCT_WARPS, GDN_STATE_PRODUCT_STAGES = 128, 32, 4, 3
+# With the register caps below (commit e85a713, 3 accepted, ``gdn_spec_tiles.json``): 64
+# rows on 2 warps 277 / 1045-1059 against 128 rows on 4 warps 282 / 1057; 32 rows on one
+# warp 285 / 1096, 64 rows on 4 warps 293 / 1110, 128 on 8 warps 315 / 1198, 4 stages
+# 288-294 / 1078-1113, chunks of 16 columns 290 / 1084.
+GDN_STATE_PRODUCT_ROWS, GDN_STATE_PRODUCT_COLS, GDN_STATE_PRODUCT_WARPS, GDN_STATE_PRODUCT_STAGES = 64, 32, 2, 3
 GDN_RING_PART_ROWS, GDN_RING_PART_WARPS, GDN_RING_PART_HEADS = 32, 1, 4
 # Key columns a step of the ring part's loop over the drafts' tile and the history's keys.
 GDN_RING_PART_COLS = 32

@@ -39,9 +39,9 @@ FLOAT_SCALARS = {"scale", "softplus_beta", "softplus_threshold"}
 NOT_ALIGNED = {"stride_A_h", "stride_dtb_h", "stride_D_h", "stride_D_p", "stride_dt_h", "stride_a_h", "stride_b_h"}
 
 
-def registers(fn, constexprs: dict, num_warps: int, state_dtype: str) -> str:
+def registers(fn, constexprs: dict, num_warps: int, state_dtype: str, maxnreg=None) -> str:
     """ptxas's resource line for ``fn`` specialised like a real launch (16-byte aligned
-    pointers and strides divisible by 16), bf16 activations."""
+    pointers and strides divisible by 16, the launch's register cap), bf16 activations."""
     sig, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in constexprs:
@@ -62,7 +62,7 @@ def registers(fn, constexprs: dict, num_warps: int, state_dtype: str) -> str:
         if name.endswith("_ptr") or (name.startswith("stride") and name not in NOT_ALIGNED):
             attrs[(i,)] = [["tt.divisibility", 16]]
     k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs),
-                       target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, **gdn_spec.maxnreg_option(maxnreg)})
     with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
         f.write(k.asm["ptx"])
         f.flush()
@@ -179,9 +179,9 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
                                              ("gdn", gdn_phase, GDN_SPEC_CANDIDATES)):
         for cfg in candidates:
             if family == "gdn" and cfg.split_fold == m2_spec.STATE_APART:
-                regs = (f"ring part {registers(*gdn_ring_part(), state_dtype)}, flush rows "
-                        f"{registers(*phase_kernel(cfg, m2_spec.FLUSH_ROWS), state_dtype)}, state product "
-                        f"{registers(*gdn_state_product(), state_dtype)}")
+                regs = (f"ring part {registers(*gdn_ring_part(), state_dtype, gdn_spec.GDN_RING_PART_MAXNREG)}, "
+                        f"flush rows {registers(*phase_kernel(cfg, m2_spec.FLUSH_ROWS), state_dtype, gdn_spec.GDN_FLUSH_ROWS_MAXNREG)}, "
+                        f"state product {registers(*gdn_state_product(), state_dtype, gdn_spec.GDN_STATE_PRODUCT_MAXNREG)}")
                 yield [family, f"spec T={T}", str(cfg), regs]
                 continue
             names = {0: ["verify+fold"], 1: ["fold", "verify"], 2: ["flush rows", "other rows"],

@@ -109,10 +109,11 @@ GDN_RING_PART_COLS = 32
 # choice), so that more programs share an SM: the ring part's one-warp programs are
 # latency-bound (at ptxas's 248 registers an SM holds 8), and the flush rows' and the state
 # product's hold 4 and 3 programs an SM. H200, Qwen3.5-122B, T = 4, 3 accepted, us a
-# verify step at batch 128 / 512 (``benchmarks/results/gdn_spec_maxnreg.json``, commit
-# f796638; ring part, flush rows, state product): none 300 / 1151; 128, -, - 293 / 1110
-# (112: 297 / 1120, 96: 302 / 1147); 128, 168, - 289 / 1090 (128, 128, -: 296 / 1119);
-# 128, -, 128 286 / 1074; 128, 128, 128 290 / 1087.
+# verify step at batch 128 / 512 (``benchmarks/results/gdn_spec_maxnreg.json``, commits
+# f796638 and e85a713; ring part, flush rows, state product): none 300 / 1151; 128, -, -
+# 293 / 1110 (112: 297 / 1120, 96: 302 / 1147); 128, 168, - 289 / 1090 (128, 128, -:
+# 296 / 1119); 128, -, 128 286 / 1074; 128, 168, 128 283 / 1063 (the flush rows at 152
+# or 184: 283-287 / 1080-1082; the state product at 112 or 96: 291-335 / 1119-1283).
 GDN_RING_PART_MAXNREG, GDN_FLUSH_ROWS_MAXNREG, GDN_STATE_PRODUCT_MAXNREG = 128, 168, 128
 
 

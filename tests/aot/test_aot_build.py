@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import math
 import re
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
-from trtllm_replayssm.ops.gdn.spec import gdn_spec_workspace_numel
+from trtllm_replayssm.ops.gdn.spec import GDN_SPEC_CAPS_ABOVE_BATCH, gdn_spec_batches, gdn_spec_workspace_numel
 from trtllm_replayssm.ops.mamba2.spec import spec_workspace_numel
 from trtllm_replayssm.aot.library import (ROUTE_CODES, GDNSpecArgs, GDNStepArgs, KernelLibrary, Mamba2SpecArgs,
                                           Mamba2StepArgs)
@@ -45,6 +47,23 @@ def test_build_covers_every_op_case(aot_build, manifest):
     kernels = [(k["kernel"].rsplit(".", 1)[-1], dict(map(tuple, k["constexprs"]))) for k in manifest["kernels"]]
     assert {c.get("MODE") for name, c in kernels if name == "_replay_step_kernel"} == {1}
     assert {c.get("DRAIN", False) for name, c in kernels if name == "_selective_state_update_kernel"} == {False, True}
+
+
+def test_gdn_spec_cases_carry_the_register_caps_by_batch(manifest):
+    """The GDN verify's register caps apply above a batch (``GDN_SPEC_CAPS_ABOVE_BATCH``):
+    the build records a case on each side, and the one the C library takes for a batch
+    (the nearest batch point in log scale, the first on a tie) carries the caps the JIT
+    path applies at that batch."""
+    kernels = {k["key"]: k for k in manifest["kernels"]}
+    caps = defaultdict(set)
+    for c in manifest["cases"]:
+        if c["op"] == "gdn_spec":
+            caps[c["batch"]] |= {kernels[launch["spec"]].get("maxnreg") for launch in c["launches"]}
+    points = sorted(caps)
+    assert points == sorted(gdn_spec_batches())
+    for batch in (1, 8, 32, 63, 64, 65, 128, 512):
+        nearest = min(points, key=lambda p: abs(math.log2(p) - math.log2(batch)))
+        assert (caps[nearest] != {None}) == (batch > GDN_SPEC_CAPS_ABOVE_BATCH), (batch, nearest, caps[nearest])
 
 
 def test_generated_tables_embed_every_cubin(aot_build, manifest):

@@ -290,6 +290,8 @@ def op_cases(arch: str, buffer_lens: Sequence[int] = DEFAULT_BUFFER_LENS,
     """Every call shape the supported models make (TensorRT-LLM's layouts: D, dt_bias,
     softplus and slot indices on; z and force-flush both ways), at every batch point; the
     speculative verify for ``T`` in :data:`SPEC_TOKENS` (history 16) and its cursor ops."""
+    from ..ops.gdn.spec import gdn_spec_batches
+
     cases: List[OpCase] = []
 
     def add(op, key, batch, thunk):
@@ -326,7 +328,8 @@ def op_cases(arch: str, buffer_lens: Sequence[int] = DEFAULT_BUFFER_LENS,
                                 key = dict(state=sd, act=ad, V=V, K=K, HV=HV, H=H,
                                            L=L if route != "standard" else 0, route=route, ff=int(ff))
                                 add("gdn_step", key, b, _gdn_calls(g, s, a, b, L, ff, route, arch))
-    # Speculative verify (one config for every batch) and its cursor ops.
+    # Speculative verify (Mamba2: a case per flush row block; GDN: each side of its register
+    # caps' batch) and its cursor ops.
     for T in SPEC_TOKENS:
         for sd in state_dtypes:
             for ad in act_dtypes:
@@ -338,8 +341,9 @@ def op_cases(arch: str, buffer_lens: Sequence[int] = DEFAULT_BUFFER_LENS,
                                                     z=int(has_z)), b,
                                 _spec_calls("mamba2", g, s, a, b, T, SPEC_HISTORY, has_z))
                 for (V, K, HV, H), g in sorted(gdn_geoms.items()):
-                    add("gdn_spec", dict(state=sd, act=ad, V=V, K=K, HV=HV, H=H, T=T, Bh=SPEC_HISTORY), 1,
-                        _spec_calls("gdn", g, s, a, 1, T, SPEC_HISTORY, False))
+                    for b in gdn_spec_batches():  # (the register caps by batch)
+                        add("gdn_spec", dict(state=sd, act=ad, V=V, K=K, HV=HV, H=H, T=T, Bh=SPEC_HISTORY), b,
+                            _spec_calls("gdn", g, s, a, b, T, SPEC_HISTORY, False))
         for op in ("commit_spec", "reset_spec"):
             add(op, dict(T=T, Bh=SPEC_HISTORY), 1, _spec_cursor_calls(op, T, SPEC_HISTORY))
     for L in buffer_lens:

@@ -115,11 +115,23 @@ GDN_RING_PART_COLS = 32
 # 296 / 1119); 128, -, 128 286 / 1074; 128, 168, 128 283 / 1063 (the flush rows at 152
 # or 184: 283-287 / 1080-1082; the state product at 112 or 96: 291-335 / 1119-1283).
 GDN_RING_PART_MAXNREG, GDN_FLUSH_ROWS_MAXNREG, GDN_STATE_PRODUCT_MAXNREG = 128, 168, 128
+# The caps apply above this batch: at batch 32 they cost (94 against 101.5 us a verify
+# step, 3 accepted, commit b78db8d, ``gdn_spec_maxnreg.json``), where the launches' programs
+# fit an SM's warps without them. The AOT build records the verify at a batch point on
+# each side (:func:`gdn_spec_batches`), and the C library takes the nearest in log scale.
+GDN_SPEC_CAPS_ABOVE_BATCH = 64
 
 
 def maxnreg_option(cap) -> dict:
     """A launch's ``maxnreg`` option where ``cap`` is set (the AOT build compiles it in)."""
     return {"maxnreg": cap} if cap else {}
+
+
+def gdn_spec_batches() -> tuple:
+    """Batch points at which the AOT build records the verify, one on each side of
+    :data:`GDN_SPEC_CAPS_ABOVE_BATCH` and nearest to the rows it serves in log scale (the
+    C library's choice; a tie takes the first)."""
+    return (GDN_SPEC_CAPS_ABOVE_BATCH // 2, GDN_SPEC_CAPS_ABOVE_BATCH * 2)
 # The precision of the two launches' small products (the solve, the history's and the
 # drafts' [V, 16] x [16, 16], ``(S_0 X) W``): tf32x3 on the tensor cores, not the fused
 # verify's fp32 FMAs (:data:`SMALL_DOT_PRECISION`): 340 against 381 us (both launches
@@ -225,6 +237,7 @@ def gdn_replayssm_spec_decode(
     check_split_fold(cfg, supported=(0, 1, 2, STATE_APART))
     if use_dot and VERIFY_ON_DOT:
         state_apart = cfg.split_fold == STATE_APART
+        caps = Bsz > GDN_SPEC_CAPS_ABOVE_BATCH
         solve_numel = Bsz * HV * (2 * MAX_T) ** 2
         ws = (spec_workspace(workspace, gdn_spec_workspace_numel(Bsz, T, HV, V), q.device) if SOLVE_APART or state_apart
               else out)  # (a placeholder for a verify that solves in place)
@@ -242,7 +255,7 @@ def gdn_replayssm_spec_decode(
                           BLOCK_V=ring_rows, V_BLOCKS=triton.cdiv(V, ring_rows), EXACT_X=exact_x, NUM_TOKENS=T,
                           SMALL_PRECISION=GDN_RING_PART_PRECISION, EVEN_TILE=block_k == K,
                           HEADS_PER_PROG=ring_heads, KEY_CHUNK=min(GDN_RING_PART_COLS, block_k),
-                          num_warps=GDN_RING_PART_WARPS, **shared, **maxnreg_option(GDN_RING_PART_MAXNREG))
+                          num_warps=GDN_RING_PART_WARPS, **shared, **maxnreg_option(caps and GDN_RING_PART_MAXNREG))
         elif SOLVE_APART:
             launch_kernel(_gdn_spec_solve_kernel, (1, HV, Bsz), q, k, a, b, A_log, dt_bias, solve, write_pos, origin,
                           is_flush, slot_idx, slots, K, HV, HV // H, capacity, pad_slot_id, *qk_strides, *ab_strides,
@@ -270,7 +283,7 @@ def gdn_replayssm_spec_decode(
                           HEADS_PER_PROG=hpp, KEY_CHUNK=min(cfg.key_chunk or block_k, block_k), NUM_TOKENS=T,
                           SMALL_PRECISION=SMALL_DOT_PRECISION, EVEN_TILE=even_tile(V, block_v, K, block_k),
                           PHASE=phase.value, SOLVE_APART=SOLVE_APART or state_apart, num_warps=cfg.num_warps,
-                          **shared, **maxnreg_option(GDN_FLUSH_ROWS_MAXNREG if state_apart else None))
+                          **shared, **maxnreg_option(state_apart and caps and GDN_FLUSH_ROWS_MAXNREG))
         if state_apart:
             rows = min(GDN_STATE_PRODUCT_ROWS, triton.next_power_of_2(V))
             chunk = min(GDN_STATE_PRODUCT_COLS, block_k)
@@ -282,7 +295,7 @@ def gdn_replayssm_spec_decode(
                           ONE_PASS_PRECISION=ONE_PASS_PRECISION, NUM_TOKENS=T,
                           SMALL_PRECISION=GDN_STATE_PRODUCT_PRECISION, EVEN_TILE=even_tile(V, rows, K, chunk),
                           STAGES=GDN_STATE_PRODUCT_STAGES, num_warps=GDN_STATE_PRODUCT_WARPS,
-                          **maxnreg_option(GDN_STATE_PRODUCT_MAXNREG))
+                          **maxnreg_option(caps and GDN_STATE_PRODUCT_MAXNREG))
     else:  # (split_fold 2 and 3 fold apart here, as 1 does: their flush rows' launch is the tl.dot verify's)
         for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
             launch_chunked(phase, cfg.block_p, cfg.num_warps)

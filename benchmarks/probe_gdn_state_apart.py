@@ -10,6 +10,7 @@ together every 5th step), every setting side by side in one process.
 
     python benchmarks/probe_gdn_state_apart.py    # H200 -> benchmarks/results/gdn_state_apart.json
     python benchmarks/probe_gdn_state_apart.py --settings 2 --out /tmp/sp.json --profile
+    python benchmarks/probe_gdn_state_apart.py --settings 2 --pdl --accepted 3 --out /tmp/pdl.json
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ def main() -> None:
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/gdn_state_apart.json"))
     ap.add_argument("--settings", type=int, default=len(SETTINGS),
                     help="time only the first N settings (1: split_fold 2; 2: and the default)")
+    ap.add_argument("--pdl", action="store_true",
+                    help="time each split_fold 3 setting also with the state product as a programmatic dependent "
+                         "launch of the ring part (ops/gdn/spec.py: GDN_SPEC_PDL)")
     ap.add_argument("--profile", action="store_true",
                     help="then print each launch's time per call (torch.profiler) under the first split_fold 3 setting")
     args = ap.parse_args()
@@ -87,16 +91,22 @@ def main() -> None:
         for cfg, sp, rp in SETTINGS[:args.settings]:
             if sp is not None:
                 apply_setting(sp, rp)
-            records.append(probe_record(rig, cfg, args.steps, args.replays, state_product=sp, ring_part=rp))
+            for pdl in ((False, True) if args.pdl and sp is not None else (False,)):
+                gdn_spec.GDN_SPEC_PDL = pdl
+                records.append(probe_record(rig, cfg, args.steps, args.replays, state_product=sp, ring_part=rp,
+                                            pdl=pdl))
+            gdn_spec.GDN_SPEC_PDL = False
         if args.profile:
             profile_launches(rig, SETTINGS[1], args.steps)
         rig = None  # (frees the layers before the next batch)
         torch.cuda.empty_cache()
     Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
     print(tabulate([[r["batch"], r["acceptance"], r["config"]["split_fold"], r["config"]["block_p"],
-                     r["config"]["num_warps"], r["state_product"], r["ring_part"], r["us_per_step"]] for r in records],
+                     r["config"]["num_warps"], r["state_product"], r["ring_part"], r["pdl"], r["us_per_step"]]
+                    for r in records],
                    headers=["batch", "accepted", "split_fold", "rows", "warps", "state product (rows, cols, warps, "
-                            "stages, precision)", "ring part (rows, warps, heads, precision)", "us / verify step"]))
+                            "stages, precision)", "ring part (rows, warps, heads, precision)", "PDL",
+                            "us / verify step"]))
 
 
 if __name__ == "__main__":

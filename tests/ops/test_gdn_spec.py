@@ -205,6 +205,46 @@ def test_cuda_real_shapes_bf16_activations(config):
     assert min(flushes.values()) >= 1, flushes
 
 
+def test_programmatic_launch_only_on_a_gpu(monkeypatch):
+    """``GDN_SPEC_PDL`` takes effect on a GPU of sm_90 or later only: not in the
+    interpreter, nor on the meta device the AOT build records on (its cubins carry no
+    griddepcontrol, which sm_80 lacks)."""
+    monkeypatch.setattr(gdn_spec_module, "GDN_SPEC_PDL", True)
+    assert not gdn_spec_module.programmatic_launch(torch.device("cpu"))
+    assert not gdn_spec_module.programmatic_launch(torch.device("meta"))
+    if torch.cuda.is_available():
+        assert gdn_spec_module.programmatic_launch(torch.device("cuda")) == (torch.cuda.get_device_capability()[0] >= 9)
+    flushes = run_gdn_spec_fuzz(T=3, Bh=5, steps=8, seed=2, config=LaunchConfig(16, 1, split_fold=3))
+    assert min(flushes.values()) >= 1, flushes
+
+
+@requires_cuda
+@pytest.mark.parametrize("batch", [8, 96], ids=["below_the_caps", "capped"])
+def test_cuda_programmatic_launch_in_a_graph_equals_plain(monkeypatch, batch):
+    """The state product as a programmatic dependent launch of the ring part
+    (``GDN_SPEC_PDL``), captured in a CUDA graph over verify + commit steps with the rows
+    flushing, gives the plain launches' outputs, rings and states bit for bit."""
+    from trtllm_replayssm.benchmarking.spec import GDNSpecRig, SpecCase
+    from trtllm_replayssm.benchmarking.timing import capture
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs sm_90")
+    geom = GDNGeometry(num_k_heads=2, num_v_heads=8, head_k_dim=128, head_v_dim=128)
+    rig = GDNSpecRig(SpecCase("qwen3.5-122b", geom, batch, 4, 16, 3), n_layers=1)
+    start = [t.clone() for t in (rig.state, rig.d_ring, rig.k_ring, rig.g_ring)]
+    results = []
+    for pdl in (False, True):
+        monkeypatch.setattr(gdn_spec_module, "GDN_SPEC_PDL", pdl)
+        for t, t0 in zip((rig.state, rig.d_ring, rig.k_ring, rig.g_ring), start):
+            t.copy_(t0)
+        capture(rig.replay_fn(12), warmup=0).replay()
+        torch.cuda.synchronize()
+        results.append([t.clone() for t in (rig.step["out"], rig.state, rig.d_ring, rig.k_ring, rig.g_ring)])
+    assert not torch.isnan(results[1][0]).any()
+    for plain, programmatic in zip(*results):
+        assert torch.equal(plain, programmatic)
+
+
 def test_corrupted_ring_is_detected():
     with pytest.raises(AssertionError, match="error"):
         run_gdn_spec_fuzz(T=4, Bh=16, steps=10, seed=5, corrupt_at=3)

@@ -120,6 +120,22 @@ GDN_RING_PART_MAXNREG, GDN_FLUSH_ROWS_MAXNREG, GDN_STATE_PRODUCT_MAXNREG = 128, 
 # fit an SM's warps without them. The AOT build records the verify at a batch point on
 # each side (:func:`gdn_spec_batches`), and the C library takes the nearest in log scale.
 GDN_SPEC_CAPS_ABOVE_BATCH = 64
+# Whether split_fold 3's state product is a programmatic dependent launch of the ring part
+# (:func:`programmatic_launch`): launched right after it, before the flush rows' launch, it
+# streams the state while the ring part's last programs run and waits for them
+# (griddepcontrol.wait) only before it reads W and bias, and before it exits, so that its
+# completion implies the ring part's. The ring part lets it launch as its programs start.
+# Its data needs nothing else of the ring part (the ring part reads the history's d and
+# writes keys and gates; the state product writes the drafts' d and the outputs). Not
+# yet measured on a GPU: off.
+GDN_SPEC_PDL = False
+
+
+def programmatic_launch(device: torch.device) -> bool:
+    """Whether split_fold 3's state product is launched as a programmatic dependent of the
+    ring part here (:data:`GDN_SPEC_PDL`, on a GPU of sm_90 or later; the AOT build records
+    on the meta device, so its launches stay plain and its cubins carry no griddepcontrol)."""
+    return GDN_SPEC_PDL and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def maxnreg_option(cap) -> dict:
@@ -243,9 +259,24 @@ def gdn_replayssm_spec_decode(
               else out)  # (a placeholder for a verify that solves in place)
         solve, bias = ws[:solve_numel], ws[solve_numel:]
         exact_x = exact_in_tf32(q.dtype) and exact_in_tf32(k.dtype)
+        def launch_state_product():
+            rows = min(GDN_STATE_PRODUCT_ROWS, triton.next_power_of_2(V))
+            chunk = min(GDN_STATE_PRODUCT_COLS, block_k)
+            launch_kernel(_gdn_spec_state_product_kernel, (triton.cdiv(V, rows), HV, Bsz), state, d_ring,
+                          write_pos, origin, is_flush, q, k, out, slot_idx, solve, bias, slots, K, V, HV, HV // H,
+                          capacity, pad_slot_id, *state_strides, *d_ring_strides, *qk_strides, *out_strides,
+                          HAS_SLOT_IDX=initial_state_indices is not None, BLOCK_V=rows, BLOCK_K=block_k,
+                          KEY_CHUNK=chunk, BUF=buf, EXACT_X=exact_x, DOT_PRECISION=DOT_PRECISION,
+                          ONE_PASS_PRECISION=ONE_PASS_PRECISION, NUM_TOKENS=T,
+                          SMALL_PRECISION=GDN_STATE_PRODUCT_PRECISION, EVEN_TILE=even_tile(V, rows, K, chunk),
+                          STAGES=GDN_STATE_PRODUCT_STAGES, WAIT_RING_PART=pdl, num_warps=GDN_STATE_PRODUCT_WARPS,
+                          **maxnreg_option(caps and GDN_STATE_PRODUCT_MAXNREG), **({"launch_pdl": True} if pdl else {}))
+
+        pdl = state_apart and programmatic_launch(q.device)
         if state_apart:
             # The solve and the ring's part, then the flush rows' whole step, then the
-            # other rows' state product.
+            # other rows' state product (under programmatic dependent launch, the state
+            # product first: it streams the state while the ring part's programs finish).
             ring_rows = min(GDN_RING_PART_ROWS, triton.next_power_of_2(V))
             ring_heads = math.gcd(GDN_RING_PART_HEADS, HV // H)
             launch_kernel(_gdn_spec_ring_part_kernel, (1, HV // ring_heads, Bsz), d_ring, k_ring, g_ring, write_pos,
@@ -255,7 +286,10 @@ def gdn_replayssm_spec_decode(
                           BLOCK_V=ring_rows, V_BLOCKS=triton.cdiv(V, ring_rows), EXACT_X=exact_x, NUM_TOKENS=T,
                           SMALL_PRECISION=GDN_RING_PART_PRECISION, EVEN_TILE=block_k == K,
                           HEADS_PER_PROG=ring_heads, KEY_CHUNK=min(GDN_RING_PART_COLS, block_k),
-                          num_warps=GDN_RING_PART_WARPS, **shared, **maxnreg_option(caps and GDN_RING_PART_MAXNREG))
+                          LAUNCH_DEPENDENTS=pdl, num_warps=GDN_RING_PART_WARPS, **shared,
+                          **maxnreg_option(caps and GDN_RING_PART_MAXNREG))
+            if pdl:
+                launch_state_product()
         elif SOLVE_APART:
             launch_kernel(_gdn_spec_solve_kernel, (1, HV, Bsz), q, k, a, b, A_log, dt_bias, solve, write_pos, origin,
                           is_flush, slot_idx, slots, K, HV, HV // H, capacity, pad_slot_id, *qk_strides, *ab_strides,
@@ -284,18 +318,8 @@ def gdn_replayssm_spec_decode(
                           SMALL_PRECISION=SMALL_DOT_PRECISION, EVEN_TILE=even_tile(V, block_v, K, block_k),
                           PHASE=phase.value, SOLVE_APART=SOLVE_APART or state_apart, num_warps=cfg.num_warps,
                           **shared, **maxnreg_option(state_apart and caps and GDN_FLUSH_ROWS_MAXNREG))
-        if state_apart:
-            rows = min(GDN_STATE_PRODUCT_ROWS, triton.next_power_of_2(V))
-            chunk = min(GDN_STATE_PRODUCT_COLS, block_k)
-            launch_kernel(_gdn_spec_state_product_kernel, (triton.cdiv(V, rows), HV, Bsz), state, d_ring,
-                          write_pos, origin, is_flush, q, k, out, slot_idx, solve, bias, slots, K, V, HV, HV // H,
-                          capacity, pad_slot_id, *state_strides, *d_ring_strides, *qk_strides, *out_strides,
-                          HAS_SLOT_IDX=initial_state_indices is not None, BLOCK_V=rows, BLOCK_K=block_k,
-                          KEY_CHUNK=chunk, BUF=buf, EXACT_X=exact_x, DOT_PRECISION=DOT_PRECISION,
-                          ONE_PASS_PRECISION=ONE_PASS_PRECISION, NUM_TOKENS=T,
-                          SMALL_PRECISION=GDN_STATE_PRODUCT_PRECISION, EVEN_TILE=even_tile(V, rows, K, chunk),
-                          STAGES=GDN_STATE_PRODUCT_STAGES, num_warps=GDN_STATE_PRODUCT_WARPS,
-                          **maxnreg_option(caps and GDN_STATE_PRODUCT_MAXNREG))
+        if state_apart and not pdl:
+            launch_state_product()
     else:  # (split_fold 2 and 3 fold apart here, as 1 does: their flush rows' launch is the tl.dot verify's)
         for phase in ((FOLD_ONLY, AFTER_FOLD) if cfg.split_fold else (BOTH,)):
             launch_chunked(phase, cfg.block_p, cfg.num_warps)

@@ -206,14 +206,22 @@ def test_cuda_real_shapes_bf16_activations(config):
 
 
 def test_programmatic_launch_only_on_a_gpu(monkeypatch):
-    """``GDN_SPEC_PDL`` takes effect on a GPU of sm_90 or later only: not in the
-    interpreter, nor on the meta device the AOT build records on (its cubins carry no
-    griddepcontrol, which sm_80 lacks)."""
+    """``GDN_SPEC_PDL`` takes effect on a GPU of sm_90 or later under Triton's JIT only:
+    not in the interpreter, nor where the AOT build records or the AOT backend launches
+    (its cubins carry no griddepcontrol, which sm_80 lacks)."""
+    from trtllm_replayssm.ops.launch import pop_launcher, push_launcher
+
     monkeypatch.setattr(gdn_spec_module, "GDN_SPEC_PDL", True)
     assert not gdn_spec_module.programmatic_launch(torch.device("cpu"))
     assert not gdn_spec_module.programmatic_launch(torch.device("meta"))
     if torch.cuda.is_available():
         assert gdn_spec_module.programmatic_launch(torch.device("cuda")) == (torch.cuda.get_device_capability()[0] >= 9)
+        passing = lambda kernel, grid, kwargs: False  # noqa: E731 (a launcher in front of the JIT: the AOT backend's place)
+        push_launcher(passing)
+        try:
+            assert not gdn_spec_module.programmatic_launch(torch.device("cuda"))
+        finally:
+            pop_launcher(passing)
     flushes = run_gdn_spec_fuzz(T=3, Bh=5, steps=8, seed=2, config=LaunchConfig(16, 1, split_fold=3))
     assert min(flushes.values()) >= 1, flushes
 

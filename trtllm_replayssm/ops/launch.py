@@ -158,6 +158,12 @@ def pop_launcher(fn: Launcher) -> None:
     _launchers.remove(fn)
 
 
+def jit_only() -> bool:
+    """Whether every launch goes to Triton's JIT (no AOT backend or recorder in front): a
+    launch option the AOT library does not carry is safe only then."""
+    return not _launchers
+
+
 def launch_kernel(kernel, grid: Sequence[int], *args, **kwargs) -> None:
     """Launch ``kernel`` over ``grid`` with its arguments and constexprs (positional ones
     bound to their names) and launch options (``num_warps``)."""

@@ -42,7 +42,7 @@ import triton
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_last_dim_contiguous, check_slot_major, check_tensor
 from ..common import DOT_PRECISION, ONE_PASS_PRECISION, even_tile, exact_in_tf32
-from ..launch import LaunchConfig, launch_kernel
+from ..launch import LaunchConfig, jit_only, launch_kernel
 from ..mamba2.spec import (AFTER_FOLD, BOTH, FLUSH_ROWS, FOLD_ONLY, MAX_T, NONFLUSH_ROWS, STATE_APART,
                            _check_cursors, _check_spec_sizes, check_split_fold, history_tile, ring_capacity,
                            spec_workspace)
@@ -133,9 +133,10 @@ GDN_SPEC_PDL = False
 
 def programmatic_launch(device: torch.device) -> bool:
     """Whether split_fold 3's state product is launched as a programmatic dependent of the
-    ring part here (:data:`GDN_SPEC_PDL`, on a GPU of sm_90 or later; the AOT build records
-    on the meta device, so its launches stay plain and its cubins carry no griddepcontrol)."""
-    return GDN_SPEC_PDL and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+    ring part here (:data:`GDN_SPEC_PDL`, on a GPU of sm_90 or later, launched by Triton's
+    JIT: the AOT build records plain launches, and its cubins carry no griddepcontrol)."""
+    return (GDN_SPEC_PDL and device.type == "cuda" and jit_only()
+            and torch.cuda.get_device_capability(device)[0] >= 9)
 
 
 def maxnreg_option(cap) -> dict:

@@ -312,6 +312,14 @@ def _c_commit_spec(lib, wp, origin, flush, accepted, slots, num_slots, T, Bh):
               "rs_commit_spec")
 
 
+def _c_spec_verify(lib, family, args, size_args):
+    """``rs_<family>_spec_verify`` on a workspace of ``rs_<family>_spec_workspace_size(*size_args)``
+    bytes (freed to the caching allocator after the launch: later work on the stream is ordered after it)."""
+    workspace = torch.empty(getattr(lib.lib, f"rs_{family}_spec_workspace_size")(*size_args) // 4, device="cuda")
+    args.workspace = workspace.data_ptr()
+    lib.check(getattr(lib.lib, f"rs_{family}_spec_verify")(ctypes.byref(args), None), f"rs_{family}_spec_verify")
+
+
 def _assert_runs_equal(jit, c):
     """Two runs' (outputs per step, then the state, ring and cursors) equal bit for bit."""
     for t, (a, b) in enumerate(zip(jit[0], c[0])):
@@ -375,9 +383,7 @@ def test_c_abi_mamba2_spec_verify_equals_jit(lib):
                 a.stride_dt_ring[:] = rings["dt_ring"].stride()[:2]
                 a.stride_B_ring[:] = rings["B_ring"].stride()[:3]
                 a.state_dtype, a.act_dtype, a.dt_softplus = DTYPE_CODES["fp32"], DTYPE_CODES["bf16"], 1
-                workspace = torch.empty(lib.lib.rs_mamba2_spec_workspace_size(batch, T, H, P) // 4, device="cuda")
-                a.workspace = workspace.data_ptr()
-                lib.check(lib.lib.rs_mamba2_spec_verify(ctypes.byref(a), None), "rs_mamba2_spec_verify")
+                _c_spec_verify(lib, "mamba2", a, (batch, T, H, P))
                 _c_commit_spec(lib, wp, origin, flush, accepted, slots, slots_n, T, Bh)
             outs.append(out)
         torch.cuda.synchronize()
@@ -388,16 +394,17 @@ def test_c_abi_mamba2_spec_verify_equals_jit(lib):
     _assert_runs_equal(runs["jit"], runs["c"])
 
 
-
-def test_c_abi_gdn_spec_verify_equals_jit(lib):
+@pytest.mark.parametrize("batch", [6, 96], ids=["below_the_register_caps", "capped"])
+def test_c_abi_gdn_spec_verify_equals_jit(lib, batch):
     """rs_gdn_spec_verify and rs_commit_spec over steps with flushes equal the Python entry
     points on the JIT bit for bit (Qwen3.5-122B; the default split: the solve and the ring's
-    part, the flush rows' launch, the state's product, through the C workspace's offsets)."""
+    part, the flush rows' launch, the state's product, through the C workspace's offsets), at
+    a batch on each side of the launches' register caps (``GDN_SPEC_CAPS_ABOVE_BATCH``)."""
     from trtllm_replayssm.aot.library import GDNSpecArgs
     from trtllm_replayssm.ops.gdn.spec import gdn_replayssm_spec_decode
     from trtllm_replayssm.ops.mamba2 import spec as m2_spec
 
-    T, Bh, batch = 4, 16, 6
+    T, Bh = 4, 16
     g = model("qwen3.5-122b").geom
     H, HV, K, V = g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim
     buf, slots_n = m2_spec.ring_capacity(T, Bh), batch + 3
@@ -438,9 +445,7 @@ def test_c_abi_gdn_spec_verify_equals_jit(lib):
                 args.stride_g_ring[:] = rings["g_ring"].stride()[:2]
                 args.scale, args.softplus_beta, args.softplus_threshold = 0.0, 1.0, 20.0
                 args.state_dtype, args.act_dtype = DTYPE_CODES["fp32"], DTYPE_CODES["bf16"]
-                workspace = torch.empty(lib.lib.rs_gdn_spec_workspace_size(batch, T, HV, V) // 4, device="cuda")
-                args.workspace = workspace.data_ptr()
-                lib.check(lib.lib.rs_gdn_spec_verify(ctypes.byref(args), None), "rs_gdn_spec_verify")
+                _c_spec_verify(lib, "gdn", args, (batch, T, HV, V))
                 _c_commit_spec(lib, wp, origin, flush, accepted, slots, slots_n, T, Bh)
             outs.append(out)
         torch.cuda.synchronize()

@@ -101,6 +101,13 @@ SOLVE_WARPS = 1
 # rows on 2 warps 277 / 1045-1059 against 128 rows on 4 warps 282 / 1057; 32 rows on one
 # warp 285 / 1096, 64 rows on 4 warps 293 / 1110, 128 on 8 warps 315 / 1198, 4 stages
 # 288-294 / 1078-1113, chunks of 16 columns 290 / 1084.
+# The flush rows take their step in the fused verify's flush rows' launch. In a launch of
+# the state's product compiled with the fold (the ring part's W and bias of an empty
+# history, then the fold on the way through, 244 registers a thread) they lost: 330 / 1266
+# against 308 / 1182 us (commit abf4739, ``gdn_flush_in_state_product.json``).
+# A value head a program of the state's product: one loop over 2-4 heads' chunks (the
+# row's cursors read once, a head's epilogue beside the next head's loads) lost, 331-335
+# against 308 us at batch 128 (commit 3476c36).
 GDN_STATE_PRODUCT_ROWS, GDN_STATE_PRODUCT_COLS, GDN_STATE_PRODUCT_WARPS, GDN_STATE_PRODUCT_STAGES = 64, 32, 2, 3
 GDN_RING_PART_ROWS, GDN_RING_PART_WARPS, GDN_RING_PART_HEADS = 32, 1, 4
 # Key columns a step of the ring part's loop over the drafts' tile and the history's keys.
@@ -154,13 +161,6 @@ def gdn_spec_batches() -> tuple:
 # verify's fp32 FMAs (:data:`SMALL_DOT_PRECISION`): 340 against 381 us (both launches
 # FMAs), 350 (the ring part's alone on the tensor cores), 372 (the state product's).
 GDN_RING_PART_PRECISION, GDN_STATE_PRODUCT_PRECISION = DOT_PRECISION, DOT_PRECISION
-# The flush rows take their step in the fused verify's flush rows' launch. In a launch of
-# the state's product compiled with the fold (the ring part's W and bias of an empty
-# history, then the fold on the way through, 244 registers a thread) they lost: 330 / 1266
-# against 308 / 1182 us (commit abf4739, ``gdn_flush_in_state_product.json``).
-# A value head a program of the state's product: one loop over 2-4 heads' chunks (the
-# row's cursors read once, a head's epilogue beside the next head's loads) lost, 331-335
-# against 308 us at batch 128 (commit 3476c36).
 
 
 def dot_heads_per_program(cfg: LaunchConfig, v_heads_per_k_head: int, phase) -> int:
@@ -260,6 +260,8 @@ def gdn_replayssm_spec_decode(
               else out)  # (a placeholder for a verify that solves in place)
         solve, bias = ws[:solve_numel], ws[solve_numel:]
         exact_x = exact_in_tf32(q.dtype) and exact_in_tf32(k.dtype)
+        pdl = state_apart and programmatic_launch(q.device)
+
         def launch_state_product():
             rows = min(GDN_STATE_PRODUCT_ROWS, triton.next_power_of_2(V))
             chunk = min(GDN_STATE_PRODUCT_COLS, block_k)
@@ -273,7 +275,6 @@ def gdn_replayssm_spec_decode(
                           STAGES=GDN_STATE_PRODUCT_STAGES, WAIT_RING_PART=pdl, num_warps=GDN_STATE_PRODUCT_WARPS,
                           **maxnreg_option(caps and GDN_STATE_PRODUCT_MAXNREG), **({"launch_pdl": True} if pdl else {}))
 
-        pdl = state_apart and programmatic_launch(q.device)
         if state_apart:
             # The solve and the ring's part, then the flush rows' whole step, then the
             # other rows' state product (under programmatic dependent launch, the state

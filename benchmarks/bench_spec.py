@@ -6,7 +6,10 @@ steps with a fixed acceptance (flushes included, cursors reset at its start).
 
     python benchmarks/bench_spec.py                     # H200 -> benchmarks/results/spec.json
     python benchmarks/bench_spec.py --dry-run --models tiny --batches 2 --tokens 2 --history-len 2 \\
-        --steps 3 --tune-batch 2 --max-candidates 1 --out /tmp/spec.json   # CPU: the flow only
+        --steps 3 --out /tmp/spec.json   # CPU: the flow only
+
+The verify runs on the op's default launch config at each batch (``default_verify_config``:
+what a caller gets), or on one tuned at ``--tune-batch`` and kept for every batch.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from trtllm_replayssm.benchmarking.spec import SpecCase, make_spec_rig, tune_verify_config
+from trtllm_replayssm.benchmarking.spec import SpecCase, default_verify_config, make_spec_rig, tune_verify_config
 from trtllm_replayssm.benchmarking.records import REPO, git_commit
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.models import model
@@ -35,9 +38,9 @@ def main() -> None:
                     help="tokens accepted per step (bonus included); 'all' = T")
     ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--replays", type=int, default=20)
-    ap.add_argument("--tune-batch", type=int, default=128,
-                    help="the verify kernel's launch config is tuned at this batch (all drafts accepted) per model "
-                         "and T, then kept for the other cases")
+    ap.add_argument("--tune-batch", type=int, default=None,
+                    help="tune the verify kernel's launch config at this batch (all drafts accepted) per model and T, "
+                         "then keep it for every case (default: the op's default config at each batch)")
     ap.add_argument("--max-candidates", type=int, default=None, help="tune over the first N launch configs")
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/spec.json"))
     ap.add_argument("--dry-run", action="store_true", help="no GPU: run the flow eagerly, nothing measured")
@@ -49,25 +52,28 @@ def main() -> None:
     records, rows = [], []
     for name in args.models:
         for T in args.tokens:
-            tuned = tune_verify_config(SpecCase(name, model(name).geom, args.tune_batch, T, args.history_len, T),
-                                       args.steps, args.replays, args.max_candidates)
-            print(tabulate([{k: v for k, v in t.items() if k in ("block_p", "num_warps", "split_fold", "heads_per_prog",
-                                                                  "us", "error")} for t in tuned["tried"]],
-                           headers="keys"))
-            print(name, "T =", T, "verify config:", tuned["config"], flush=True)
+            tuned = None
+            if args.tune_batch:
+                tuned = tune_verify_config(SpecCase(name, model(name).geom, args.tune_batch, T, args.history_len, T),
+                                           args.steps, args.replays, args.max_candidates)
+                print(tabulate([{k: v for k, v in t.items() if k in ("block_p", "num_warps", "split_fold",
+                                                                      "heads_per_prog", "us", "error")}
+                                for t in tuned["tried"]], headers="keys"))
+                print(name, "T =", T, "verify config:", tuned["config"], flush=True)
             for acc in args.acceptance:
                 c = T if acc == "all" else min(int(acc), T)
                 for batch in args.batches:
                     case = SpecCase(name, model(name).geom, batch, T, args.history_len, c)
                     rig = make_spec_rig(case)
-                    rig.config = tuned["config"]
+                    rig.config = tuned["config"] if tuned else None
+                    config = rig.config or default_verify_config(case.geom, batch)
                     rep = rig.time_us(rig.replay_fn(args.steps), args.steps, args.replays)
                     std = rig.time_us(rig.standard_fn(args.steps), args.steps, args.replays)
                     ar = rig.time_us(rig.ar_fn(args.steps), args.steps, args.replays)
                     base = dict(gpu=gpu, model=name, state_dtype="fp32", act_dtype="bf16", batch=batch,
                                 L=args.history_len + T, T=T, B=args.history_len, acceptance=c,
                                 baseline_us_per_step=round(std, 3), copy_gbps=round(copy_gbps, 1), commit=commit,
-                                ar_standard_us_per_token=round(ar, 3), config=tuned["config"].to_dict())
+                                ar_standard_us_per_token=round(ar, 3), config=config.to_dict())
                     for route, us in (("replay_spec", rep), ("standard_spec", std)):
                         records.append(dict(base, route=route, us_per_step=round(us, 3), speedup=round(std / us, 3),
                                             us_per_token=round(us / c, 3), cost_vs_ar=round(us / c / ar, 3),

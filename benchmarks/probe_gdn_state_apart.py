@@ -79,23 +79,24 @@ def main() -> None:
     ap.add_argument("--settings", type=int, default=len(SETTINGS),
                     help="time only the first N settings (1: split_fold 2; 2: and the default)")
     ap.add_argument("--pdl", action="store_true",
-                    help="time each split_fold 3 setting also with the state product as a programmatic dependent "
-                         "launch of the ring part (ops/gdn/spec.py: GDN_SPEC_PDL)")
+                    help="time each split_fold 3 setting with and without the state product as a programmatic "
+                         "dependent launch of the ring part (ops/gdn/spec.py: GDN_SPEC_PDL; default: the module's)")
     ap.add_argument("--profile", action="store_true",
                     help="then print each launch's time per call (torch.profiler) under the first split_fold 3 setting")
     args = ap.parse_args()
-    records = []
+    records, default_pdl = [], gdn_spec.GDN_SPEC_PDL
     for batch in args.batches:
         rig = make_spec_rig(SpecCase(args.model, model(args.model).geom, batch, args.tokens, 16,
                                      args.accepted or args.tokens))
         for cfg, sp, rp in SETTINGS[:args.settings]:
             if sp is not None:
                 apply_setting(sp, rp)
-            for pdl in ((False, True) if args.pdl and sp is not None else (False,)):
+            for pdl in ((False, True) if args.pdl and sp is not None else (default_pdl,)):
                 gdn_spec.GDN_SPEC_PDL = pdl
                 records.append(probe_record(rig, cfg, args.steps, args.replays, state_product=sp, ring_part=rp,
-                                            pdl=pdl))
-            gdn_spec.GDN_SPEC_PDL = False
+                                            pdl=pdl and sp is not None and gdn_spec.programmatic_launch(
+                                                torch.device("cuda"), batch * rig.case.geom.num_v_heads)))
+            gdn_spec.GDN_SPEC_PDL = default_pdl
         if args.profile:
             profile_launches(rig, SETTINGS[1], args.steps)
         rig = None  # (frees the layers before the next batch)

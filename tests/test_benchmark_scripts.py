@@ -42,11 +42,13 @@ def test_bench_gdn_ar_dry_run(tmp_path):
     assert (tmp_path / "gdn_cpu.json").exists()
 
 
-def test_bench_spec_dry_run(tmp_path):
+@pytest.mark.parametrize("tuning", [[], ["--tune-batch", "2", "--max-candidates", "1"]], ids=["default", "tuned"])
+def test_bench_spec_dry_run(tmp_path, tuning):
     out = tmp_path / "spec.json"
     subprocess.run([sys.executable, str(REPO / "benchmarks/bench_spec.py"), "--dry-run", "--models", "tiny", "tiny-gdn",
                     "--batches", "2", "--tokens", "2", "--history-len", "2", "--acceptance", "all", "--steps", "3",
-                    "--replays", "1", "--tune-batch", "2", "--max-candidates", "1", "--out", str(out)], check=True, capture_output=True, text=True, timeout=900)
+                    "--replays", "1", *tuning, "--out", str(out)], check=True, capture_output=True, text=True,
+                   timeout=900)
     records = json.loads(out.read_text())
     assert {r["route"] for r in records} == {"replay_spec", "standard_spec"}
     assert {r["model"] for r in records} == {"tiny", "tiny-gdn"}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trtllm_replayssm.ops.gdn.spec import GDN_SPEC_CAPS_ABOVE_BATCH, gdn_spec_batches, gdn_spec_workspace_numel
+from trtllm_replayssm.ops.gdn.spec import gdn_spec_batches, gdn_spec_plan, gdn_spec_workspace_numel
 from trtllm_replayssm.ops.mamba2.spec import spec_workspace_numel
 from trtllm_replayssm.aot.library import (ROUTE_CODES, GDNSpecArgs, GDNStepArgs, KernelLibrary, Mamba2SpecArgs,
                                           Mamba2StepArgs)
@@ -49,21 +49,28 @@ def test_build_covers_every_op_case(aot_build, manifest):
     assert {c.get("DRAIN", False) for name, c in kernels if name == "_selective_state_update_kernel"} == {False, True}
 
 
-def test_gdn_spec_cases_carry_the_register_caps_by_batch(manifest):
-    """The GDN verify's register caps apply above a batch (``GDN_SPEC_CAPS_ABOVE_BATCH``):
-    the build records a case on each side, and the one the C library takes for a batch
-    (the nearest batch point in log scale, the first on a tie) carries the caps the JIT
-    path applies at that batch."""
+def test_gdn_spec_cases_carry_the_plan_of_each_batch(manifest):
+    """The GDN verify's default changes with the batch (``gdn_spec_plan``: split_fold 2 or
+    3, the register caps): the build records a case at every batch point, and the one the
+    C library takes for a batch (the nearest batch point in log scale, the first on a tie)
+    makes the launches the JIT path makes at that batch."""
     kernels = {k["key"]: k for k in manifest["kernels"]}
-    caps = defaultdict(set)
+    caps, state_apart = defaultdict(set), defaultdict(set)
     for c in manifest["cases"]:
         if c["op"] == "gdn_spec":
+            names = [kernels[launch["spec"]]["kernel"] for launch in c["launches"]]
             caps[c["batch"]] |= {kernels[launch["spec"]].get("maxnreg") for launch in c["launches"]}
+            state_apart[c["batch"]].add(any(n.endswith("_gdn_spec_ring_part_kernel") for n in names))
     points = sorted(caps)
     assert points == sorted(gdn_spec_batches())
-    for batch in (1, 8, 32, 63, 64, 65, 128, 512):
+    seen = set()
+    for batch in (1, 8, 16, 22, 23, 32, 33, 48, 63, 64, 65, 90, 91, 128, 512):
         nearest = min(points, key=lambda p: abs(math.log2(p) - math.log2(batch)))
-        assert (caps[nearest] != {None}) == (batch > GDN_SPEC_CAPS_ABOVE_BATCH), (batch, nearest, caps[nearest])
+        plan = gdn_spec_plan(batch)
+        assert (caps[nearest] != {None}) == plan.register_caps, (batch, nearest, caps[nearest])
+        assert state_apart[nearest] == {plan.config.split_fold == 3}, (batch, nearest)
+        seen.add((plan.config.split_fold, plan.register_caps))
+    assert seen == {(2, False), (3, False), (3, True)}
 
 
 def test_generated_tables_embed_every_cubin(aot_build, manifest):

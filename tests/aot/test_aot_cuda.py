@@ -394,12 +394,14 @@ def test_c_abi_mamba2_spec_verify_equals_jit(lib):
     _assert_runs_equal(runs["jit"], runs["c"])
 
 
-@pytest.mark.parametrize("batch", [6, 96], ids=["below_the_register_caps", "capped"])
+@pytest.mark.parametrize("batch", [6, 48, 96], ids=["split_fold_2", "split_fold_3", "capped"])
 def test_c_abi_gdn_spec_verify_equals_jit(lib, batch):
     """rs_gdn_spec_verify and rs_commit_spec over steps with flushes equal the Python entry
-    points on the JIT bit for bit (Qwen3.5-122B; the default split: the solve and the ring's
-    part, the flush rows' launch, the state's product, through the C workspace's offsets), at
-    a batch on each side of the launches' register caps (``GDN_SPEC_CAPS_ABOVE_BATCH``)."""
+    points on the JIT bit for bit (Qwen3.5-122B, through the C workspace's offsets), at a
+    batch of each plan of ``gdn_spec_plan``: split_fold 2; split_fold 3 (the solve and the
+    ring's part, the flush rows' launch, the state's product); and split_fold 3 under the
+    launches' register caps. (The JIT's state product is a programmatic dependent launch
+    at 48 and 96, the C library's a plain one.)"""
     from trtllm_replayssm.aot.library import GDNSpecArgs
     from trtllm_replayssm.ops.gdn.spec import gdn_replayssm_spec_decode
     from trtllm_replayssm.ops.mamba2 import spec as m2_spec

@@ -212,14 +212,17 @@ def test_programmatic_launch_only_on_a_gpu(monkeypatch):
     from trtllm_replayssm.ops.launch import pop_launcher, push_launcher
 
     monkeypatch.setattr(gdn_spec_module, "GDN_SPEC_PDL", True)
-    assert not gdn_spec_module.programmatic_launch(torch.device("cpu"))
-    assert not gdn_spec_module.programmatic_launch(torch.device("meta"))
+    limit = gdn_spec_module.GDN_SPEC_PDL_MAX_HEAD_ROWS
+    assert not gdn_spec_module.programmatic_launch(torch.device("cpu"), 1)
+    assert not gdn_spec_module.programmatic_launch(torch.device("meta"), 1)
     if torch.cuda.is_available():
-        assert gdn_spec_module.programmatic_launch(torch.device("cuda")) == (torch.cuda.get_device_capability()[0] >= 9)
+        cuda = torch.device("cuda")
+        assert gdn_spec_module.programmatic_launch(cuda, limit) == (torch.cuda.get_device_capability()[0] >= 9)
+        assert not gdn_spec_module.programmatic_launch(cuda, limit + 1)
         passing = lambda kernel, grid, kwargs: False  # noqa: E731 (a launcher in front of the JIT: the AOT backend's place)
         push_launcher(passing)
         try:
-            assert not gdn_spec_module.programmatic_launch(torch.device("cuda"))
+            assert not gdn_spec_module.programmatic_launch(cuda, 1)
         finally:
             pop_launcher(passing)
     flushes = run_gdn_spec_fuzz(T=3, Bh=5, steps=8, seed=2, config=LaunchConfig(16, 1, split_fold=3))
@@ -239,6 +242,7 @@ def test_cuda_programmatic_launch_in_a_graph_equals_plain(monkeypatch, batch):
         pytest.skip("programmatic dependent launch needs sm_90")
     geom = GDNGeometry(num_k_heads=2, num_v_heads=8, head_k_dim=128, head_v_dim=128)
     rig = GDNSpecRig(SpecCase("qwen3.5-122b", geom, batch, 4, 16, 3), n_layers=1)
+    rig.config = gdn_spec_module.GDN_SPEC_CONFIG  # (split_fold 3 at every batch)
     start = [t.clone() for t in (rig.state, rig.d_ring, rig.k_ring, rig.g_ring)]
     results = []
     for pdl in (False, True):

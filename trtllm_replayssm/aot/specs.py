@@ -328,8 +328,8 @@ def op_cases(arch: str, buffer_lens: Sequence[int] = DEFAULT_BUFFER_LENS,
                                 key = dict(state=sd, act=ad, V=V, K=K, HV=HV, H=H,
                                            L=L if route != "standard" else 0, route=route, ff=int(ff))
                                 add("gdn_step", key, b, _gdn_calls(g, s, a, b, L, ff, route, arch))
-    # Speculative verify (Mamba2: a case per flush row block; GDN: each side of its register
-    # caps' batch) and its cursor ops.
+    # Speculative verify (Mamba2: a case per flush row block; GDN: a case per batch point
+    # of its plans, split_fold and register caps) and its cursor ops.
     for T in SPEC_TOKENS:
         for sd in state_dtypes:
             for ad in act_dtypes:
@@ -341,7 +341,7 @@ def op_cases(arch: str, buffer_lens: Sequence[int] = DEFAULT_BUFFER_LENS,
                                                     z=int(has_z)), b,
                                 _spec_calls("mamba2", g, s, a, b, T, SPEC_HISTORY, has_z))
                 for (V, K, HV, H), g in sorted(gdn_geoms.items()):
-                    for b in gdn_spec_batches():  # (the register caps by batch)
+                    for b in gdn_spec_batches():
                         add("gdn_spec", dict(state=sd, act=ad, V=V, K=K, HV=HV, H=H, T=T, Bh=SPEC_HISTORY), b,
                             _spec_calls("gdn", g, s, a, b, T, SPEC_HISTORY, False))
         for op in ("commit_spec", "reset_spec"):

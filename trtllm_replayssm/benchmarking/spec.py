@@ -18,10 +18,11 @@ from .._runtime import default_device
 from ..ops.launch import LaunchConfig
 from ..cache import GDNGeometry, Mamba2Geometry
 from ..ops.gdn import fused_sigmoid_gating_delta_rule_update
-from ..ops.gdn.spec import gdn_replayssm_spec_decode
+from ..ops.gdn.spec import gdn_replayssm_spec_decode, gdn_spec_plan
 from ..ops.gdn.spec_standard import gdn_spec_standard
 from ..ops.mamba2 import selective_state_update
 from ..ops.mamba2.spec import (
+    SPEC_CONFIG,
     commit_replayssm_spec,
     reset_replayssm_spec_cursors,
     ring_capacity,
@@ -80,6 +81,11 @@ GDN_SPEC_CANDIDATES = [LaunchConfig(b, w, split_fold=3, key_chunk=32) for b, w i
 def spec_candidates(geom: Union[Mamba2Geometry, GDNGeometry]) -> list:
     """The verify-kernel launch configs the tuner tries for this family."""
     return GDN_SPEC_CANDIDATES if isinstance(geom, GDNGeometry) else MAMBA2_SPEC_CANDIDATES
+
+
+def default_verify_config(geom: Union[Mamba2Geometry, GDNGeometry], batch: int) -> LaunchConfig:
+    """The verify's launch config when the caller gives none (GDN's changes with the batch)."""
+    return gdn_spec_plan(batch).config if isinstance(geom, GDNGeometry) else SPEC_CONFIG
 
 
 def state_shape(geom: Union[Mamba2Geometry, GDNGeometry]) -> tuple:

@@ -35,6 +35,7 @@ This module holds the entry point, the launch decision and its constants; the ke
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -122,27 +123,30 @@ GDN_RING_PART_COLS = 32
 # 296 / 1119); 128, -, 128 286 / 1074; 128, 168, 128 283 / 1063 (the flush rows at 152
 # or 184: 283-287 / 1080-1082; the state product at 112 or 96: 291-335 / 1119-1283).
 GDN_RING_PART_MAXNREG, GDN_FLUSH_ROWS_MAXNREG, GDN_STATE_PRODUCT_MAXNREG = 128, 168, 128
-# The caps apply above this batch: at batch 32 they cost (94 against 101.5 us a verify
-# step, 3 accepted, commit b78db8d, ``gdn_spec_maxnreg.json``), where the launches' programs
-# fit an SM's warps without them. The AOT build records the verify at a batch point on
-# each side (:func:`gdn_spec_batches`), and the C library takes the nearest in log scale.
-GDN_SPEC_CAPS_ABOVE_BATCH = 64
 # Whether split_fold 3's state product is a programmatic dependent launch of the ring part
 # (:func:`programmatic_launch`): launched right after it, before the flush rows' launch, it
 # streams the state while the ring part's last programs run and waits for them
 # (griddepcontrol.wait) only before it reads W and bias, and before it exits, so that its
 # completion implies the ring part's. The ring part lets it launch as its programs start.
 # Its data needs nothing else of the ring part (the ring part reads the history's d and
-# writes keys and gates; the state product writes the drafts' d and the outputs). Not
-# yet measured on a GPU: off.
-GDN_SPEC_PDL = False
+# writes keys and gates; the state product writes the drafts' d and the outputs).
+# It applies up to GDN_SPEC_PDL_MAX_HEAD_ROWS (batch x value heads): beyond, the state
+# product's programs that launch early hold the SMs the ring part's later waves need.
+# H200, T = 4, 3 accepted, us a verify step plain / programmatic (commit 9768456,
+# ``python benchmarks/probe_gdn_state_apart.py --settings 2 --pdl --accepted 3``,
+# ``benchmarks/results/gdn_spec_pdl.json``): Qwen3.5-122B (64 value heads) at batch 64
+# 152.6 / 149.0, 128 278.4 / 272.8, 256 535.5 / 532.0, 320 680.0 / 671.5, 384 796.5 / 833.8,
+# 512 1064.0 / 1103.1; Qwen3.5-4B (32) at 128 155.2 / 150.6, 512 559.7 / 556.3.
+GDN_SPEC_PDL = True
+GDN_SPEC_PDL_MAX_HEAD_ROWS = 320 * 64
 
 
-def programmatic_launch(device: torch.device) -> bool:
+def programmatic_launch(device: torch.device, head_rows: int) -> bool:
     """Whether split_fold 3's state product is launched as a programmatic dependent of the
-    ring part here (:data:`GDN_SPEC_PDL`, on a GPU of sm_90 or later, launched by Triton's
-    JIT: the AOT build records plain launches, and its cubins carry no griddepcontrol)."""
-    return (GDN_SPEC_PDL and device.type == "cuda" and jit_only()
+    ring part here (:data:`GDN_SPEC_PDL`, up to :data:`GDN_SPEC_PDL_MAX_HEAD_ROWS` (batch
+    rows x value heads), on a GPU of sm_90 or later, launched by Triton's JIT: the AOT
+    build records plain launches, and its cubins carry no griddepcontrol)."""
+    return (GDN_SPEC_PDL and head_rows <= GDN_SPEC_PDL_MAX_HEAD_ROWS and device.type == "cuda" and jit_only()
             and torch.cuda.get_device_capability(device)[0] >= 9)
 
 
@@ -151,11 +155,44 @@ def maxnreg_option(cap) -> dict:
     return {"maxnreg": cap} if cap else {}
 
 
+@dataclass(frozen=True)
+class GDNSpecPlan:
+    """The verify's default at a batch point: its launch config, and whether split_fold
+    3's launches take their register caps (``GDN_*_MAXNREG``)."""
+    config: LaunchConfig
+    register_caps: bool
+
+
+# The verify's default by batch: each plan serves the batches nearest its batch point in
+# log scale (a tie: the smaller point), the rule by which the AOT library, which records
+# a case at every point, picks one. H200, T = 4, 3 accepted, us a verify step (commit
+# 9768456, ``benchmarks/results/gdn_spec_small_batch.json``; split_fold 3 with its
+# programmatic launch):
+# - small batches: split_fold 2 on a value head a program (fewer, shorter launches: the
+#   ring part's solve is latency-bound) against split_fold 3: Qwen3.5-122B at batch 1
+#   14.7 / 32.9, 8 32.1 / 49.5, 16 51.6 / 65.4, 32 90.2 / 92.6, 48 129.4 / 121.7;
+#   Qwen3.5-4B at 1 14.3 / 21.6, 16 32.7 / 38.6, 32 52.4 / 54.9, 48 71.1 / 70.9 (4 heads a
+#   program: 50.5 and 30.9 at 16, 27.3 and 19.0 at 1);
+# - the register caps cost at batch 32 (94 against 101.5 us, commit b78db8d,
+#   ``gdn_spec_maxnreg.json``), where the launches' programs fit an SM's warps without
+#   them, and win from batch 128 on (see GDN_RING_PART_MAXNREG).
+GDN_SPEC_PLANS = {
+    16: GDNSpecPlan(LaunchConfig(block_p=64, num_warps=2, heads_per_prog=1, split_fold=2, key_chunk=32), False),
+    64: GDNSpecPlan(GDN_SPEC_CONFIG, False),
+    128: GDNSpecPlan(GDN_SPEC_CONFIG, True),
+}
+
+
+def gdn_spec_plan(batch: int) -> GDNSpecPlan:
+    """The plan of the batch point nearest ``batch`` in log scale (:data:`GDN_SPEC_PLANS`)."""
+    return min(GDN_SPEC_PLANS.items(), key=lambda p: abs(math.log2(p[0]) - math.log2(max(batch, 1))))[1]
+
+
 def gdn_spec_batches() -> tuple:
-    """Batch points at which the AOT build records the verify, one on each side of
-    :data:`GDN_SPEC_CAPS_ABOVE_BATCH` and nearest to the rows it serves in log scale (the
-    C library's choice; a tie takes the first)."""
-    return (GDN_SPEC_CAPS_ABOVE_BATCH // 2, GDN_SPEC_CAPS_ABOVE_BATCH * 2)
+    """Batch points at which the AOT build records the verify (:data:`GDN_SPEC_PLANS`)."""
+    return tuple(GDN_SPEC_PLANS)
+
+
 # The precision of the two launches' small products (the solve, the history's and the
 # drafts' [V, 16] x [16, 16], ``(S_0 X) W``): tf32x3 on the tensor cores, not the fused
 # verify's fp32 FMAs (:data:`SMALL_DOT_PRECISION`): 340 against 381 us (both launches
@@ -187,9 +224,9 @@ def gdn_replayssm_spec_decode(
     ``a, b (B, T, HV)``; returns ``out (B, T, HV, V)``. Ring of this layer:
     ``d_ring (slots, HV, buf, V)``, ``k_ring (slots, H, buf, K)``, ``g_ring (slots, HV, buf)``
     fp32, ``buf = ring_capacity(T, history_len)``; cursors as for Mamba2, moved by
-    :func:`commit_replayssm_spec`. ``config`` (default :data:`GDN_SPEC_CONFIG`): rows of V
-    a program (``block_p``), warps, value heads of a key head a program (``heads_per_prog``)
-    and key columns a chunk (``key_chunk``) of the tl.dot verify; the chunked FMA kernel
+    :func:`commit_replayssm_spec`. ``config`` (default: the batch's, :func:`gdn_spec_plan`):
+    rows of V a program (``block_p``), warps, value heads of a key head a program
+    (``heads_per_prog``) and key columns a chunk (``key_chunk``) of the tl.dot verify; the chunked FMA kernel
     (tiles below 16) takes ``block_p``, the warps and ``split_fold``; under split_fold 3
     (the state's product apart) ``block_p``, the warps and ``key_chunk`` set the flush
     rows' launch, the module's ``GDN_STATE_PRODUCT_*`` and ``GDN_RING_PART_*`` the others.
@@ -226,7 +263,8 @@ def gdn_replayssm_spec_decode(
     _check_cursors(write_pos, origin, is_flush, slots, q.device)
     if Bsz == 0:
         return out
-    cfg = config or GDN_SPEC_CONFIG
+    plan = gdn_spec_plan(Bsz)
+    cfg = config or plan.config
     block_v, block_k = min(cfg.block_p, triton.next_power_of_2(V)), triton.next_power_of_2(K)
     use_dot = min(block_v, block_k) >= 16
     # The kernels' arguments in groups (each launch takes the groups its kernel reads).
@@ -254,13 +292,13 @@ def gdn_replayssm_spec_decode(
     check_split_fold(cfg, supported=(0, 1, 2, STATE_APART))
     if use_dot and VERIFY_ON_DOT:
         state_apart = cfg.split_fold == STATE_APART
-        caps = Bsz > GDN_SPEC_CAPS_ABOVE_BATCH
+        caps = plan.register_caps
         solve_numel = Bsz * HV * (2 * MAX_T) ** 2
         ws = (spec_workspace(workspace, gdn_spec_workspace_numel(Bsz, T, HV, V), q.device) if SOLVE_APART or state_apart
               else out)  # (a placeholder for a verify that solves in place)
         solve, bias = ws[:solve_numel], ws[solve_numel:]
         exact_x = exact_in_tf32(q.dtype) and exact_in_tf32(k.dtype)
-        pdl = state_apart and programmatic_launch(q.device)
+        pdl = state_apart and programmatic_launch(q.device, Bsz * HV)
 
         def launch_state_product():
             rows = min(GDN_STATE_PRODUCT_ROWS, triton.next_power_of_2(V))

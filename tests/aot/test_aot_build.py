@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from trtllm_replayssm.ops.gdn.spec import gdn_spec_batches, gdn_spec_plan, gdn_spec_workspace_numel
-from trtllm_replayssm.ops.mamba2.spec import spec_workspace_numel
+from trtllm_replayssm.ops.mamba2.spec import SPEC_PLANS, spec_config, spec_workspace_numel
 from trtllm_replayssm.aot.library import (ROUTE_CODES, GDNSpecArgs, GDNStepArgs, KernelLibrary, Mamba2SpecArgs,
                                           Mamba2StepArgs)
 
@@ -71,6 +71,23 @@ def test_gdn_spec_cases_carry_the_plan_of_each_batch(manifest):
         assert state_apart[nearest] == {plan.config.split_fold == 3}, (batch, nearest)
         seen.add((plan.config.split_fold, plan.register_caps))
     assert seen == {(2, False), (3, False), (3, True)}
+
+
+def test_mamba2_spec_cases_serve_each_default_config(manifest):
+    """The Mamba2 verify's default config changes with the batch (``spec_config``): every
+    model's cases include each config's batch point, and away from a config's bounds the
+    case the C library takes for a batch (nearest in log scale) is of the config the JIT
+    path takes."""
+    points = defaultdict(set)
+    for c in manifest["cases"]:
+        if c["op"] == "mamba2_spec":
+            points[c["key"]].add(c["batch"])
+    assert points
+    for key, batches in points.items():
+        assert set(SPEC_PLANS) <= batches, key
+        for batch in (1, 2, 6, 24, 32, 40, 100, 128, 512):
+            nearest = min(sorted(batches), key=lambda p: abs(math.log2(p) - math.log2(batch)))
+            assert spec_config(nearest) == spec_config(batch), (key, batch, nearest)
 
 
 def test_generated_tables_embed_every_cubin(aot_build, manifest):

@@ -389,7 +389,7 @@ def test_c_abi_mamba2_spec_verify_equals_jit(lib):
         torch.cuda.synchronize()
         assert flushed >= batch, flushed  # every row flushed at least once on the way
         runs[path] = (outs, state, rings["x_ring"], wp, origin)
-    fold_cfg = m2_spec.phase_config(m2_spec.SPEC_CONFIG, m2_spec.FOLD_ONLY)
+    fold_cfg = m2_spec.phase_config(m2_spec.spec_config(batch), m2_spec.FOLD_ONLY)
     assert m2_spec.flush_row_block(P // fold_cfg.block_p * H, batch) == 4  # the fold launch's blocks
     _assert_runs_equal(runs["jit"], runs["c"])
 

@@ -12,6 +12,7 @@ geometry, batch point) and the launches it makes, in order.
 from __future__ import annotations
 
 import hashlib
+import math
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -247,25 +248,59 @@ def _spec_calls(family, geom, state_dtype, act_dtype, batch, T, history_len, has
 
 
 def _mamba2_spec_batches(geom, state_dtype, act_dtype, T, has_z) -> List[int]:
-    """Batch points of a Mamba2 verify's cases: the least batch at which the launch of its
-    flush rows takes each row block (``ops/mamba2/spec.py``, ``flush_row_block``; the one
-    launch config serves every batch otherwise), so that every batch meets a built kernel."""
+    """Batch points of a Mamba2 verify's cases: each default config's point
+    (``ops/mamba2/spec.py``, ``SPEC_PLANS``) and, for each row block that the launch of
+    its flush rows takes over the batches the config serves (``flush_row_block``), a batch
+    of that row block, so that every batch meets a built kernel of its row block where the
+    C library's rule (the nearest point in log scale) allows: the config comes first, a
+    batch's nearest point is always of the config the JIT path takes there."""
     from ..ops.mamba2 import spec as m2_spec
 
-    with Recorder() as rec:
-        _spec_calls("mamba2", geom, state_dtype, act_dtype, 1, T, SPEC_HISTORY, has_z)()
     flush_phases = [p.value for split in m2_spec.PHASES.values() for p in split if m2_spec.serves_flush_rows_alone(p)]
-    grids = [launch.grid for launch in rec.launches if launch.kwargs.get("PHASE") in flush_phases]
-    if not grids:  # no launch of the flush rows alone (split_fold 0)
-        return [1]
-    other = grids[0][0] * grids[0][1]
-    firsts: Dict[int, int] = {}
+    other = []
+    for point in m2_spec.SPEC_PLANS:  # (programs along the other grid axes do not change with the batch)
+        with Recorder() as rec:
+            _spec_calls("mamba2", geom, state_dtype, act_dtype, point, T, SPEC_HISTORY, has_z)()
+        grids = [launch.grid for launch in rec.launches if launch.kwargs.get("PHASE") in flush_phases]
+        other.append(grids[0][0] * grids[0][1] if grids else None)  # (None: no launch of the flush rows alone)
+    return _plan_and_row_block_points(tuple(other))
+
+
+@lru_cache(maxsize=None)
+def _plan_and_row_block_points(other: Tuple[Optional[int], ...]) -> List[int]:
+    """:func:`_mamba2_spec_batches` given the flush rows' launch's programs along its other
+    grid axes under each default config (None: no such launch)."""
+    from ..ops.mamba2 import spec as m2_spec
+    from ..ops.launch import nearest_batch_point
+
+    plan_points = tuple(m2_spec.SPEC_PLANS)
+    other_of = dict(zip(plan_points, other))
+    groups: Dict[tuple, List[int]] = {}  # (config's point, row block) -> [first batch, last batch]
     for batch in range(1, m2_spec.FLUSH_ROW_BLOCK * m2_spec.FLUSH_MIN_PROGRAMS + 2):
-        rows = m2_spec.flush_row_block(other, batch)
-        firsts.setdefault(rows, batch)
-        if rows == m2_spec.FLUSH_ROW_BLOCK:
-            break
-    return sorted(firsts.values())
+        point = nearest_batch_point(plan_points, batch)
+        rows = None if other_of[point] is None else m2_spec.flush_row_block(other_of[point], batch)
+        groups.setdefault((point, rows), [batch, batch])[1] = batch
+        if point == plan_points[-1] and rows in (None, m2_spec.FLUSH_ROW_BLOCK):
+            break  # (the last config's last row block: open-ended, its first batch stands for it)
+
+    def keeps_configs(points) -> bool:
+        ordered = sorted(points)
+        for lo, hi in zip(ordered, ordered[1:]):
+            for batch in range(lo, hi + 1):
+                if m2_spec.spec_config(nearest_batch_point((lo, hi), batch)) != m2_spec.spec_config(batch):
+                    return False
+        return True
+
+    points = set(plan_points)
+    for (point, rows), (first, last) in groups.items():
+        if any(first <= p <= last for p in points):
+            continue
+        middle = (math.log2(first) + math.log2(last)) / 2  # (the group's batches nearest its middle first)
+        for batch in sorted(range(first, last + 1), key=lambda b: abs(math.log2(b) - middle)):
+            if keeps_configs(points | {batch}):
+                points.add(batch)
+                break
+    return sorted(points)
 
 
 def _spec_cursor_calls(op, T, history_len):

@@ -22,11 +22,11 @@ from ..ops.gdn.spec import gdn_replayssm_spec_decode, gdn_spec_plan
 from ..ops.gdn.spec_standard import gdn_spec_standard
 from ..ops.mamba2 import selective_state_update
 from ..ops.mamba2.spec import (
-    SPEC_CONFIG,
     commit_replayssm_spec,
     reset_replayssm_spec_cursors,
     ring_capacity,
     selective_state_update_replayssm_spec,
+    spec_config,
 )
 from ..ops.mamba2.spec_standard import promote_spec_state, selective_state_update_spec_standard
 from .records import git_commit
@@ -84,8 +84,8 @@ def spec_candidates(geom: Union[Mamba2Geometry, GDNGeometry]) -> list:
 
 
 def default_verify_config(geom: Union[Mamba2Geometry, GDNGeometry], batch: int) -> LaunchConfig:
-    """The verify's launch config when the caller gives none (GDN's changes with the batch)."""
-    return gdn_spec_plan(batch).config if isinstance(geom, GDNGeometry) else SPEC_CONFIG
+    """The verify's launch config when the caller gives none (it changes with the batch)."""
+    return gdn_spec_plan(batch).config if isinstance(geom, GDNGeometry) else spec_config(batch)
 
 
 def state_shape(geom: Union[Mamba2Geometry, GDNGeometry]) -> tuple:

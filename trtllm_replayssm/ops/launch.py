@@ -11,6 +11,7 @@ ahead-of-time build.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
@@ -93,6 +94,13 @@ def table_key(kernel: str, state_dtype: torch.dtype, act_dtype: torch.dtype, hea
     return f"{kernel}|{_dtype_key(state_dtype)}|{_dtype_key(act_dtype)}|P{headdim}|N{dstate}"
 
 
+def nearest_batch_point(points: Sequence[int], batch: int) -> int:
+    """The point of ``points`` nearest ``batch`` in log scale, the first on a tie: the rule
+    by which a measured entry, a default plan by batch, and the AOT library's case are
+    picked (``replayssm_kernels.c``: ``find_case``)."""
+    return min(points, key=lambda p: abs(math.log2(p) - math.log2(max(batch, 1))))
+
+
 def _lookup(arch: str, key: str, batch: int, family: str = "mamba2", nheads: Optional[int] = None) -> Optional[dict]:
     """Entry measured nearest (in log scale) to this work. Rows carry ``head_rows``, the
     (batch row, head) pairs a step runs, which the grid and the bytes scale with: models
@@ -102,8 +110,6 @@ def _lookup(arch: str, key: str, batch: int, family: str = "mamba2", nheads: Opt
     rows = _load_table(arch, family).get(key)
     if not rows:
         return None
-    import math
-
     if nheads is not None and all("head_rows" in r for r in rows):
         size, of = batch * nheads, (lambda r: r["head_rows"])
     else:

@@ -43,7 +43,7 @@ import triton
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_last_dim_contiguous, check_slot_major, check_tensor
 from ..common import DOT_PRECISION, ONE_PASS_PRECISION, even_tile, exact_in_tf32
-from ..launch import LaunchConfig, jit_only, launch_kernel
+from ..launch import LaunchConfig, jit_only, launch_kernel, nearest_batch_point
 from ..mamba2.spec import (AFTER_FOLD, BOTH, FLUSH_ROWS, FOLD_ONLY, MAX_T, NONFLUSH_ROWS, STATE_APART,
                            _check_cursors, _check_spec_sizes, check_split_fold, history_tile, ring_capacity,
                            spec_workspace)
@@ -185,7 +185,7 @@ GDN_SPEC_PLANS = {
 
 def gdn_spec_plan(batch: int) -> GDNSpecPlan:
     """The plan of the batch point nearest ``batch`` in log scale (:data:`GDN_SPEC_PLANS`)."""
-    return min(GDN_SPEC_PLANS.items(), key=lambda p: abs(math.log2(p[0]) - math.log2(max(batch, 1))))[1]
+    return GDN_SPEC_PLANS[nearest_batch_point(tuple(GDN_SPEC_PLANS), batch)]
 
 
 def gdn_spec_batches() -> tuple:

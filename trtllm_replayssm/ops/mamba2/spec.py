@@ -39,7 +39,7 @@ from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_l
 from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, exact_lhs_matmul,
                       load_row_slots, load_spec_row, native_dot, ring_positions, small_matmul, spec_cursors_bad,
                       store_nan_tokens, tile_masks)
-from ..launch import LaunchConfig, launch_kernel
+from ..launch import LaunchConfig, launch_kernel, nearest_batch_point
 from .step_inputs import parse_mamba2_step
 
 MAX_T = 8
@@ -69,6 +69,29 @@ STATE_APART = 3  # the split_fold whose outputs take a launch of the state's pro
 # bandwidth, the ring's part 68). 128 rows (cut to a head's, next_pow2(headdim)) take Nano's headdim
 # 80 in one tile: the tuner's pick there too (``benchmarks/results/spec.json``).
 SPEC_CONFIG = LaunchConfig(block_p=128, num_warps=1, heads_per_prog=16, split_fold=3)
+# The verify's default config by batch: each serves the batches nearest its batch point in
+# log scale (a tie: the smaller point; :func:`spec_config`). Small batches: the flush
+# rows' whole step in a launch of their own and the rest fused (split_fold 2, 4 heads a
+# program; fewer launches: the ring part's chain is latency-bound); up to batch 64, the
+# ring part on 8 heads a program (twice the programs). H200, T = 4, 3 accepted, us a
+# verify step (commit 628c9fe, ``benchmarks/results/mamba2_spec_small_batch.json``; rows,
+# warps, heads, split_fold): (16, 1, 4, 2) / (64, 1, 8, 3) / (64, 1, 16, 3), Super's
+# headdim 64 taking 128 rows as 64: Super at batch 1 15.3 / 25.6 / 39.1, 8 30.7 / 42.2 /
+# 57.5, 16 57.6 / 57.6 / 73.0, 24 81.2 / 71.5 / 86.6, 32 103.5 / 84.2 / 99.2, 64 191.9 /
+# 138.5 / 150.6, 96 278.6 / 209.0 / 205.9; Nano-4B (12 heads a group: 8 and 16 a program
+# both take 4) at 1 15.1 / 18.4 / 18.4, 8 29.3 / 33.3 / 33.2, 16 54.6 / 50.5 / 50.5.
+SPEC_PLANS = {
+    4: LaunchConfig(block_p=16, num_warps=1, heads_per_prog=4, split_fold=2),
+    32: LaunchConfig(block_p=128, num_warps=1, heads_per_prog=8, split_fold=3),
+    128: SPEC_CONFIG,
+}
+
+
+def spec_config(batch: int) -> LaunchConfig:
+    """The verify's default config at ``batch`` (:data:`SPEC_PLANS`)."""
+    return SPEC_PLANS[nearest_batch_point(tuple(SPEC_PLANS), batch)]
+
+
 # The state's product launch (split_fold 3): rows of headdim a program, dstate columns a
 # step of its loop, warps, pipeline stages of the loop. H200, Super, T = 4, us a launch
 # at batch 128 / 512 (reading the checkpoint at copy bandwidth: 128 / 510): 32 rows, 32
@@ -520,7 +543,7 @@ def selective_state_update_replayssm_spec(
     (``heads_per_prog``, cut to a divisor of the heads a group has) and whether flush rows
     fold in a launch of their own (``split_fold`` 1) or take their whole step, fold and
     verify, in one (2), or every row's outputs form in two launches, the state's product
-    in the second (3; see :data:`PHASES`); default :data:`SPEC_CONFIG`. ``workspace``:
+    in the second (3; see :data:`PHASES`); default :func:`spec_config`'s. ``workspace``:
     split_fold 3's scratch, fp32, contiguous, at least :func:`spec_workspace_numel`
     elements (allocated per call if not given).
     """
@@ -557,7 +580,7 @@ def selective_state_update_replayssm_spec(
         return out
     dt4 = dt if dt.dim() == 3 else dt[..., 0]
     Dt = step.D
-    cfg = config or SPEC_CONFIG
+    cfg = config or spec_config(Bsz)
     block_n = triton.next_power_of_2(N)
     check_split_fold(cfg)
     part = decay = out  # (placeholders for launches that take no workspace)

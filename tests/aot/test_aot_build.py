@@ -5,7 +5,10 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import math
+import os
 import re
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -88,6 +91,34 @@ def test_mamba2_spec_cases_serve_each_default_config(manifest):
         for batch in (1, 2, 6, 24, 32, 40, 100, 128, 512):
             nearest = min(sorted(batches), key=lambda p: abs(math.log2(p) - math.log2(batch)))
             assert spec_config(nearest) == spec_config(batch), (key, batch, nearest)
+
+
+EVERY_BATCH_CHECK = """
+import json, sys, torch
+from trtllm_replayssm.aot.specs import Recorder, _spec_calls, spec_of
+from trtllm_replayssm.models import model
+built = {k["key"] for k in json.load(open(sys.argv[1]))["kernels"]}
+family, name = sys.argv[2:4]
+for batch in list(range(1, 140)) + [200, 256, 511, 512, 1024]:
+    with Recorder() as rec:
+        _spec_calls(family, model(name).geom, torch.float32, torch.bfloat16, batch, 4, 16, False)()
+    missing = sorted({spec_of(l.kernel, l.kwargs).key for l in rec.launches} - built)
+    if missing:
+        sys.exit(f"batch {batch}: {missing}")
+"""
+
+
+@pytest.mark.parametrize("family,name", [("mamba2", "nemotron-3-super"), ("mamba2", "nemotron-3-nano-4b"),
+                                         ("gdn", "qwen3.5-122b")])
+def test_every_batch_meets_the_kernels_its_jit_path_launches(aot_build, family, name):
+    """The AOT backend looks each launch's kernel up exactly: the verify's kernels at every
+    batch (its default config and the flush rows' row block change with the batch) are
+    built, including those of batches that are no point of the C library's. (Out of the
+    interpreter, whose launches take other precisions, as the build does.)"""
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    run = subprocess.run([sys.executable, "-c", EVERY_BATCH_CHECK, str(aot_build / "manifest.json"), family, name],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
 
 
 def test_generated_tables_embed_every_cubin(aot_build, manifest):

@@ -80,6 +80,8 @@ def build(archs: Sequence[int], out_dir: Path, workers: int = 2, buffer_lens=(16
                 if not quiet and (i + 1) % 25 == 0:
                     print(f"sm{arch}: {i + 1}/{len(jobs)} compiled [{time.time() - t0:.0f}s]", flush=True)
         for c in arch_cases:
+            if c.kernels_only:  # (compiled above; not a case of the C library)
+                continue
             cases.append(dict(arch=arch, op=c.op, key=c.key_string(), batch=c.batch,
                               launches=[dict(spec=s.key, grid=list(g)) for s, g in c.launches]))
     import triton

@@ -142,6 +142,9 @@ class OpCase:
     key: Dict[str, object]
     batch: int
     launches: List[Tuple[KernelSpec, Tuple[int, ...]]] = field(default_factory=list)
+    # Built for its kernels only (the AOT backend's exact lookups), not a case of the C
+    # library (whose nearest batch point it would move).
+    kernels_only: bool = False
 
     def key_string(self) -> str:
         return "|".join([self.op] + [f"{k}={v}" for k, v in sorted(self.key.items())])
@@ -247,13 +250,15 @@ def _spec_calls(family, geom, state_dtype, act_dtype, batch, T, history_len, has
         out=torch.empty_like(v), d_ring=cache.d_cache[0], k_ring=cache.k_cache[0], g_ring=cache.g_cache[0], **cursors)
 
 
-def _mamba2_spec_batches(geom, state_dtype, act_dtype, T, has_z) -> List[int]:
-    """Batch points of a Mamba2 verify's cases: each default config's point
-    (``ops/mamba2/spec.py``, ``SPEC_PLANS``) and, for each row block that the launch of
-    its flush rows takes over the batches the config serves (``flush_row_block``), a batch
-    of that row block, so that every batch meets a built kernel of its row block where the
-    C library's rule (the nearest point in log scale) allows: the config comes first, a
-    batch's nearest point is always of the config the JIT path takes there."""
+def _mamba2_spec_batches(geom, state_dtype, act_dtype, T, has_z) -> Tuple[List[int], List[int]]:
+    """Batch points of a Mamba2 verify's cases, and batches recorded for their kernels only.
+    The launch of the flush rows takes a row block that grows with the batch
+    (``flush_row_block``) under each default config (``ops/mamba2/spec.py``,
+    ``SPEC_PLANS``); the JIT path (and the AOT backend, which looks its kernels up exactly)
+    needs each (config, row block)'s kernel. The C library takes the case at the nearest
+    point in log scale: the points are each config's, and a batch of a row block where it
+    keeps every batch's nearest point of the config the JIT path takes there; the other
+    row blocks are built for their kernels only."""
     from ..ops.mamba2 import spec as m2_spec
 
     flush_phases = [p.value for split in m2_spec.PHASES.values() for p in split if m2_spec.serves_flush_rows_alone(p)]
@@ -267,7 +272,7 @@ def _mamba2_spec_batches(geom, state_dtype, act_dtype, T, has_z) -> List[int]:
 
 
 @lru_cache(maxsize=None)
-def _plan_and_row_block_points(other: Tuple[Optional[int], ...]) -> List[int]:
+def _plan_and_row_block_points(other: Tuple[Optional[int], ...]) -> Tuple[List[int], List[int]]:
     """:func:`_mamba2_spec_batches` given the flush rows' launch's programs along its other
     grid axes under each default config (None: no such launch)."""
     from ..ops.mamba2 import spec as m2_spec
@@ -291,7 +296,7 @@ def _plan_and_row_block_points(other: Tuple[Optional[int], ...]) -> List[int]:
                     return False
         return True
 
-    points = set(plan_points)
+    points, kernels_only = set(plan_points), []
     for (point, rows), (first, last) in groups.items():
         if any(first <= p <= last for p in points):
             continue
@@ -300,7 +305,9 @@ def _plan_and_row_block_points(other: Tuple[Optional[int], ...]) -> List[int]:
             if keeps_configs(points | {batch}):
                 points.add(batch)
                 break
-    return sorted(points)
+        else:
+            kernels_only.append(first)
+    return sorted(points), kernels_only
 
 
 def _spec_cursor_calls(op, T, history_len):
@@ -329,10 +336,10 @@ def op_cases(arch: str, buffer_lens: Sequence[int] = DEFAULT_BUFFER_LENS,
 
     cases: List[OpCase] = []
 
-    def add(op, key, batch, thunk):
+    def add(op, key, batch, thunk, kernels_only=False):
         with Recorder() as rec:
             thunk()
-        case = OpCase(op, key, batch)
+        case = OpCase(op, key, batch, kernels_only=kernels_only)
         for launch in rec.launches:
             case.launches.append((spec_of(launch.kernel, launch.kwargs), launch.grid))
         cases.append(case)
@@ -371,10 +378,11 @@ def op_cases(arch: str, buffer_lens: Sequence[int] = DEFAULT_BUFFER_LENS,
                 s, a = DTYPE_NAMES[sd], DTYPE_NAMES[ad]
                 for (P, N, H, G), g in sorted(mamba2_geoms.items()):
                     for has_z in (False, True):
-                        for b in _mamba2_spec_batches(g, s, a, T, has_z):
+                        points, kernels_only = _mamba2_spec_batches(g, s, a, T, has_z)
+                        for b in points + kernels_only:
                             add("mamba2_spec", dict(state=sd, act=ad, P=P, N=N, H=H, G=G, T=T, Bh=SPEC_HISTORY,
                                                     z=int(has_z)), b,
-                                _spec_calls("mamba2", g, s, a, b, T, SPEC_HISTORY, has_z))
+                                _spec_calls("mamba2", g, s, a, b, T, SPEC_HISTORY, has_z), b in kernels_only)
                 for (V, K, HV, H), g in sorted(gdn_geoms.items()):
                     for b in gdn_spec_batches():
                         add("gdn_spec", dict(state=sd, act=ad, V=V, K=K, HV=HV, H=H, T=T, Bh=SPEC_HISTORY), b,

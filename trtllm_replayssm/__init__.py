@@ -18,11 +18,13 @@ from .cache import (
 from .ops.cursors import advance_write_pos, reset_write_pos
 from .ops.gdn import (
     choose_gdn_route,
+    commit_gdn_replayssm_spec,
     fused_recurrent_gated_delta_rule_replayssm,
     fused_sigmoid_gating_delta_rule_update,
     gdn_replayssm_spec_decode,
     gdn_spec_workspace_numel,
     gdn_step_ref,
+    reset_gdn_replayssm_spec_cursors,
     split_packed_qkv,
 )
 from .ops.mamba2 import (
@@ -50,7 +52,8 @@ BACKEND = _activate_backend()
 
 __all__ = [
     "GDNGeometry", "GDNLayerCache", "GDNReplayCache", "choose_gdn_route", "fused_recurrent_gated_delta_rule_replayssm",
-    "fused_sigmoid_gating_delta_rule_update", "gdn_bytes_per_slot", "gdn_replayssm_spec_decode", "gdn_spec_workspace_numel", "gdn_step_ref", "split_packed_qkv",
+    "fused_sigmoid_gating_delta_rule_update", "gdn_bytes_per_slot", "gdn_replayssm_spec_decode", "gdn_spec_workspace_numel",
+    "commit_gdn_replayssm_spec", "reset_gdn_replayssm_spec_cursors", "gdn_step_ref", "split_packed_qkv",
     "commit_replayssm_spec", "reset_replayssm_spec_cursors", "selective_state_update_replayssm_spec",
     "spec_workspace_numel",
     "LaunchConfig", "Mamba2Geometry", "Mamba2LayerCache", "Mamba2ReplayCache", "ROUTES",

@@ -11,8 +11,9 @@ from trtllm_replayssm.ops.launch import LaunchConfig
 from trtllm_replayssm.cache import GDNGeometry
 from trtllm_replayssm.ops.gdn.naive import gdn_step_ref, l2norm
 from trtllm_replayssm.ops.gdn import spec as gdn_spec_module
-from trtllm_replayssm.ops.gdn.spec import gdn_replayssm_spec_decode
-from trtllm_replayssm.ops.mamba2.spec import commit_replayssm_spec, reset_replayssm_spec_cursors, ring_capacity
+from trtllm_replayssm.ops.gdn.spec import (commit_gdn_replayssm_spec, gdn_replayssm_spec_decode,
+                                          reset_gdn_replayssm_spec_cursors)
+from trtllm_replayssm.ops.mamba2.spec import ring_capacity
 
 GEOM = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=16)
 PAD = -1
@@ -31,7 +32,7 @@ def run_gdn_spec_fuzz(T, Bh, steps, seed=0, corrupt_at=None, geom=GEOM, config=N
     flush = torch.zeros(slots_n, dtype=torch.int8, device=DEVICE)
     rows = [4, PAD, 1]
     slot_idx = torch.tensor(rows, **i32)
-    reset_replayssm_spec_cursors(wp, origin, flush, slot_idx, T, Bh)
+    reset_gdn_replayssm_spec_cursors(wp, origin, flush, slot_idx, T, Bh)
     A_log, dt_bias = torch.randn(HV, generator=g) * 0.5 - 0.5, torch.randn(HV, generator=g) * 0.5
     ref = {s: state[s].double().cpu()[None] for s in rows if s != PAD}
     tol = tolerance(torch.float32, torch.float32)
@@ -71,7 +72,7 @@ def run_gdn_spec_fuzz(T, Bh, steps, seed=0, corrupt_at=None, geom=GEOM, config=N
                 assert err <= out_tol, f"step {step} row {r} token {t}: output error {err:.3g}"
                 if t + 1 == int(accepted[r]):
                     ref[s] = st
-        commit_replayssm_spec(wp, origin, flush, accepted.to(DEVICE), T, Bh, slot_idx, PAD)
+        commit_gdn_replayssm_spec(wp, origin, flush, accepted.to(DEVICE), T, Bh, slot_idx, PAD)
     return flushes
 
 

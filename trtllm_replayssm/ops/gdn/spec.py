@@ -1,8 +1,9 @@
 """ReplaySSM Gated DeltaNet speculative verify on a circular ring (``replayssm.md`` s. 2-3).
 
 Ring per slot: corrected values ``d``, normalised keys and log-decays of the committed
-history, at physical ``(origin + i) & (buf - 1)``; cursors as for Mamba2 (and the same
-:func:`commit_replayssm_spec` / :func:`reset_replayssm_spec_cursors` move them).
+history, at physical ``(origin + i) & (buf - 1)``; cursors as for Mamba2, moved by
+:func:`commit_gdn_replayssm_spec` / :func:`reset_gdn_replayssm_spec_cursors` (Mamba2's
+cursor ops under GDN's argument names).
 
 With ``S_h`` the state after the committed history (never formed: ``S_h x`` comes from
 ``S_0 x`` and the ring) and ``A_t`` the drafts' log-decay summed up to ``t``, the drafts'
@@ -45,8 +46,8 @@ from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_last_dim_contiguous
 from ..common import DOT_PRECISION, ONE_PASS_PRECISION, even_tile, exact_in_tf32
 from ..launch import LaunchConfig, jit_only, launch_kernel, nearest_batch_point
 from ..mamba2.spec import (AFTER_FOLD, BOTH, FLUSH_ROWS, FOLD_ONLY, MAX_T, NONFLUSH_ROWS, STATE_APART,
-                           _check_cursors, _check_spec_sizes, check_split_fold, history_tile, ring_capacity,
-                           spec_workspace)
+                           _check_cursors, _check_spec_sizes, check_split_fold, commit_replayssm_spec, history_tile,
+                           reset_replayssm_spec_cursors, ring_capacity, spec_workspace)
 from .spec_chunked import _gdn_spec_verify_kernel, fma_key_chunk
 from .spec_dot import _gdn_spec_solve_kernel, _gdn_spec_verify_dot_kernel
 from .spec_state_apart import _gdn_spec_ring_part_kernel, _gdn_spec_state_product_kernel
@@ -166,13 +167,13 @@ class GDNSpecPlan:
 # The verify's default by batch: each plan serves the batches nearest its batch point in
 # log scale (a tie: the smaller point), the rule by which the AOT library, which records
 # a case at every point, picks one. H200, T = 4, 3 accepted, us a verify step (commit
-# 9768456, ``benchmarks/results/gdn_spec_small_batch.json``; split_fold 3 with its
-# programmatic launch):
+# 43f2c4b, ``python benchmarks/probe_spec_small_batch.py``,
+# ``benchmarks/results/gdn_spec_small_batch.json``):
 # - small batches: split_fold 2 on a value head a program (fewer, shorter launches: the
-#   ring part's solve is latency-bound) against split_fold 3: Qwen3.5-122B at batch 1
-#   14.7 / 32.9, 8 32.1 / 49.5, 16 51.6 / 65.4, 32 90.2 / 92.6, 48 129.4 / 121.7;
-#   Qwen3.5-4B at 1 14.3 / 21.6, 16 32.7 / 38.6, 32 52.4 / 54.9, 48 71.1 / 70.9 (4 heads a
-#   program: 50.5 and 30.9 at 16, 27.3 and 19.0 at 1);
+#   ring part's solve is latency-bound) against split_fold 3 with its programmatic
+#   launch: Qwen3.5-122B at batch 1 14.7 / 33.1, 8 32.2 / 49.9, 16 51.6 / 65.4, 32 89.9 /
+#   92.3, 48 129.8 / 121.7; Qwen3.5-4B at 1 14.4 / 21.7, 16 32.8 / 38.7, 32 52.5 / 55.1,
+#   48 71.1 / 71.0 (4 heads a program: 50.5 and 31.0 at 16, 27.5 and 19.1 at 1);
 # - the register caps cost at batch 32 (94 against 101.5 us, commit b78db8d,
 #   ``gdn_spec_maxnreg.json``), where the launches' programs fit an SM's warps without
 #   them, and win from batch 128 on (see GDN_RING_PART_MAXNREG).
@@ -207,6 +208,22 @@ def dot_heads_per_program(cfg: LaunchConfig, v_heads_per_k_head: int, phase) -> 
     return 1 if phase is FLUSH_ROWS else math.gcd(cfg.heads_per_prog, v_heads_per_k_head)
 
 
+def commit_gdn_replayssm_spec(write_pos, origin, is_flush, accepted, num_tokens: int, history_len: int,
+                              initial_state_indices: Optional[torch.Tensor] = None, pad_slot_id: int = -1) -> None:
+    """After a verify's acceptance: ``accepted (B,)`` tokens a row, bonus token included,
+    with the verify's ``initial_state_indices``; rows with ``accepted <= 0`` (padding)
+    change nothing. On device, no host sync. (The ring's cursors follow Mamba2's rule:
+    :func:`commit_replayssm_spec`.)"""
+    commit_replayssm_spec(write_pos, origin, is_flush, accepted, num_tokens, history_len, initial_state_indices,
+                          pad_slot_id)
+
+
+def reset_gdn_replayssm_spec_cursors(write_pos, origin, is_flush, slots: torch.Tensor, num_tokens: int,
+                                     history_len: int, pad_slot_id: int = -1) -> None:
+    """Slots entering decode: an empty history (:func:`reset_replayssm_spec_cursors`)."""
+    reset_replayssm_spec_cursors(write_pos, origin, is_flush, slots, num_tokens, history_len, pad_slot_id)
+
+
 def gdn_spec_workspace_numel(batch: int, num_tokens: int, num_v_heads: int, head_v_dim: int) -> int:
     """fp32 elements of a verify's workspace: the drafts' solve ``[batch, HV, 16, 16]``
     (:data:`SOLVE_APART`; split_fold 3: ``W`` for the rows that do not flush), then the
@@ -224,7 +241,7 @@ def gdn_replayssm_spec_decode(
     ``a, b (B, T, HV)``; returns ``out (B, T, HV, V)``. Ring of this layer:
     ``d_ring (slots, HV, buf, V)``, ``k_ring (slots, H, buf, K)``, ``g_ring (slots, HV, buf)``
     fp32, ``buf = ring_capacity(T, history_len)``; cursors as for Mamba2, moved by
-    :func:`commit_replayssm_spec`. ``config`` (default: the batch's, :func:`gdn_spec_plan`):
+    :func:`commit_gdn_replayssm_spec`. ``config`` (default: the batch's, :func:`gdn_spec_plan`):
     rows of V a program (``block_p``), warps, value heads of a key head a program
     (``heads_per_prog``) and key columns a chunk (``key_chunk``) of the tl.dot verify; the chunked FMA kernel
     (tiles below 16) takes ``block_p``, the warps and ``split_fold``; under split_fold 3

@@ -74,12 +74,13 @@ SPEC_CONFIG = LaunchConfig(block_p=128, num_warps=1, heads_per_prog=16, split_fo
 # rows' whole step in a launch of their own and the rest fused (split_fold 2, 4 heads a
 # program; fewer launches: the ring part's chain is latency-bound); up to batch 64, the
 # ring part on 8 heads a program (twice the programs). H200, T = 4, 3 accepted, us a
-# verify step (commit 628c9fe, ``benchmarks/results/mamba2_spec_small_batch.json``; rows,
-# warps, heads, split_fold): (16, 1, 4, 2) / (64, 1, 8, 3) / (64, 1, 16, 3), Super's
-# headdim 64 taking 128 rows as 64: Super at batch 1 15.3 / 25.6 / 39.1, 8 30.7 / 42.2 /
-# 57.5, 16 57.6 / 57.6 / 73.0, 24 81.2 / 71.5 / 86.6, 32 103.5 / 84.2 / 99.2, 64 191.9 /
-# 138.5 / 150.6, 96 278.6 / 209.0 / 205.9; Nano-4B (12 heads a group: 8 and 16 a program
-# both take 4) at 1 15.1 / 18.4 / 18.4, 8 29.3 / 33.3 / 33.2, 16 54.6 / 50.5 / 50.5.
+# verify step (commit 15c36a3, ``python benchmarks/probe_spec_small_batch.py``,
+# ``benchmarks/results/mamba2_spec_small_batch.json``; rows, warps, heads, split_fold):
+# (16, 1, 4, 2) / (64, 1, 8, 3) / (64, 1, 16, 3), Super's headdim 64 taking 128 rows as
+# 64: Super at batch 1 15.3 / 25.3 / 38.5, 8 30.3 / 41.8 / 56.9, 16 56.8 / 56.5 / 72.0,
+# 24 80.1 / 70.5 / 85.7, 32 102.0 / 83.1 / 98.0, 64 188.6 / 135.9 / 148.1, 96 273.8 /
+# 206.3 / 202.9; Nano-4B (12 heads a group: 8 and 16 a program both take 4) at 1 15.2 /
+# 18.3 / 18.3, 8 29.1 / 33.0 / 33.0, 16 54.2 / 50.0 / 49.9.
 SPEC_PLANS = {
     4: LaunchConfig(block_p=16, num_warps=1, heads_per_prog=4, split_fold=2),
     32: LaunchConfig(block_p=128, num_warps=1, heads_per_prog=8, split_fold=3),

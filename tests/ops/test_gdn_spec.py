@@ -81,7 +81,10 @@ def test_rollback_fuzz():
     assert min(flushes.values()) >= 1, flushes
 
 
-@pytest.mark.parametrize("T,Bh", [(1, 5), (2, 2), (3, 5), (4, 4), (8, 8), (8, 24)])
+# T in {2, 4, 8} against a history of T, 16 and 24 entries (T = 4, Bh = 16: the rollback
+# fuzz), and odd sizes.
+@pytest.mark.parametrize("T,Bh", [(1, 5), (2, 2), (2, 16), (2, 24), (3, 5), (4, 4), (4, 24), (8, 8), (8, 16),
+                                  (8, 24)])
 def test_fuzz_sizes(T, Bh):
     flushes = run_gdn_spec_fuzz(T=T, Bh=Bh, steps=20, seed=T + Bh)
     assert min(flushes.values()) >= 1, flushes
@@ -315,3 +318,64 @@ def test_bad_slot_or_cursor_gives_nan_and_changes_nothing(split_fold):
         **cur, config=LaunchConfig(16, 1, split_fold=split_fold))
     assert not torch.isnan(out[0]).any() and torch.isnan(out[1]).all() and torch.isnan(out[2]).all()
     assert torch.equal(state[1:], before[1:]) and torch.equal(rings["d_ring"][1:], torch.zeros_like(rings["d_ring"][1:]))
+
+
+@pytest.mark.parametrize("config", [None, gdn_spec_module.GDN_SPEC_CONFIG], ids=["default", "split_fold_3"])
+def test_accepted_outputs_equal_the_autoregressive_kernels(config):
+    """Every accepted output of a verify equals decoding the accepted tokens one at a time
+    with the standard kernel and with the autoregressive replay kernel (a ring of its own
+    of L entries, folding on its own schedule), over several flushes of both, with random
+    acceptance, a padded row and a request that joins mid-run (rows at other fill levels)."""
+    from trtllm_replayssm.cache import GDNReplayCache
+    from trtllm_replayssm.ops.gdn import fused_recurrent_gated_delta_rule_replayssm, fused_sigmoid_gating_delta_rule_update
+
+    T, Bh, L, steps = 4, 8, 6, 20
+    g = torch.Generator().manual_seed(23)
+    H, HV, K, V = GEOM.num_k_heads, GEOM.num_v_heads, GEOM.head_k_dim, GEOM.head_v_dim
+    slots_n, buf = 6, ring_capacity(T, Bh)
+    i32 = dict(dtype=torch.int32, device=DEVICE)
+    start = (torch.randn(slots_n, HV, V, K, generator=g) * 0.3).to(DEVICE)
+    spec_state, std_state = start.clone(), start.clone()
+    ar = GDNReplayCache(GEOM, 1, slots_n, L, torch.float32, device=DEVICE)
+    ar.ssm_state[0].copy_(start)
+    rings = dict(d_ring=torch.zeros(slots_n, HV, buf, V, device=DEVICE), k_ring=torch.zeros(slots_n, H, buf, K, device=DEVICE),
+                 g_ring=torch.zeros(slots_n, HV, buf, device=DEVICE))
+    wp, origin = torch.zeros(slots_n, **i32), torch.zeros(slots_n, **i32)
+    flush = torch.zeros(slots_n, dtype=torch.int8, device=DEVICE)
+    rows = [0, PAD, 2, 4]
+    reset_gdn_replayssm_spec_cursors(wp, origin, flush, torch.tensor(rows, **i32), T, Bh, PAD)
+    ar.reset(torch.tensor(rows, **i32), PAD)
+    A_log, dt_bias = (torch.randn(HV, generator=g) * 0.5 - 0.5).to(DEVICE), (torch.randn(HV, generator=g) * 0.5).to(DEVICE)
+    tol = tolerance(torch.float32, torch.float32)
+    spec_flushes, ar_folds = 0, 0
+    for step in range(steps):
+        if step == 7:  # a request joins in the padded row's place
+            rows[1] = 5
+            reset_gdn_replayssm_spec_cursors(wp, origin, flush, torch.tensor([5], **i32), T, Bh, PAD)
+            ar.reset(torch.tensor([5], **i32), PAD)
+        n = len(rows)
+        q, k = (torch.randn(n, T, H, K, generator=g).to(DEVICE) for _ in range(2))
+        v = torch.randn(n, T, HV, V, generator=g).to(DEVICE)
+        a, b = (torch.randn(n, T, HV, generator=g).to(DEVICE) for _ in range(2))
+        spec_flushes += int(flush[[s for s in rows if s != PAD]].sum())
+        out = gdn_replayssm_spec_decode(spec_state, q, k, v, a, b, A_log, dt_bias, initial_state_indices=torch.tensor(
+            rows, **i32), pad_slot_id=PAD, write_pos=wp, origin=origin, is_flush=flush, history_len=Bh,
+            config=config, **rings)
+        accepted = torch.randint(1, T + 1, (n,), generator=g, dtype=torch.int32)
+        accepted[[r for r, s in enumerate(rows) if s == PAD]] = 0
+        for t in range(T):  # the accepted tokens, one decode step each (the others are padding)
+            live = torch.tensor([s if t < int(accepted[r]) else PAD for r, s in enumerate(rows)], **i32)
+            ar_folds += int(((ar.write_pos[live.clamp(min=0).long()] == L - 1) & (live >= 0)).sum())
+            step_in = (q[:, t], k[:, t], v[:, t], a[:, t], b[:, t], A_log, dt_bias)
+            y_std = fused_sigmoid_gating_delta_rule_update(std_state, *step_in, initial_state_indices=live,
+                                                           pad_slot_id=PAD)
+            y_ar = fused_recurrent_gated_delta_rule_replayssm(ar.ssm_state[0], *step_in, initial_state_indices=live,
+                                                              pad_slot_id=PAD, route="output_only", **ar.ring_kwargs(0))
+            ar.advance(live, route="output_only", pad_slot_id=PAD)
+            for r in range(n):
+                if int(live[r]) != PAD:
+                    for name, y in (("standard", y_std), ("replay", y_ar)):
+                        err = rel_err(out[r, t].cpu(), y[r].double().cpu())
+                        assert err <= tol, f"step {step} row {r} token {t}: {name} kernel differs by {err:.3g}"
+        commit_gdn_replayssm_spec(wp, origin, flush, accepted.to(DEVICE), T, Bh, torch.tensor(rows, **i32), PAD)
+    assert spec_flushes >= 2 * 3 and ar_folds >= 2 * 3, (spec_flushes, ar_folds)

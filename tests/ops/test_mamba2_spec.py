@@ -99,7 +99,8 @@ def test_rollback_fuzz_200_steps():
     assert min(flushes.values()) >= 1, flushes
 
 
-@pytest.mark.parametrize("T,Bh", [(2, 2), (2, 16), (4, 4), (4, 24), (8, 8), (8, 16)])
+# T in {2, 4, 8} against a history of T, 16 and 24 entries (T = 4, Bh = 16: the rollback fuzz).
+@pytest.mark.parametrize("T,Bh", [(2, 2), (2, 16), (2, 24), (4, 4), (4, 24), (8, 8), (8, 16), (8, 24)])
 def test_fuzz_sizes(T, Bh):
     flushes = run_spec_fuzz(T=T, Bh=Bh, steps=24, seed=T * 100 + Bh)
     assert min(flushes.values()) >= 1, flushes
@@ -359,3 +360,64 @@ def test_bad_slot_or_cursor_gives_nan_and_changes_nothing(monkeypatch, split_fol
     assert not torch.isnan(out[0]).any() and torch.isnan(out[1]).all() and torch.isnan(out[2]).all()
     assert torch.equal(state[1:], before[1:])
     assert torch.equal(rings["x_ring"][1:], torch.zeros_like(rings["x_ring"][1:]))
+
+
+@pytest.mark.parametrize("config", [None, m2_spec_module.SPEC_CONFIG], ids=["default", "split_fold_3"])
+def test_accepted_outputs_equal_the_autoregressive_kernels(config):
+    """Every accepted output of a verify equals decoding the accepted tokens one at a time
+    with the standard kernel and with the autoregressive replay kernel (a ring of its own
+    of L entries, folding on its own schedule), over several flushes of both, with random
+    acceptance, a padded row and a request that joins mid-run (rows at other fill levels)."""
+    from trtllm_replayssm.cache import Mamba2ReplayCache
+    from trtllm_replayssm.ops.mamba2 import selective_state_update
+    from trtllm_replayssm.ops.mamba2.replay import selective_state_update_replayssm
+
+    T, Bh, L, steps = 4, 8, 6, 20
+    g = torch.Generator().manual_seed(21)
+    H, P, N, G = GEOM.nheads, GEOM.headdim, GEOM.dstate, GEOM.ngroups
+    slots_n, buf = 6, ring_capacity(T, Bh)
+    i32 = dict(dtype=torch.int32, device=DEVICE)
+    start = torch.randn(slots_n, H, P, N, generator=g).to(DEVICE)
+    spec_state, std_state = start.clone(), start.clone()
+    ar = Mamba2ReplayCache(GEOM, 1, slots_n, L, torch.float32, torch.float32, DEVICE)
+    ar.ssm_state[0].copy_(start)
+    rings = dict(x_ring=torch.zeros(slots_n, H, buf, P, device=DEVICE), dt_ring=torch.zeros(slots_n, H, buf, device=DEVICE),
+                 B_ring=torch.zeros(slots_n, G, buf, N, device=DEVICE))
+    wp, origin = torch.zeros(slots_n, **i32), torch.zeros(slots_n, **i32)
+    flush = torch.zeros(slots_n, dtype=torch.int8, device=DEVICE)
+    rows = [0, PAD, 2, 4]
+    reset_replayssm_spec_cursors(wp, origin, flush, torch.tensor(rows, **i32), T, Bh, PAD)
+    ar.reset(torch.tensor(rows, **i32), PAD)
+    A = -(torch.rand(H, generator=g) * 0.8 + 0.2)
+    dt_bias, D = torch.randn(H, generator=g) * 0.5 - 1.0, torch.randn(H, generator=g)
+    params = dict(A=A.to(DEVICE), D=D.to(DEVICE), dt_bias=dt_bias.to(DEVICE), dt_softplus=True, pad_slot_id=PAD)
+    tol = tolerance(torch.float32, torch.float32)
+    spec_flushes, ar_folds = 0, 0
+    for step in range(steps):
+        if step == 7:  # a request joins in the padded row's place
+            rows[1] = 5
+            reset_replayssm_spec_cursors(wp, origin, flush, torch.tensor([5], **i32), T, Bh, PAD)
+            ar.reset(torch.tensor([5], **i32), PAD)
+        n = len(rows)
+        x, dt, B, C, z = (torch.randn(n, T, *shape, generator=g).to(DEVICE)
+                          for shape in ((H, P), (H,), (G, N), (G, N), (H, P)))
+        spec_flushes += int(flush[[s for s in rows if s != PAD]].sum())
+        out = selective_state_update_replayssm_spec(spec_state, x, dt, B=B, C=C, z=z, state_batch_indices=torch.tensor(
+            rows, **i32), write_pos=wp, origin=origin, is_flush=flush, history_len=Bh, config=config, **rings,
+            **params)
+        accepted = torch.randint(1, T + 1, (n,), generator=g, dtype=torch.int32)
+        accepted[[r for r, s in enumerate(rows) if s == PAD]] = 0
+        for t in range(T):  # the accepted tokens, one decode step each (the others are padding)
+            live = torch.tensor([s if t < int(accepted[r]) else PAD for r, s in enumerate(rows)], **i32)
+            ar_folds += int(((ar.write_pos[live.clamp(min=0).long()] == L - 1) & (live >= 0)).sum())
+            step_in = dict(x=x[:, t], dt=dt[:, t], B=B[:, t], C=C[:, t], z=z[:, t], state_batch_indices=live, **params)
+            y_std = selective_state_update(std_state, **step_in)
+            y_ar = selective_state_update_replayssm(ar.ssm_state[0], **step_in, route="output_only", **ar.ring_kwargs(0))
+            ar.advance(live, route="output_only", pad_slot_id=PAD)
+            for r in range(n):
+                if int(live[r]) != PAD:
+                    for name, y in (("standard", y_std), ("replay", y_ar)):
+                        err = rel_err(out[r, t].cpu(), y[r].double().cpu())
+                        assert err <= tol, f"step {step} row {r} token {t}: {name} kernel differs by {err:.3g}"
+        commit_replayssm_spec(wp, origin, flush, accepted.to(DEVICE), T, Bh, torch.tensor(rows, **i32), PAD)
+    assert spec_flushes >= 2 * 3 and ar_folds >= 2 * 3, (spec_flushes, ar_folds)

@@ -6,6 +6,7 @@ import torch
 
 from conftest import requires_cuda
 from mamba2_harness import DEVICE, rel_err, same_bits, tolerance
+from spec_harness import check_accepted_tokens
 from trtllm_replayssm.benchmarking.spec import GDN_SPEC_CANDIDATES
 from trtllm_replayssm.ops.launch import LaunchConfig
 from trtllm_replayssm.cache import GDNGeometry
@@ -322,10 +323,8 @@ def test_bad_slot_or_cursor_gives_nan_and_changes_nothing(split_fold):
 
 @pytest.mark.parametrize("config", [None, gdn_spec_module.GDN_SPEC_CONFIG], ids=["default", "split_fold_3"])
 def test_accepted_outputs_equal_the_autoregressive_kernels(config):
-    """Every accepted output of a verify equals decoding the accepted tokens one at a time
-    with the standard kernel and with the autoregressive replay kernel (a ring of its own
-    of L entries, folding on its own schedule), over several flushes of both, with random
-    acceptance, a padded row and a request that joins mid-run (rows at other fill levels)."""
+    """As ``test_mamba2_spec``'s test of this name: the accepted outputs against the GDN
+    standard kernel and autoregressive replay kernel, token by token."""
     from trtllm_replayssm.cache import GDNReplayCache
     from trtllm_replayssm.ops.gdn import fused_recurrent_gated_delta_rule_replayssm, fused_sigmoid_gating_delta_rule_update
 
@@ -363,8 +362,8 @@ def test_accepted_outputs_equal_the_autoregressive_kernels(config):
             config=config, **rings)
         accepted = torch.randint(1, T + 1, (n,), generator=g, dtype=torch.int32)
         accepted[[r for r, s in enumerate(rows) if s == PAD]] = 0
-        for t in range(T):  # the accepted tokens, one decode step each (the others are padding)
-            live = torch.tensor([s if t < int(accepted[r]) else PAD for r, s in enumerate(rows)], **i32)
+        def decode_step(t, live):  # (an accepted token; the rows that did not accept it are padding)
+            nonlocal ar_folds
             ar_folds += int(((ar.write_pos[live.clamp(min=0).long()] == L - 1) & (live >= 0)).sum())
             step_in = (q[:, t], k[:, t], v[:, t], a[:, t], b[:, t], A_log, dt_bias)
             y_std = fused_sigmoid_gating_delta_rule_update(std_state, *step_in, initial_state_indices=live,
@@ -372,10 +371,8 @@ def test_accepted_outputs_equal_the_autoregressive_kernels(config):
             y_ar = fused_recurrent_gated_delta_rule_replayssm(ar.ssm_state[0], *step_in, initial_state_indices=live,
                                                               pad_slot_id=PAD, route="output_only", **ar.ring_kwargs(0))
             ar.advance(live, route="output_only", pad_slot_id=PAD)
-            for r in range(n):
-                if int(live[r]) != PAD:
-                    for name, y in (("standard", y_std), ("replay", y_ar)):
-                        err = rel_err(out[r, t].cpu(), y[r].double().cpu())
-                        assert err <= tol, f"step {step} row {r} token {t}: {name} kernel differs by {err:.3g}"
+            return {"standard": y_std, "replay": y_ar}
+
+        check_accepted_tokens(out, rows, accepted, T, PAD, decode_step, tol, f"step {step}")
         commit_gdn_replayssm_spec(wp, origin, flush, accepted.to(DEVICE), T, Bh, torch.tensor(rows, **i32), PAD)
     assert spec_flushes >= 2 * 3 and ar_folds >= 2 * 3, (spec_flushes, ar_folds)

@@ -11,6 +11,7 @@ import torch
 
 from conftest import requires_cuda
 from mamba2_harness import DEVICE, rel_err, same_bits, tolerance
+from spec_harness import check_accepted_tokens
 from trtllm_replayssm.benchmarking.spec import MAMBA2_SPEC_CANDIDATES
 from trtllm_replayssm.ops.launch import LaunchConfig
 from trtllm_replayssm.cache import Mamba2Geometry
@@ -407,17 +408,15 @@ def test_accepted_outputs_equal_the_autoregressive_kernels(config):
             **params)
         accepted = torch.randint(1, T + 1, (n,), generator=g, dtype=torch.int32)
         accepted[[r for r, s in enumerate(rows) if s == PAD]] = 0
-        for t in range(T):  # the accepted tokens, one decode step each (the others are padding)
-            live = torch.tensor([s if t < int(accepted[r]) else PAD for r, s in enumerate(rows)], **i32)
+        def decode_step(t, live):  # (an accepted token; the rows that did not accept it are padding)
+            nonlocal ar_folds
             ar_folds += int(((ar.write_pos[live.clamp(min=0).long()] == L - 1) & (live >= 0)).sum())
             step_in = dict(x=x[:, t], dt=dt[:, t], B=B[:, t], C=C[:, t], z=z[:, t], state_batch_indices=live, **params)
             y_std = selective_state_update(std_state, **step_in)
             y_ar = selective_state_update_replayssm(ar.ssm_state[0], **step_in, route="output_only", **ar.ring_kwargs(0))
             ar.advance(live, route="output_only", pad_slot_id=PAD)
-            for r in range(n):
-                if int(live[r]) != PAD:
-                    for name, y in (("standard", y_std), ("replay", y_ar)):
-                        err = rel_err(out[r, t].cpu(), y[r].double().cpu())
-                        assert err <= tol, f"step {step} row {r} token {t}: {name} kernel differs by {err:.3g}"
+            return {"standard": y_std, "replay": y_ar}
+
+        check_accepted_tokens(out, rows, accepted, T, PAD, decode_step, tol, f"step {step}")
         commit_replayssm_spec(wp, origin, flush, accepted.to(DEVICE), T, Bh, torch.tensor(rows, **i32), PAD)
     assert spec_flushes >= 2 * 3 and ar_folds >= 2 * 3, (spec_flushes, ar_folds)

@@ -1,0 +1,25 @@
+"""Shared by the speculative verify's tests of both families."""
+
+from typing import Callable, Dict, List
+
+import torch
+
+from mamba2_harness import DEVICE, rel_err
+
+
+def check_accepted_tokens(out: torch.Tensor, rows: List[int], accepted: torch.Tensor, num_tokens: int, pad: int,
+                          decode_step: Callable[[int, torch.Tensor], Dict[str, torch.Tensor]], tol: float,
+                          where: str) -> None:
+    """Decode a verify's accepted tokens one at a time and compare. For token ``t``, the
+    rows that accepted more than ``t`` tokens step (their slots in ``live``; the others
+    are ``pad``) through ``decode_step(t, live)``, which returns each kernel's outputs by
+    name ``(B, ...)``; every stepping row's verify output ``out[r, t]`` must equal each
+    within ``tol``."""
+    for t in range(num_tokens):
+        live = torch.tensor([s if t < int(accepted[r]) else pad for r, s in enumerate(rows)], dtype=torch.int32,
+                            device=DEVICE)
+        for name, y in decode_step(t, live).items():
+            for r, s in enumerate(live.tolist()):
+                if s != pad:
+                    err = rel_err(out[r, t].cpu(), y[r].double().cpu())
+                    assert err <= tol, f"{where} row {r} token {t}: the {name} kernel differs by {err:.3g}"

@@ -21,7 +21,8 @@ This module holds the entry point, the launch decision and its constants; the ke
   16 columns of the drafts' keys and queries. The flush rows fold before it, in a launch
   of the chunked kernel (``split_fold`` 1), or fold on the way through in a launch of
   their own (``split_fold`` 2 and 3: their state read once), the other rows in one
-  compiled without the fold (2) or in the two launches of split_fold 3 (the default).
+  compiled without the fold (2: the default up to batch 32) or in the two launches of
+  split_fold 3 (above; :func:`gdn_spec_plan`).
   Under split_fold 1-2, :func:`_gdn_spec_solve_kernel` forms the solve ahead of the
   verify (:data:`SOLVE_APART`).
 - ``spec_state_apart.py``: split_fold 3's :func:`_gdn_spec_ring_part_kernel` (the

@@ -12,8 +12,8 @@ geometry, batch point) and the launches it makes, in order.
 from __future__ import annotations
 
 import hashlib
-import math
 import json
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple

@@ -94,7 +94,7 @@ def test_fuzz_sizes(T, Bh):
 @pytest.mark.parametrize("act_dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_half_activations(act_dtype):
     """TensorRT-LLM's case: q, k, v, a, b (and the outputs) in bf16 / fp16, where the drafts'
-    tile is exact in TF32 and the state takes the two-pass split (the default split_fold 3)."""
+    tile is exact in TF32 and the state takes the two-pass split (the default config)."""
     flushes = run_gdn_spec_fuzz(T=4, Bh=8, steps=14, seed=29, act_dtype=act_dtype)
     assert min(flushes.values()) >= 1, flushes
 

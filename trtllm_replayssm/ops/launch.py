@@ -114,7 +114,8 @@ def _lookup(arch: str, key: str, batch: int, family: str = "mamba2", nheads: Opt
         size, of = batch * nheads, (lambda r: r["head_rows"])
     else:
         size, of = batch, (lambda r: r["batch"])
-    return min(rows, key=lambda r: abs(math.log2(of(r)) - math.log2(max(size, 1))))
+    point = nearest_batch_point([of(r) for r in rows], size)
+    return next(r for r in rows if of(r) == point)
 
 
 def default_config(kernel: str, headdim: int, batch: int) -> LaunchConfig:

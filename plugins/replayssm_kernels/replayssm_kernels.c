@@ -336,8 +336,8 @@ static int launch_step_case(const char* key, int64_t batch, int64_t inner, int64
   X(force_flush_ptr, PTR(a->force_flush ? (const void*)a->force_flush : (const void*)a->write_pos))           \
   X(x_ptr, PTR(a->x)) X(dt_ptr, PTR(a->dt)) X(A_ptr, PTR(a->A)) X(B_ptr, PTR(a->B)) X(C_ptr, PTR(a->C))         \
   X(D_ptr, PTR(a->D)) X(z_ptr, PTR(a->z ? a->z : a->x)) X(dt_bias_ptr, PTR(a->dt_bias)) X(out_ptr, PTR(a->out)) \
-  X(slot_idx_ptr, PTR(a->slot_idx)) X(num_slots, INT(a->num_slots)) X(nheads, INT(a->nheads))                  \
-  X(headdim, INT(a->headdim)) X(dstate, INT(a->dstate)) X(heads_per_group, INT(a->nheads / a->ngroups))          \
+  X(slot_idx_ptr, PTR(a->slot_idx)) X(num_slots, INT(a->num_slots)) X(batch, INT(a->batch))                   \
+  X(nheads, INT(a->nheads)) X(headdim, INT(a->headdim)) X(dstate, INT(a->dstate)) X(heads_per_group, INT(a->nheads / a->ngroups))          \
   X(buffer_len, INT(cursor_len)) X(pad_slot_id, INT(a->pad_slot_id))                                             \
   X(stride_state_slot, INT(a->stride_state[0])) X(stride_state_h, INT(a->stride_state[1]))                     \
   X(stride_state_p, INT(a->stride_state[2])) X(stride_xc_slot, INT(a->stride_x_cache[0]))                      \

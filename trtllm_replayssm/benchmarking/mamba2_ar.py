@@ -34,11 +34,12 @@ CANDIDATES = {
     # least 16 rows) also runs, and returns at once, on every non-flush step, so fewer,
     # larger programs can win over the fastest flush step: the fifth entry is the heads
     # one fold program loops over, the seventh the blocks of a head's rows it runs one
-    # after another (the head's B tile and ring scalars loaded once).
-    "fold": [(16, 2, 1, 1), (32, 4, 1, 1), (32, 8, 1, 1), (64, 8, 1, 1), (16, 2, 1, 1, 4), (32, 4, 1, 1, 2),
-             (32, 4, 1, 1, 4), (64, 8, 1, 1, 2), (32, 4, 1, 1, 1, 0, 2), (16, 2, 1, 1, 1, 0, 4),
-             (16, 4, 1, 1, 1, 0, 4), (32, 4, 1, 1, 2, 0, 2), (32, 4, 1, 1, 4, 0, 2), (16, 2, 1, 1, 2, 0, 4),
-             (16, 2, 1, 1, 1, 0, 8)],  # a head's every block (cut to 5 for headdim 80, 4 for 64)
+    # after another (the head's B tile and ring scalars loaded once; 8: all of them), the
+    # ninth the batch rows it looks through with one vector load of their cursors.
+    "fold": [(16, 2, 1, 1), (32, 4, 1, 1), (32, 8, 1, 1), (16, 2, 1, 1, 1, 0, 4), (16, 2, 1, 1, 2, 0, 4),
+             (16, 2, 1, 1, 1, 0, 8)] +
+            [(16, 2, 1, 1, heads, 0, 8, 0, rows) for heads, rows in
+             [(4, 4), (8, 2), (4, 8), (8, 4), (16, 2), (32, 1), (8, 8), (16, 4)]],
     "state_and_output": [(8, 1), (8, 1, 2), (16, 1), (32, 2), (32, 4), (32, 4, 2)],
     "always_flush": [(4, 1), (8, 1), (16, 1), (8, 2), (16, 2), (32, 4)],
 }

@@ -90,6 +90,13 @@ def load_row_slots(slot_idx_ptr, rows, batch, num_slots, pad_slot_id, HAS_SLOT_I
 
 
 @triton.jit
+def row_in_block(selected, i, ROW_BLOCK: tl.constexpr):
+    """Entry ``i`` of a block of rows' selection (int32 0/1 ``[ROW_BLOCK]``, e.g. which of
+    them flush), as a scalar condition."""
+    return tl.sum(tl.where(tl.arange(0, ROW_BLOCK) == i, selected, 0), axis=0) != 0
+
+
+@triton.jit
 def load_cursor(write_pos_ptr, slot, buffer_len, HAS_CURSOR: tl.constexpr):
     """``(w, bad)``: with a cursor pool (a standard kernel serving the replay kernels'
     ``standard_step`` / ``always_flush`` routes) the slot's cursor, and whether it lies

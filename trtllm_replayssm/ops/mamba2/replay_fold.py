@@ -26,9 +26,9 @@ from dataclasses import replace
 import triton
 import triton.language as tl
 
-from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, load_slot,
-                      small_matmul)
-from ..launch import LaunchConfig, clamp_loop_blocks, grid, launch_kernel
+from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, load_row_slots,
+                      load_slot, row_in_block, small_matmul)
+from ..launch import LaunchConfig, clamp_loop_blocks, launch_kernel
 from ._common import finish_output, load_dt
 
 
@@ -69,11 +69,29 @@ def fold_rows(S0, x, w, Bm, coef, decay, xc_base, stride_xc_l, offs_p, offs_l, m
     return S0 * decay + small_matmul(X * coef[None, :], Bm, True, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
 
 
-@triton.jit(do_not_specialize=["num_slots"])
+@triton.jit
+def flush_rows_of_block(slot_idx_ptr, write_pos_ptr, force_flush_ptr, block, batch, num_slots, buffer_len,
+                        pad_slot_id, HAS_SLOT_IDX: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr,
+                        ROW_BLOCK: tl.constexpr):
+    """Which of the batch rows ``block * ROW_BLOCK ..`` flush at this step (int32 0/1
+    ``[ROW_BLOCK]``): valid rows (no padding, slot and cursor in range) whose cursor is at
+    ``L - 1`` or that are force-flushed. One vector load of the block's cursors, so a
+    program none of whose rows flush costs one chain of memory round trips, not one a row."""
+    rows = block * ROW_BLOCK + tl.arange(0, ROW_BLOCK)
+    slot, ok = load_row_slots(slot_idx_ptr, rows, batch, num_slots, pad_slot_id, HAS_SLOT_IDX)
+    w = tl.load(write_pos_ptr + slot, mask=ok, other=0)
+    ok = ok & (w >= 0) & (w < buffer_len)
+    flush = w == buffer_len - 1
+    if HAS_FORCE_FLUSH:
+        flush = flush | (tl.load(force_flush_ptr + rows, mask=rows < batch, other=0) != 0)
+    return (ok & flush).to(tl.int32)
+
+
+@triton.jit(do_not_specialize=["num_slots", "batch"])
 def _replay_fold_kernel(
     state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr, write_pos_ptr, force_flush_ptr,
     x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr,
-    num_slots, nheads, headdim, dstate, heads_per_group, buffer_len, pad_slot_id,
+    num_slots, batch, nheads, headdim, dstate, heads_per_group, buffer_len, pad_slot_id,
     stride_state_slot, stride_state_h, stride_state_p,
     stride_xc_slot, stride_xc_h, stride_xc_l,
     stride_dtc_slot, stride_dtc_h,
@@ -85,66 +103,93 @@ def _replay_fold_kernel(
     HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr,
     EVEN_TILE: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
-    HEADS_PER_PROG: tl.constexpr, CHUNKS: tl.constexpr, EVEN_HEADS: tl.constexpr,
+    HEADS_PER_PROG: tl.constexpr, CHUNKS: tl.constexpr, EVEN_HEADS: tl.constexpr, ROW_BLOCK: tl.constexpr = 1,
     LOOP_STAGES: tl.constexpr = None,
 ):
-    """Programs ``(runs of CHUNKS headdim blocks, groups of HEADS_PER_PROG heads, batch rows)``.
+    """Programs ``(runs of CHUNKS headdim blocks, groups of HEADS_PER_PROG heads, blocks of
+    ROW_BLOCK batch rows)``.
 
     Rows that flush at this step (``w == L - 1`` or force-flushed) take their step here
-    (fold, store, output); other rows return at once, their step is the non-flush
-    launch's. Invalid rows return: the launch that takes their step reports them.
+    (fold, store, output); other rows are skipped, their step is the non-flush launch's.
+    Invalid rows are skipped too: the launch that takes their step reports them.
     """
     pid_p = tl.program_id(0)
     pid_hg = tl.program_id(1)
-    pid_b = tl.program_id(2)
-
-    slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
-    if is_pad | is_bad:
-        return
-    w = tl.load(write_pos_ptr + slot)
-    if (w < 0) | (w >= buffer_len):
-        return
-    is_flush = w == buffer_len - 1
-    if HAS_FORCE_FLUSH:
-        is_flush = is_flush | (tl.load(force_flush_ptr + pid_b) != 0)
-    if not is_flush:
+    selected = flush_rows_of_block(slot_idx_ptr, write_pos_ptr, force_flush_ptr, tl.program_id(2), batch, num_slots,
+                                   buffer_len, pad_slot_id, HAS_SLOT_IDX, HAS_FORCE_FLUSH, ROW_BLOCK)
+    if tl.max(selected, axis=0) == 0:
         return
 
     offs_p0 = pid_p * (BLOCK_P * CHUNKS) + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
     offs_l = tl.arange(0, BLOCK_L)
     mask_n = dim_mask(offs_n, dstate, EVEN_TILE)
-    # A fold program may loop over several heads so that the launch is a few programs
-    # that return at once on the many steps where no row flushes; and over several blocks
-    # of a head's rows (CHUNKS), the head's ring scalars and B tile loaded once for all.
-    for hh in range(0, HEADS_PER_PROG):
-        pid_h = pid_hg * HEADS_PER_PROG + hh
-        if EVEN_HEADS or (pid_h < nheads):  # EVEN_HEADS: no branch in the loop (nheads % HEADS_PER_PROG == 0)
-            g = pid_h // heads_per_group
-            A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
-            dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
-            xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
-            Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
-            B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-            dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h,
-                         HAS_DT_BIAS, DT_SOFTPLUS)
-            Bm, coef, decay = fold_ring_weights(A, w, dt, B, dtc_base, Bc_base, stride_Bc_l, offs_l, offs_n, mask_n)
-            C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-            for c in tl.range(0, CHUNKS, num_stages=LOOP_STAGES):
-                offs_p = offs_p0 + c * BLOCK_P
-                mask_p = dim_mask(offs_p, headdim, EVEN_TILE)
-                mask_pn = mask_p[:, None] & mask_n[None, :]
-                x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p,
-                            other=0.0).to(tl.float32)
-                state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
-                              + offs_p[:, None] * stride_state_p + offs_n[None, :])
-                S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
-                S = fold_rows(S0, x, w, Bm, coef, decay, xc_base, stride_xc_l, offs_p, offs_l, mask_p,
-                              EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
-                tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
-                y = tl.sum(S * C[None, :], axis=1)
-                finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
-                              stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+    for i in range(0, ROW_BLOCK):
+        if row_in_block(selected, i, ROW_BLOCK):
+            # The row's slot and cursor again, as scalars (the vector load above left them in cache).
+            pid_b = tl.program_id(2) * ROW_BLOCK + i
+            slot, _, _ = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
+            w = tl.load(write_pos_ptr + slot)
+            # A fold program may loop over several heads and rows so that the launch is a few
+            # programs that return at once on the many steps where no row flushes; and over
+            # several blocks of a head's rows (CHUNKS), the head's ring scalars and B tile
+            # loaded once for all.
+            for hh in range(0, HEADS_PER_PROG):
+                pid_h = pid_hg * HEADS_PER_PROG + hh
+                if EVEN_HEADS or (pid_h < nheads):  # EVEN_HEADS: no branch (nheads % HEADS_PER_PROG == 0)
+                    _fold_head(pid_b, slot, w, pid_h, offs_p0, offs_n, offs_l, mask_n,
+                               state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr,
+                               x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr,
+                               headdim, heads_per_group,
+                               stride_state_slot, stride_state_h, stride_state_p,
+                               stride_xc_slot, stride_xc_h, stride_xc_l, stride_dtc_slot, stride_dtc_h,
+                               stride_Bc_slot, stride_Bc_g, stride_Bc_l,
+                               stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h,
+                               stride_B_b, stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p,
+                               stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
+                               HAS_D, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS, BLOCK_P, CHUNKS, EVEN_TILE,
+                               EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION, LOOP_STAGES)
+
+
+@triton.jit
+def _fold_head(pid_b, slot, w, pid_h, offs_p0, offs_n, offs_l, mask_n,
+               state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr,
+               x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr,
+               headdim, heads_per_group,
+               stride_state_slot, stride_state_h, stride_state_p,
+               stride_xc_slot, stride_xc_h, stride_xc_l, stride_dtc_slot, stride_dtc_h,
+               stride_Bc_slot, stride_Bc_g, stride_Bc_l,
+               stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h,
+               stride_B_b, stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p,
+               stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
+               HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
+               BLOCK_P: tl.constexpr, CHUNKS: tl.constexpr, EVEN_TILE: tl.constexpr, EXACT_B: tl.constexpr,
+               DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, LOOP_STAGES: tl.constexpr):
+    """One flushing row's head: its fold over ``CHUNKS`` blocks of ``BLOCK_P`` rows from
+    ``offs_p0``, the new checkpoint stored, the output written."""
+    g = pid_h // heads_per_group
+    A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
+    dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
+    xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
+    Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
+    B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h, HAS_DT_BIAS, DT_SOFTPLUS)
+    Bm, coef, decay = fold_ring_weights(A, w, dt, B, dtc_base, Bc_base, stride_Bc_l, offs_l, offs_n, mask_n)
+    C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    for c in tl.range(0, CHUNKS, num_stages=LOOP_STAGES):
+        offs_p = offs_p0 + c * BLOCK_P
+        mask_p = dim_mask(offs_p, headdim, EVEN_TILE)
+        mask_pn = mask_p[:, None] & mask_n[None, :]
+        x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0).to(tl.float32)
+        state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+                      + offs_p[:, None] * stride_state_p + offs_n[None, :])
+        S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
+        S = fold_rows(S0, x, w, Bm, coef, decay, xc_base, stride_xc_l, offs_p, offs_l, mask_p,
+                      EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+        tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
+        y = tl.sum(S * C[None, :], axis=1)
+        finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
+                      stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
 
 
 def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int) -> None:
@@ -154,11 +199,13 @@ def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int)
     cfg = clamp_loop_blocks(replace(cfg, block_p=max(16, cfg.block_p)), step.headdim)
     block_n = max(16, block_n)
     hpp = cfg.heads_per_prog
-    launch_kernel(_replay_fold_kernel, grid(step.batch, triton.cdiv(step.nheads, hpp), step.headdim, cfg), **args,
+    programs = (triton.cdiv(step.headdim, cfg.block_p * cfg.loop_blocks), triton.cdiv(step.nheads, hpp),
+                triton.cdiv(step.batch, cfg.row_block))
+    launch_kernel(_replay_fold_kernel, programs, **args, batch=step.batch,
                   BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_L=max(16, block_l),
                   EVEN_TILE=even_tile(step.headdim, cfg.block_p * cfg.loop_blocks, step.dstate, block_n),
                   # fp32-accurate products (plain TF32 drifts ~1e-2); the interpreter has only fp32.
                   EXACT_B=exact_in_tf32(args["B_cache_ptr"].dtype),
                   DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, HEADS_PER_PROG=hpp,
-                  CHUNKS=cfg.loop_blocks, EVEN_HEADS=step.nheads % hpp == 0,
+                  CHUNKS=cfg.loop_blocks, EVEN_HEADS=step.nheads % hpp == 0, ROW_BLOCK=cfg.row_block,
                   LOOP_STAGES=LOOP_STAGES, num_warps=cfg.num_warps)

@@ -38,7 +38,7 @@ import triton.language as tl
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_slot_major, check_tensor
 from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, exact_lhs_matmul,
                       load_row_slots, load_spec_row, native_dot, ring_positions, small_matmul, spec_cursors_bad,
-                      store_nan_tokens, tile_masks)
+                      row_in_block, store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel, nearest_batch_point
 from .step_inputs import parse_mamba2_step
 
@@ -216,12 +216,6 @@ def flush_rows_of_block(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, block, batc
     ok = ok & (tl.load(flush_ptr + slot, mask=ok, other=0) != 0)
     ok = ok & ~spec_cursors_bad(wp, origin, num_tokens, capacity, BUF)
     return ok.to(tl.int32)
-
-
-@triton.jit
-def row_in_block(selected, i, ROW_BLOCK: tl.constexpr):
-    """Entry ``i`` of :func:`flush_rows_of_block`'s selection, as a scalar condition."""
-    return tl.sum(tl.where(tl.arange(0, ROW_BLOCK) == i, selected, 0), axis=0) != 0
 
 
 @triton.jit

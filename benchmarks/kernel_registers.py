@@ -110,7 +110,8 @@ def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16):
                     BLOCK_V=cfg.block_p, CHUNKS=clamp_loop_blocks(cfg, head_dim).loop_blocks, BLOCK_L=L,
                     FOLD_CHUNK=cfg.fold_chunk, FOLD_DOT=bool(cfg.fold_dot) and kernel == "fold", DOT_PRECISION="tf32x3",
                     HEADS_PER_PROG=cfg.heads_per_prog if kernel == "fold" else 1, EVEN_TILE=head_dim % cfg.block_p == 0,
-                    LOOP_STAGES=gdn_replay.LOOP_STAGES[modes[kernel]] if state_dtype == "fp32" else None)
+                    LOOP_STAGES=gdn_replay.LOOP_STAGES[modes[kernel]] if state_dtype == "fp32" else None,
+                    ROW_BLOCK=cfg.row_block if kernel == "fold" else 1)
             yield ["gdn", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype)]
 
 

@@ -394,7 +394,8 @@ int rs_mamba2_step(const rs_mamba2_step_args* a, void* stream) {
   X(force_flush_ptr, PTR(a->force_flush ? (const void*)a->force_flush : (const void*)a->write_pos))           \
   X(q_ptr, PTR(a->q)) X(k_ptr, PTR(a->k)) X(v_ptr, PTR(a->v)) X(a_ptr, PTR(a->a)) X(b_ptr, PTR(a->b))           \
   X(A_log_ptr, PTR(a->A_log)) X(dt_bias_ptr, PTR(a->dt_bias)) X(out_ptr, PTR(a->out))                          \
-  X(slot_idx_ptr, PTR(a->slot_idx)) X(num_slots, INT(a->num_slots)) X(num_v_heads, INT(a->num_v_heads))        \
+  X(slot_idx_ptr, PTR(a->slot_idx)) X(num_slots, INT(a->num_slots)) X(batch, INT(a->batch))                   \
+  X(num_v_heads, INT(a->num_v_heads))                                                                          \
   X(head_k_dim, INT(a->head_k_dim)) X(head_v_dim, INT(a->head_v_dim))                                          \
   X(v_heads_per_k_head, INT(a->num_v_heads / a->num_k_heads)) X(buffer_len, INT(cursor_len))                   \
   X(pad_slot_id, INT(a->pad_slot_id)) X(stride_state_slot, INT(a->stride_state[0]))                            \

@@ -33,7 +33,10 @@ CANDIDATES = {
                     _C(16, 2, loop_blocks=4), _C(16, 4, loop_blocks=8), _C(32, 4, loop_blocks=4), _C(8, 1, loop_blocks=4)],
     "fold": [_C(16, 2, 1, 1, 8), _C(32, 4, 1, 1, 8), _C(16, 2, 1, 1), _C(32, 4, 1, 1), _C(16, 2, 1, 1, loop_blocks=8),
              _C(16, 4, 1, 1, loop_blocks=8), _C(32, 4, 1, 1, loop_blocks=4), _C(16, 2, 1, 1, 2, loop_blocks=8),
-             _C(16, 2, 1, 1, loop_blocks=2)],
+             _C(16, 2, 1, 1, loop_blocks=2)] +
+            # a block of batch rows a program looks through (one vector load of their cursors)
+            [_C(16, 2, 1, 1, heads, loop_blocks=8, row_block=rows)
+             for heads, rows in [(4, 4), (8, 2), (4, 8), (8, 4), (16, 2), (32, 1), (8, 8), (16, 4)]],
     "always_flush": [_C(4, 1), _C(8, 1), _C(8, 2), _C(16, 2), _C(32, 4)],
 }
 

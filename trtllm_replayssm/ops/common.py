@@ -90,6 +90,24 @@ def load_row_slots(slot_idx_ptr, rows, batch, num_slots, pad_slot_id, HAS_SLOT_I
 
 
 @triton.jit
+def step_flush_rows(slot_idx_ptr, write_pos_ptr, force_flush_ptr, block, batch, num_slots, buffer_len,
+                    pad_slot_id, HAS_SLOT_IDX: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr,
+                    ROW_BLOCK: tl.constexpr):
+    """Which of the batch rows ``block * ROW_BLOCK ..`` flush at this autoregressive step (int32 0/1
+    ``[ROW_BLOCK]``): valid rows (no padding, slot and cursor in range) whose cursor is at
+    ``L - 1`` or that are force-flushed. One vector load of the block's cursors, so a
+    program none of whose rows flush costs one chain of memory round trips, not one a row."""
+    rows = block * ROW_BLOCK + tl.arange(0, ROW_BLOCK)
+    slot, ok = load_row_slots(slot_idx_ptr, rows, batch, num_slots, pad_slot_id, HAS_SLOT_IDX)
+    w = tl.load(write_pos_ptr + slot, mask=ok, other=0)
+    ok = ok & (w >= 0) & (w < buffer_len)
+    flush = w == buffer_len - 1
+    if HAS_FORCE_FLUSH:
+        flush = flush | (tl.load(force_flush_ptr + rows, mask=rows < batch, other=0) != 0)
+    return (ok & flush).to(tl.int32)
+
+
+@triton.jit
 def row_in_block(selected, i, ROW_BLOCK: tl.constexpr):
     """Entry ``i`` of a block of rows' selection (int32 0/1 ``[ROW_BLOCK]``, e.g. which of
     them flush), as a scalar condition."""

@@ -28,9 +28,9 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
-from ..common import DOT_PRECISION, dim_mask, even_tile, load_slot, store_nan_heads
+from ..common import DOT_PRECISION, dim_mask, even_tile, load_slot, row_in_block, step_flush_rows, store_nan_heads
 from ..cursors import FLUSH_EVERY_STEP
-from ..launch import LaunchConfig, clamp_loop_blocks, grid, launch_kernel, select_config, select_route
+from ..launch import LaunchConfig, clamp_loop_blocks, launch_kernel, select_config, select_route
 from ._common import delta_rule_step, load_gates, load_qk, ring_args, state_tile_ptrs
 from .standard import launch_standard_step
 from .step_inputs import GDNStep, check_gdn_state_pool, parse_gdn_step
@@ -61,11 +61,11 @@ def _store_nan_rows(out_ptr, offs_v0, pid_b, pid_hg, num_v_heads, head_v_dim, st
                         HEADS_PER_PROG)
 
 
-@triton.jit(do_not_specialize=["num_slots"])
+@triton.jit(do_not_specialize=["num_slots", "batch"])
 def _gdn_replay_kernel(
     state_ptr, d_cache_ptr, k_cache_ptr, g_cache_ptr, write_pos_ptr, force_flush_ptr,
     q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr,
-    num_slots, num_v_heads, head_k_dim, head_v_dim, v_heads_per_k_head, buffer_len, pad_slot_id,
+    num_slots, batch, num_v_heads, head_k_dim, head_v_dim, v_heads_per_k_head, buffer_len, pad_slot_id,
     stride_state_slot, stride_state_h, stride_state_row,
     stride_dc_slot, stride_dc_h, stride_dc_l,
     stride_kc_slot, stride_kc_h, stride_kc_l,
@@ -77,20 +77,46 @@ def _gdn_replay_kernel(
     BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_L: tl.constexpr,
     FOLD_CHUNK: tl.constexpr, FOLD_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
     EVEN_TILE: tl.constexpr, V_INNER: tl.constexpr = False, LOOP_STAGES: tl.constexpr = None,
+    ROW_BLOCK: tl.constexpr = 1,
 ):
     """A program covers CHUNKS blocks of BLOCK_V value rows of HEADS_PER_PROG value heads of
-    one batch row, one block after another. The work of a head that does not depend on the
-    value rows (q/k normalisation, gates, the ring's g and k tiles and their products with
-    k and q) is done once for all the blocks: done per block, it cost a non-flush step
-    more than the checkpoint read (``benchmarks/probe_gdn_nonflush.py``)."""
+    one batch row (the fold launch: of the rows of a block of ROW_BLOCK that flush), one
+    block after another. The work of a head that does not depend on the value rows (q/k
+    normalisation, gates, the ring's g and k tiles and their products with k and q) is
+    done once for all the blocks: done per block, it cost a non-flush step more than the
+    checkpoint read (``benchmarks/probe_gdn_nonflush.py``)."""
     pid_v = tl.program_id(0)
     pid_hg = tl.program_id(1)
-    pid_b = tl.program_id(2)
     offs_v0 = pid_v * (BLOCK_V * CHUNKS) + tl.arange(0, BLOCK_V)
     offs_k = tl.arange(0, BLOCK_K)
     mask_k = dim_mask(offs_k, head_k_dim, EVEN_TILE)
     REPORTS: tl.constexpr = MODE != FOLD  # one launch of a step reports errors
 
+    if ROW_BLOCK > 1:
+        # (The fold launch only.) One vector load of the block's cursors: on the many steps
+        # where none of its rows flush, a program costs one chain of loads, not one a row.
+        selected = step_flush_rows(slot_idx_ptr, write_pos_ptr, force_flush_ptr, tl.program_id(2), batch,
+                                   num_slots, buffer_len, pad_slot_id, HAS_SLOT_IDX, HAS_FORCE_FLUSH, ROW_BLOCK)
+        if tl.max(selected, axis=0) == 0:
+            return
+        for i in range(0, ROW_BLOCK):
+            if row_in_block(selected, i, ROW_BLOCK):
+                pid_b = tl.program_id(2) * ROW_BLOCK + i
+                slot, _, _ = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
+                w = tl.load(write_pos_ptr + slot)
+                _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
+                           state_ptr, d_cache_ptr, k_cache_ptr, g_cache_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr,
+                           A_log_ptr, dt_bias_ptr, out_ptr, num_v_heads, head_v_dim, v_heads_per_k_head,
+                           stride_state_slot, stride_state_h, stride_state_row, stride_dc_slot, stride_dc_h,
+                           stride_dc_l, stride_kc_slot, stride_kc_h, stride_kc_l, stride_gc_slot, stride_gc_h,
+                           stride_q_b, stride_q_h, stride_k_b, stride_k_h, stride_v_b, stride_v_h,
+                           stride_a_b, stride_a_h, stride_b_b, stride_b_h, stride_out_b, stride_out_h,
+                           scale, softplus_beta, softplus_threshold, USE_QK_L2NORM, MODE, BLOCK_V, CHUNKS,
+                           BLOCK_L, FOLD_CHUNK, FOLD_DOT, DOT_PRECISION, HEADS_PER_PROG, EVEN_TILE, V_INNER,
+                           LOOP_STAGES)
+        return
+
+    pid_b = tl.program_id(2)
     slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
     if is_pad:
         return
@@ -114,7 +140,32 @@ def _gdn_replay_kernel(
     if MODE == FOLD:
         if not is_flush:
             return
+    _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
+               state_ptr, d_cache_ptr, k_cache_ptr, g_cache_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr,
+               A_log_ptr, dt_bias_ptr, out_ptr, num_v_heads, head_v_dim, v_heads_per_k_head,
+               stride_state_slot, stride_state_h, stride_state_row, stride_dc_slot, stride_dc_h,
+               stride_dc_l, stride_kc_slot, stride_kc_h, stride_kc_l, stride_gc_slot, stride_gc_h,
+               stride_q_b, stride_q_h, stride_k_b, stride_k_h, stride_v_b, stride_v_h,
+               stride_a_b, stride_a_h, stride_b_b, stride_b_h, stride_out_b, stride_out_h,
+               scale, softplus_beta, softplus_threshold, USE_QK_L2NORM, MODE, BLOCK_V, CHUNKS,
+               BLOCK_L, FOLD_CHUNK, FOLD_DOT, DOT_PRECISION, HEADS_PER_PROG, EVEN_TILE, V_INNER,
+               LOOP_STAGES)
 
+
+@triton.jit
+def _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
+               state_ptr, d_cache_ptr, k_cache_ptr, g_cache_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr,
+               A_log_ptr, dt_bias_ptr, out_ptr, num_v_heads, head_v_dim, v_heads_per_k_head,
+               stride_state_slot, stride_state_h, stride_state_row, stride_dc_slot, stride_dc_h,
+               stride_dc_l, stride_kc_slot, stride_kc_h, stride_kc_l, stride_gc_slot, stride_gc_h,
+               stride_q_b, stride_q_h, stride_k_b, stride_k_h, stride_v_b, stride_v_h,
+               stride_a_b, stride_a_h, stride_b_b, stride_b_h, stride_out_b, stride_out_h,
+               scale, softplus_beta, softplus_threshold, USE_QK_L2NORM: tl.constexpr, MODE: tl.constexpr,
+               BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_L: tl.constexpr, FOLD_CHUNK: tl.constexpr,
+               FOLD_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
+               EVEN_TILE: tl.constexpr, V_INNER: tl.constexpr, LOOP_STAGES: tl.constexpr):
+    """One served batch row's step on the program's heads and value blocks: the output
+    (and the ring's append) of a non-flush row, the fold and store of a flushing one."""
     for hh in range(0, HEADS_PER_PROG):
         hv = pid_hg * HEADS_PER_PROG + hh
         if hv < num_v_heads:
@@ -293,13 +344,16 @@ def fused_recurrent_gated_delta_rule_replayssm(
     # results on the GPU in the speculative kernels (see common.ring_positions).
     block_l, block_k = max(16, triton.next_power_of_2(L)), triton.next_power_of_2(step.head_k_dim)
     for mode, cfg in launches:
-        hpp = cfg.heads_per_prog if mode == FOLD.value else 1
+        # Heads and row blocks of a program: the fold launch's (the non-flush launch takes one of each).
+        hpp, rows = (cfg.heads_per_prog, cfg.row_block) if mode == FOLD.value else (1, 1)
         cfg = clamp_loop_blocks(cfg, step.head_v_dim)
         chunks = cfg.loop_blocks
-        launch_kernel(_gdn_replay_kernel, grid(step.batch, triton.cdiv(step.num_v_heads, hpp), step.head_v_dim, cfg),
+        programs = (triton.cdiv(step.head_v_dim, cfg.block_p * chunks), triton.cdiv(step.num_v_heads, hpp),
+                    triton.cdiv(step.batch, rows))
+        launch_kernel(_gdn_replay_kernel, programs,
             state_ptr=state, **ring_args(d_cache, k_cache, g_cache), write_pos_ptr=write_pos,
             force_flush_ptr=force_flush if force_flush is not None else write_pos,
-            num_slots=state.shape[0], num_v_heads=step.num_v_heads, head_k_dim=step.head_k_dim,
+            num_slots=state.shape[0], batch=step.batch, num_v_heads=step.num_v_heads, head_k_dim=step.head_k_dim,
             head_v_dim=step.head_v_dim, v_heads_per_k_head=step.num_v_heads // step.num_k_heads, buffer_len=L,
             stride_state_slot=state.stride(0), stride_state_h=state.stride(1), stride_state_row=layout.stride_row,
             **step.kernel_args(),
@@ -309,6 +363,6 @@ def fused_recurrent_gated_delta_rule_replayssm(
             FOLD_DOT=bool(cfg.fold_dot) and min(cfg.block_p, block_l, block_k) >= 16, DOT_PRECISION=DOT_PRECISION,
             HEADS_PER_PROG=hpp, EVEN_TILE=even_tile(step.head_v_dim, cfg.block_p * chunks, step.head_k_dim, block_k),
             V_INNER=layout.v_inner, LOOP_STAGES=LOOP_STAGES[mode] if state.dtype in LOOP_STAGES_STATES else None,
-            num_warps=cfg.num_warps,
+            ROW_BLOCK=rows, num_warps=cfg.num_warps,
         )
     return step.out

@@ -26,8 +26,8 @@ from dataclasses import replace
 import triton
 import triton.language as tl
 
-from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, load_row_slots,
-                      load_slot, row_in_block, small_matmul)
+from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, load_slot,
+                      row_in_block, small_matmul, step_flush_rows)
 from ..launch import LaunchConfig, clamp_loop_blocks, launch_kernel
 from ._common import finish_output, load_dt
 
@@ -69,24 +69,6 @@ def fold_rows(S0, x, w, Bm, coef, decay, xc_base, stride_xc_l, offs_p, offs_l, m
     return S0 * decay + small_matmul(X * coef[None, :], Bm, True, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
 
 
-@triton.jit
-def flush_rows_of_block(slot_idx_ptr, write_pos_ptr, force_flush_ptr, block, batch, num_slots, buffer_len,
-                        pad_slot_id, HAS_SLOT_IDX: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr,
-                        ROW_BLOCK: tl.constexpr):
-    """Which of the batch rows ``block * ROW_BLOCK ..`` flush at this step (int32 0/1
-    ``[ROW_BLOCK]``): valid rows (no padding, slot and cursor in range) whose cursor is at
-    ``L - 1`` or that are force-flushed. One vector load of the block's cursors, so a
-    program none of whose rows flush costs one chain of memory round trips, not one a row."""
-    rows = block * ROW_BLOCK + tl.arange(0, ROW_BLOCK)
-    slot, ok = load_row_slots(slot_idx_ptr, rows, batch, num_slots, pad_slot_id, HAS_SLOT_IDX)
-    w = tl.load(write_pos_ptr + slot, mask=ok, other=0)
-    ok = ok & (w >= 0) & (w < buffer_len)
-    flush = w == buffer_len - 1
-    if HAS_FORCE_FLUSH:
-        flush = flush | (tl.load(force_flush_ptr + rows, mask=rows < batch, other=0) != 0)
-    return (ok & flush).to(tl.int32)
-
-
 @triton.jit(do_not_specialize=["num_slots", "batch"])
 def _replay_fold_kernel(
     state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr, write_pos_ptr, force_flush_ptr,
@@ -115,8 +97,8 @@ def _replay_fold_kernel(
     """
     pid_p = tl.program_id(0)
     pid_hg = tl.program_id(1)
-    selected = flush_rows_of_block(slot_idx_ptr, write_pos_ptr, force_flush_ptr, tl.program_id(2), batch, num_slots,
-                                   buffer_len, pad_slot_id, HAS_SLOT_IDX, HAS_FORCE_FLUSH, ROW_BLOCK)
+    selected = step_flush_rows(slot_idx_ptr, write_pos_ptr, force_flush_ptr, tl.program_id(2), batch, num_slots,
+                               buffer_len, pad_slot_id, HAS_SLOT_IDX, HAS_FORCE_FLUSH, ROW_BLOCK)
     if tl.max(selected, axis=0) == 0:
         return
 

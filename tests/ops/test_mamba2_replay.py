@@ -89,17 +89,12 @@ def test_fold_launch_looping_over_blocks(fold_config):
     run_replay(Scenario(geom, 4, seed=15), 6, route="always_flush", fold_config=LaunchConfig(*fold_config))
 
 
-@pytest.mark.parametrize("flat_heads", [False, True], ids=["heads_then_blocks", "flat_heads"])
 @pytest.mark.parametrize("row_block", [2, 8])
-def test_fold_launch_row_blocks(monkeypatch, row_block, flat_heads):
+def test_fold_launch_row_blocks(row_block):
     """``row_block``: a fold program looks through a block of batch rows (one vector load of
     their cursors) and folds the ones that flush, force-flushed rows included; the batch
-    has 4 rows (one of them padding), so a block of 8 is partly past it. ``FLAT_HEADS``:
-    the program's heads and their blocks as one loop."""
+    has 4 rows (one of them padding), so a block of 8 is partly past it."""
     from trtllm_replayssm.ops.launch import LaunchConfig
-    from trtllm_replayssm.ops.mamba2 import replay_fold
-
-    monkeypatch.setattr(replay_fold, "FLAT_HEADS", flat_heads)
 
     cfg = LaunchConfig(16, 2, heads_per_prog=2, loop_blocks=2, row_block=row_block)
     geom = Mamba2Geometry(nheads=4, headdim=48, dstate=16, ngroups=2)

@@ -38,10 +38,6 @@ from ._common import finish_output, load_dt
 # (``benchmarks/results/loop_stages.json``): Super 454 / 1759 -> 423 / 1670 with 3
 # stages, Nano 417 / 1633 -> 383 / 1495; 2 stages no gain.
 LOOP_STAGES = 3
-# Whether a program's loop over its heads and their blocks is one pipelined loop (the next
-# head's loads in flight while this one folds; needs heads that divide nheads) rather than
-# a loop over heads around the staged loop over blocks.
-FLAT_HEADS = False
 
 
 @triton.jit
@@ -90,7 +86,7 @@ def _replay_fold_kernel(
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr,
     EVEN_TILE: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
     HEADS_PER_PROG: tl.constexpr, CHUNKS: tl.constexpr, EVEN_HEADS: tl.constexpr, ROW_BLOCK: tl.constexpr = 1,
-    LOOP_STAGES: tl.constexpr = None, FLAT_HEADS: tl.constexpr = False,
+    LOOP_STAGES: tl.constexpr = None,
 ):
     """Programs ``(runs of CHUNKS headdim blocks, groups of HEADS_PER_PROG heads, blocks of
     ROW_BLOCK batch rows)``.
@@ -117,62 +113,42 @@ def _replay_fold_kernel(
             slot, _, _ = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
             w = tl.load(write_pos_ptr + slot)
             # A fold program may loop over several heads and rows so that the launch is a few
-            # programs that return at once on the many steps where no row flushes.
-            if FLAT_HEADS:
-                # The row's heads and their blocks as one pipelined loop: the next head's ring
-                # and state are in flight while this one folds (each block takes its head's
-                # ring weights again; they are L2 hits).
-                for j in tl.range(0, HEADS_PER_PROG * CHUNKS, num_stages=LOOP_STAGES):
-                    pid_h = pid_hg * HEADS_PER_PROG + j // CHUNKS
-                    _fold_blocks(pid_b, slot, w, pid_h, offs_p0 + (j % CHUNKS) * BLOCK_P, offs_n, offs_l, mask_n,
-                                 state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr,
-                                 x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr,
-                                 headdim, heads_per_group,
-                                 stride_state_slot, stride_state_h, stride_state_p,
-                                 stride_xc_slot, stride_xc_h, stride_xc_l, stride_dtc_slot, stride_dtc_h,
-                                 stride_Bc_slot, stride_Bc_g, stride_Bc_l,
-                                 stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h,
-                                 stride_B_b, stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p,
-                                 stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
-                                 HAS_D, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS, BLOCK_P, 1, EVEN_TILE,
-                                 EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION, None)
-            else:
-                # Heads one after another, each over its blocks (CHUNKS), the head's ring
-                # scalars and B tile loaded once for all.
-                for hh in range(0, HEADS_PER_PROG):
-                    pid_h = pid_hg * HEADS_PER_PROG + hh
-                    if EVEN_HEADS or (pid_h < nheads):  # EVEN_HEADS: no branch (nheads % HEADS_PER_PROG == 0)
-                        _fold_blocks(pid_b, slot, w, pid_h, offs_p0, offs_n, offs_l, mask_n,
-                                     state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr,
-                                     x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr,
-                                     headdim, heads_per_group,
-                                     stride_state_slot, stride_state_h, stride_state_p,
-                                     stride_xc_slot, stride_xc_h, stride_xc_l, stride_dtc_slot, stride_dtc_h,
-                                     stride_Bc_slot, stride_Bc_g, stride_Bc_l,
-                                     stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h,
-                                     stride_B_b, stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p,
-                                     stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
-                                     HAS_D, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS, BLOCK_P, CHUNKS, EVEN_TILE,
-                                     EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION, LOOP_STAGES)
+            # programs that return at once on the many steps where no row flushes; and over
+            # several blocks of a head's rows (CHUNKS), the head's ring scalars and B tile
+            # loaded once for all.
+            for hh in range(0, HEADS_PER_PROG):
+                pid_h = pid_hg * HEADS_PER_PROG + hh
+                if EVEN_HEADS or (pid_h < nheads):  # EVEN_HEADS: no branch (nheads % HEADS_PER_PROG == 0)
+                    _fold_head(pid_b, slot, w, pid_h, offs_p0, offs_n, offs_l, mask_n,
+                               state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr,
+                               x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr,
+                               headdim, heads_per_group,
+                               stride_state_slot, stride_state_h, stride_state_p,
+                               stride_xc_slot, stride_xc_h, stride_xc_l, stride_dtc_slot, stride_dtc_h,
+                               stride_Bc_slot, stride_Bc_g, stride_Bc_l,
+                               stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h,
+                               stride_B_b, stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p,
+                               stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
+                               HAS_D, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS, BLOCK_P, CHUNKS, EVEN_TILE,
+                               EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION, LOOP_STAGES)
 
 
 @triton.jit
-def _fold_blocks(pid_b, slot, w, pid_h, offs_p0, offs_n, offs_l, mask_n,
-                 state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr,
-                 x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr,
-                 headdim, heads_per_group,
-                 stride_state_slot, stride_state_h, stride_state_p,
-                 stride_xc_slot, stride_xc_h, stride_xc_l, stride_dtc_slot, stride_dtc_h,
-                 stride_Bc_slot, stride_Bc_g, stride_Bc_l,
-                 stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h,
-                 stride_B_b, stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p,
-                 stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
-                 HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
-                 BLOCK_P: tl.constexpr, CHUNKS: tl.constexpr, EVEN_TILE: tl.constexpr, EXACT_B: tl.constexpr,
-                 DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, LOOP_STAGES: tl.constexpr):
-    """One flushing row's head, ``CHUNKS`` blocks of ``BLOCK_P`` of its rows from ``offs_p0``
-    (1: no loop, for a caller's pipelined loop): the fold, the new checkpoint stored, the
-    output written."""
+def _fold_head(pid_b, slot, w, pid_h, offs_p0, offs_n, offs_l, mask_n,
+               state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr,
+               x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr,
+               headdim, heads_per_group,
+               stride_state_slot, stride_state_h, stride_state_p,
+               stride_xc_slot, stride_xc_h, stride_xc_l, stride_dtc_slot, stride_dtc_h,
+               stride_Bc_slot, stride_Bc_g, stride_Bc_l,
+               stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h,
+               stride_B_b, stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p,
+               stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
+               HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
+               BLOCK_P: tl.constexpr, CHUNKS: tl.constexpr, EVEN_TILE: tl.constexpr, EXACT_B: tl.constexpr,
+               DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, LOOP_STAGES: tl.constexpr):
+    """One flushing row's head: its fold over ``CHUNKS`` blocks of ``BLOCK_P`` rows from
+    ``offs_p0``, the new checkpoint stored, the output written."""
     g = pid_h // heads_per_group
     A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
     dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
@@ -182,41 +158,20 @@ def _fold_blocks(pid_b, slot, w, pid_h, offs_p0, offs_n, offs_l, mask_n,
     dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h, HAS_DT_BIAS, DT_SOFTPLUS)
     Bm, coef, decay = fold_ring_weights(A, w, dt, B, dtc_base, Bc_base, stride_Bc_l, offs_l, offs_n, mask_n)
     C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-    if CHUNKS == 1:
-        _fold_block(pid_b, slot, w, pid_h, offs_p0, offs_n, offs_l, mask_n, Bm, coef, decay, C, xc_base,
-                    state_ptr, x_ptr, D_ptr, z_ptr, out_ptr, headdim, stride_state_slot, stride_state_h,
-                    stride_state_p, stride_xc_l, stride_x_b, stride_x_h, stride_D_h, stride_D_p, stride_z_b,
-                    stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z, EVEN_TILE, EXACT_B, DOT_PRECISION,
-                    ONE_PASS_PRECISION)
-    else:
-        for c in tl.range(0, CHUNKS, num_stages=LOOP_STAGES):
-            _fold_block(pid_b, slot, w, pid_h, offs_p0 + c * BLOCK_P, offs_n, offs_l, mask_n, Bm, coef, decay, C,
-                        xc_base, state_ptr, x_ptr, D_ptr, z_ptr, out_ptr, headdim, stride_state_slot,
-                        stride_state_h, stride_state_p, stride_xc_l, stride_x_b, stride_x_h, stride_D_h, stride_D_p,
-                        stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z, EVEN_TILE, EXACT_B,
-                        DOT_PRECISION, ONE_PASS_PRECISION)
-
-
-@triton.jit
-def _fold_block(pid_b, slot, w, pid_h, offs_p, offs_n, offs_l, mask_n, Bm, coef, decay, C, xc_base,
-                state_ptr, x_ptr, D_ptr, z_ptr, out_ptr, headdim, stride_state_slot, stride_state_h,
-                stride_state_p, stride_xc_l, stride_x_b, stride_x_h, stride_D_h, stride_D_p, stride_z_b,
-                stride_z_h, stride_out_b, stride_out_h, HAS_D: tl.constexpr, HAS_Z: tl.constexpr,
-                EVEN_TILE: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                ONE_PASS_PRECISION: tl.constexpr):
-    """A block of a head's rows (``offs_p``) given its head's ring weights."""
-    mask_p = dim_mask(offs_p, headdim, EVEN_TILE)
-    mask_pn = mask_p[:, None] & mask_n[None, :]
-    x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0).to(tl.float32)
-    state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
-                  + offs_p[:, None] * stride_state_p + offs_n[None, :])
-    S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
-    S = fold_rows(S0, x, w, Bm, coef, decay, xc_base, stride_xc_l, offs_p, offs_l, mask_p,
-                  EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
-    tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
-    y = tl.sum(S * C[None, :], axis=1)
-    finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
-                  stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+    for c in tl.range(0, CHUNKS, num_stages=LOOP_STAGES):
+        offs_p = offs_p0 + c * BLOCK_P
+        mask_p = dim_mask(offs_p, headdim, EVEN_TILE)
+        mask_pn = mask_p[:, None] & mask_n[None, :]
+        x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0).to(tl.float32)
+        state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+                      + offs_p[:, None] * stride_state_p + offs_n[None, :])
+        S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
+        S = fold_rows(S0, x, w, Bm, coef, decay, xc_base, stride_xc_l, offs_p, offs_l, mask_p,
+                      EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+        tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
+        y = tl.sum(S * C[None, :], axis=1)
+        finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
+                      stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
 
 
 def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int) -> None:
@@ -235,4 +190,4 @@ def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int)
                   EXACT_B=exact_in_tf32(args["B_cache_ptr"].dtype),
                   DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, HEADS_PER_PROG=hpp,
                   CHUNKS=cfg.loop_blocks, EVEN_HEADS=step.nheads % hpp == 0, ROW_BLOCK=cfg.row_block,
-                  LOOP_STAGES=LOOP_STAGES, FLAT_HEADS=FLAT_HEADS and step.nheads % hpp == 0, num_warps=cfg.num_warps)
+                  LOOP_STAGES=LOOP_STAGES, num_warps=cfg.num_warps)

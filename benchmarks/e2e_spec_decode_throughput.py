@@ -5,7 +5,8 @@ Each step verifies ``1 + --num-spec`` tokens per row and accepts ``--acceptance`
 (bonus included) on every row: a synthetic, fixed pattern with made-up drafts, so this
 measures throughput, not draft quality. The standard path writes T intermediate SSM states
 per layer and promotes the accepted one (as TensorRT-LLM does); the ReplaySSM path writes
-the drafts into the circular ring and commits cursors. One CUDA graph per path; conv
+the drafts into the circular ring and commits cursors. The standard step is also timed
+with each block kind left out, which gives the SSM / attention / MLP shares of its time. One CUDA graph per path; conv
 states and KV positions roll back / move by the accepted count on the device.
 
     python benchmarks/e2e_spec_decode_throughput.py --model nemotron-3-nano-4b --batch-size 256
@@ -24,7 +25,7 @@ from tqdm import tqdm
 
 from trtllm_replayssm.benchmarking.records import REPO, git_commit
 from trtllm_replayssm.e2e import HybridDecoder, hybrid_config
-from trtllm_replayssm.e2e.bench import compare_paths, write_records
+from trtllm_replayssm.e2e.bench import compare_paths, step_shares, write_records
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -59,18 +60,25 @@ def main() -> None:
                             buffer_len=args.buffer_len, state_dtype=DTYPES[args.state_dtype], num_tokens=T,
                             accepted=args.acceptance)
         std, rep = res["standard_ms"], res["replay_ms"]
+        # Where the standard speculative step's time goes (its blocks of one kind left out).
+        shares = step_shares(model, batch, args.num_steps, max_len=4 + (2 + args.num_steps + 2) * args.acceptance + T,
+                             buffer_len=args.buffer_len, state_dtype=DTYPES[args.state_dtype], num_tokens=T,
+                             accepted=args.acceptance)
         tok = lambda ms: batch * args.acceptance / ms * 1e3  # noqa: E731
         for route, ms in (("standard_spec", std), ("replay_spec", rep)):
             records.append(dict(gpu=torch.cuda.get_device_name() if gpu else "none (dry run)", model=cfg.name,
                                 batch=batch, T=T, acceptance=args.acceptance, state_dtype=args.state_dtype,
                                 L=args.buffer_len, route=route, ms_per_step=round(ms, 4), tokens_per_s=round(tok(ms), 1),
                                 baseline_tokens_per_s=round(tok(std), 1), speedup=round(std / ms, 3),
-                                logits_rel_err=round(res["logits_rel_err"], 6), commit=git_commit()))
+                                logits_rel_err=round(res["logits_rel_err"], 6), commit=git_commit(),
+                                **(shares if route == "standard_spec" else {})))
         rows.append([cfg.name, batch, T, args.acceptance, f"{std:.3f}", f"{rep:.3f}", f"{tok(rep):.0f}",
-                     f"{std / rep:.2f}x", f"{res['logits_rel_err']:.1e}"])
+                     f"{std / rep:.2f}x", " / ".join(f"{shares[k + '_share']:.0%}" for k in ("ssm", "attention", "mlp")),
+                     f"{res['logits_rel_err']:.1e}"])
     write_records(Path(args.out), records, merge=not args.dry_run)
     print(tabulate(rows, headers=["model", "batch", "T", "accepted", "standard spec ms/step", "ReplaySSM ms/step",
-                                  "ReplaySSM tok/s", "speedup", "logits rel. err (teacher-forced)"]))
+                                  "ReplaySSM tok/s", "speedup", "standard step: SSM / attention / MLP",
+                                  "logits rel. err (teacher-forced)"]))
 
 
 if __name__ == "__main__":

@@ -90,9 +90,8 @@ def test_e2e_scripts_dry_run(tmp_path, script, extra, routes):
     records = json.loads(out.read_text())
     assert {r["route"] for r in records} == routes
     assert all(r["logits_rel_err"] < 2e-2 for r in records)
-    if script == "e2e_decode_speedup.py":
-        std = next(r for r in records if r["route"] == "standard")
-        assert {"ssm_share", "attention_share", "mlp_share"} <= set(std)
+    std = next(r for r in records if r["route"] in ("standard", "standard_spec"))
+    assert {"ssm_share", "attention_share", "mlp_share"} <= set(std)
     assert all({"model", "batch", "T", "state_dtype", "L", "ms_per_step", "tokens_per_s", "baseline_tokens_per_s",
                 "speedup", "gpu", "commit"} <= set(r) for r in records)
 

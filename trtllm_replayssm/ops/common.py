@@ -90,21 +90,33 @@ def load_row_slots(slot_idx_ptr, rows, batch, num_slots, pad_slot_id, HAS_SLOT_I
 
 
 @triton.jit
-def step_flush_rows(slot_idx_ptr, write_pos_ptr, force_flush_ptr, block, batch, num_slots, buffer_len,
-                    pad_slot_id, HAS_SLOT_IDX: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr,
-                    ROW_BLOCK: tl.constexpr):
-    """Which of the batch rows ``block * ROW_BLOCK ..`` flush at this autoregressive step (int32 0/1
-    ``[ROW_BLOCK]``): valid rows (no padding, slot and cursor in range) whose cursor is at
-    ``L - 1`` or that are force-flushed. One vector load of the block's cursors, so a
-    program none of whose rows flush costs one chain of memory round trips, not one a row."""
-    rows = block * ROW_BLOCK + tl.arange(0, ROW_BLOCK)
-    slot, ok = load_row_slots(slot_idx_ptr, rows, batch, num_slots, pad_slot_id, HAS_SLOT_IDX)
-    w = tl.load(write_pos_ptr + slot, mask=ok, other=0)
-    ok = ok & (w >= 0) & (w < buffer_len)
+def row_cursors(slot_idx_ptr, write_pos_ptr, force_flush_ptr, rows, batch, num_slots, buffer_len, pad_slot_id,
+                HAS_SLOT_IDX: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr):
+    """Autoregressive cursors of a vector of batch ``rows``: ``(slot, w, valid, flush)``, with
+    ``valid`` the rows to serve (in the batch, no padding, slot and cursor in range) and
+    ``flush`` the rows whose cursor is at ``L - 1`` or that are force-flushed (of any
+    row: combine it with ``valid``)."""
+    slot, valid = load_row_slots(slot_idx_ptr, rows, batch, num_slots, pad_slot_id, HAS_SLOT_IDX)
+    w = tl.load(write_pos_ptr + slot, mask=valid, other=0)
+    valid = valid & (w >= 0) & (w < buffer_len)
     flush = w == buffer_len - 1
     if HAS_FORCE_FLUSH:
         flush = flush | (tl.load(force_flush_ptr + rows, mask=rows < batch, other=0) != 0)
-    return (ok & flush).to(tl.int32)
+    return slot, w, valid, flush
+
+
+@triton.jit
+def step_flush_rows(slot_idx_ptr, write_pos_ptr, force_flush_ptr, block, batch, num_slots, buffer_len,
+                    pad_slot_id, HAS_SLOT_IDX: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr,
+                    ROW_BLOCK: tl.constexpr):
+    """Which of the batch rows ``block * ROW_BLOCK ..`` flush at this autoregressive step
+    (int32 0/1 ``[ROW_BLOCK]``): valid rows whose cursor is at ``L - 1`` or that are
+    force-flushed. One vector load of the block's cursors, so a program none of whose rows
+    flush costs one chain of memory round trips, not one a row."""
+    _, _, valid, flush = row_cursors(slot_idx_ptr, write_pos_ptr, force_flush_ptr,
+                                     block * ROW_BLOCK + tl.arange(0, ROW_BLOCK), batch, num_slots, buffer_len,
+                                     pad_slot_id, HAS_SLOT_IDX, HAS_FORCE_FLUSH)
+    return (valid & flush).to(tl.int32)
 
 
 @triton.jit

@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from .._validation import INDEX_DTYPES, check_buffer_len, check_contiguous, check_tensor
-from .common import load_row_slots
+from .common import load_row_slots, row_cursors
 from .launch import launch_kernel
 
 _BLOCK = 128
@@ -28,12 +28,8 @@ def _advance_kernel(write_pos_ptr, slot_idx_ptr, force_flush_ptr, batch, num_slo
                     HAS_SLOT_IDX: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr, FLUSH_ALL: tl.constexpr,
                     BLOCK: tl.constexpr):
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    slot, valid = load_row_slots(slot_idx_ptr, rows, batch, num_slots, pad_slot_id, HAS_SLOT_IDX)
-    w = tl.load(write_pos_ptr + slot, mask=valid, other=0)
-    valid = valid & (w >= 0) & (w < buffer_len)
-    flush = w == buffer_len - 1
-    if HAS_FORCE_FLUSH:
-        flush = flush | (tl.load(force_flush_ptr + rows, mask=rows < batch, other=0) != 0)
+    slot, w, valid, flush = row_cursors(slot_idx_ptr, write_pos_ptr, force_flush_ptr, rows, batch, num_slots,
+                                        buffer_len, pad_slot_id, HAS_SLOT_IDX, HAS_FORCE_FLUSH)
     if FLUSH_ALL:
         flush = w >= 0
     tl.store(write_pos_ptr + slot, tl.where(flush, 0, w + 1), mask=valid)

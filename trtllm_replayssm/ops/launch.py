@@ -36,7 +36,7 @@ class LaunchConfig:
     the verify launch is compiled without the fold, and how many blocks of ``block_p``
     rows one program runs one after another (``loop_blocks``; the GDN replay step and the
     Mamba2 fold: the work of a head that does not depend on the rows is then done once
-    for all of them), and how many batch rows one program of the Mamba2 fold launch
+    for all of them), and how many batch rows one program of a fold launch
     looks through with one vector load of their cursors (``row_block``)."""
 
     block_p: int
@@ -47,7 +47,7 @@ class LaunchConfig:
     split_fold: int = 0  # speculative verify: flush rows fold in a launch of their own (Mamba2 2: take their whole step)
     loop_blocks: int = 1  # headdim blocks one program runs one after another
     key_chunk: int = 0  # speculative verify: state columns (keys, dstate) a step of its loop takes (0: all)
-    row_block: int = 1  # Mamba2 fold launch: batch rows one program looks through, folding those that flush
+    row_block: int = 1  # fold launches: batch rows one program looks through, folding those that flush
 
     def to_dict(self) -> dict:
         return asdict(self)

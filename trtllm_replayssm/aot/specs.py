@@ -21,7 +21,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import torch
 
 from ..models import GDN_MODELS, MAMBA2_MODELS
-from ..ops.launch import pop_launcher, push_launcher, select_config
+from ..ops.launch import nearest_batch_point, pop_launcher, push_launcher, select_config
 
 META = torch.device("meta")
 BATCH_POINTS = (1, 8, 32, 128, 256, 512)  # the tuned table's batch sizes
@@ -276,7 +276,6 @@ def _plan_and_row_block_points(other: Tuple[Optional[int], ...]) -> Tuple[List[i
     """:func:`_mamba2_spec_batches` given the flush rows' launch's programs along its other
     grid axes under each default config (None: no such launch)."""
     from ..ops.mamba2 import spec as m2_spec
-    from ..ops.launch import nearest_batch_point
 
     plan_points = tuple(m2_spec.SPEC_PLANS)
     other_of = dict(zip(plan_points, other))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import math
 import os
 import re
 import subprocess
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from trtllm_replayssm.ops.gdn.spec import gdn_spec_batches, gdn_spec_plan, gdn_spec_workspace_numel
+from trtllm_replayssm.ops.launch import nearest_batch_point
 from trtllm_replayssm.ops.mamba2.spec import SPEC_PLANS, spec_config, spec_workspace_numel
 from trtllm_replayssm.aot.library import (ROUTE_CODES, GDNSpecArgs, GDNStepArgs, KernelLibrary, Mamba2SpecArgs,
                                           Mamba2StepArgs)
@@ -68,7 +68,7 @@ def test_gdn_spec_cases_carry_the_plan_of_each_batch(manifest):
     assert points == sorted(gdn_spec_batches())
     seen = set()
     for batch in (1, 8, 16, 22, 23, 32, 33, 48, 63, 64, 65, 90, 91, 128, 512):
-        nearest = min(points, key=lambda p: abs(math.log2(p) - math.log2(batch)))
+        nearest = nearest_batch_point(points, batch)  # (the C library's find_case)
         plan = gdn_spec_plan(batch)
         assert (caps[nearest] != {None}) == plan.register_caps, (batch, nearest, caps[nearest])
         assert state_apart[nearest] == {plan.config.split_fold == 3}, (batch, nearest)
@@ -89,7 +89,7 @@ def test_mamba2_spec_cases_serve_each_default_config(manifest):
     for key, batches in points.items():
         assert set(SPEC_PLANS) <= batches, key
         for batch in (1, 2, 6, 24, 32, 40, 100, 128, 512):
-            nearest = min(sorted(batches), key=lambda p: abs(math.log2(p) - math.log2(batch)))
+            nearest = nearest_batch_point(sorted(batches), batch)
             assert spec_config(nearest) == spec_config(batch), (key, batch, nearest)
 
 

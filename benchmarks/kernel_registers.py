@@ -27,7 +27,7 @@ from triton.compiler import ASTSource  # noqa: E402
 
 from trtllm_replayssm.benchmarking import gdn_ar, mamba2_ar  # noqa: E402
 from trtllm_replayssm.benchmarking.spec import GDN_SPEC_CANDIDATES, MAMBA2_SPEC_CANDIDATES  # noqa: E402
-from trtllm_replayssm.ops.launch import clamp_loop_blocks, maxnreg_option  # noqa: E402
+from trtllm_replayssm.ops.launch import clamp_loop_blocks  # noqa: E402
 from trtllm_replayssm.ops.gdn import replay as gdn_replay, spec as gdn_spec, standard as gdn_standard  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import replay as m2_replay, replay_fold as m2_replay_fold  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import spec as m2_spec, standard as m2_standard  # noqa: E402
@@ -62,7 +62,7 @@ def registers(fn, constexprs: dict, num_warps: int, state_dtype: str, maxnreg=No
         if name.endswith("_ptr") or (name.startswith("stride") and name not in NOT_ALIGNED):
             attrs[(i,)] = [["tt.divisibility", 16]]
     k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs),
-                       target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, **maxnreg_option(maxnreg)})
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, **gdn_spec.maxnreg_option(maxnreg)})
     with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
         f.write(k.asm["ptx"])
         f.flush()
@@ -91,10 +91,7 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
             else:
                 fn, c = m2_replay._replay_step_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, MODE=modes[kernel], BLOCK_P=cfg.block_p, BLOCK_N=dstate,
-                    BLOCK_L=L, FOLD_CHUNK=cfg.fold_chunk, EVEN_TILE=headdim % cfg.block_p == 0,
-                    HEADS_PER_PROG=cfg.heads_per_prog if kernel == "output_only" else 1,
-                    S0C_DOT=kernel == "output_only" and bool(cfg.fold_dot), S0C_EXACT=state_dtype != "fp32",
-                    DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32")
+                    BLOCK_L=L, FOLD_CHUNK=cfg.fold_chunk, EVEN_TILE=headdim % cfg.block_p == 0)
             yield ["mamba2", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype)]
 
 

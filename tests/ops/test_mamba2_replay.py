@@ -201,23 +201,6 @@ def test_non_flush_step_with_the_ring_as_tiles(geom, L):
     assert all(res.flushes_per_row[r] >= 3 for r, s in enumerate(SLOTS) if s >= 0), res.flushes_per_row
 
 
-@pytest.mark.parametrize("heads_per_prog,fold_chunk,s0c_dot", [(2, 0, 0), (4, 0, 0), (4, 2, 0), (8, 0, 0),
-                                                                (1, 0, 1), (4, 0, 1)])
-def test_non_flush_launch_over_heads_of_a_group(heads_per_prog, fold_chunk, s0c_dot):
-    """``heads_per_prog`` on the non-flush launch: a program takes several heads of one
-    group, which share its B . C dots; 8 does not divide the group of 4 heads, so the
-    launch takes 4 (the largest that does). ``fold_dot``: S_0 C as a matmul (on the GPU a
-    tensor-core pass; here fp32). Force-flushed rows go to the fold launch."""
-    from trtllm_replayssm.ops.launch import LaunchConfig
-
-    geom = Mamba2Geometry(nheads=8, headdim=16, dstate=16, ngroups=2)
-    cfg = LaunchConfig(16, 1, fold_chunk, s0c_dot, heads_per_prog=heads_per_prog)
-    dtype = torch.bfloat16 if s0c_dot else torch.float32  # bf16: one exact tensor-core pass on the GPU
-    res = run_replay(Scenario(geom, 4, seed=23, state_dtype=dtype, act_dtype=dtype),
-                     cycles(4), route="output_only", config=cfg, force_flush_at={2: [1]})
-    assert all(res.flushes_per_row[r] >= 3 for r, s in enumerate(SLOTS) if s >= 0), res.flushes_per_row
-
-
 def test_fold_with_staged_block_loop(monkeypatch):
     """``LOOP_STAGES`` set: the fold's loop over blocks as a ``tl.range`` with stages (the
     interpreter runs it as a plain loop; the CUDA tests check the pipelined one)."""

@@ -27,16 +27,9 @@ KERNELS = ("standard",) + ROUTES
 # counts (sm_90): tiles that need > ~170 registers a thread lose on occupancy.
 CANDIDATES = {
     "standard": [(4, 1), (8, 1), (16, 1), (32, 1), (8, 2), (16, 2), (16, 4), (32, 4)],
-    # fold_chunk 0: the ring as whole tiles; the fourth entry (fold_dot): S_0 C on the
-    # tensor cores; the fifth: heads of one group a program takes one after another,
-    # sharing the group's B_j . C dots
+    # fold_chunk 0: the ring as whole tiles
     "output_only": [(16, 1), (16, 1, 4), (32, 1), (32, 1, 4), (32, 2), (32, 4), (32, 4, 4), (64, 2, 4),
-                    (64, 4), (64, 4, 4), (16, 1, 0), (32, 1, 0), (32, 2, 0), (32, 4, 0), (64, 4, 0), (64, 2, 0)] +
-                   [(bp, warps, 0, 0, heads) for bp, warps, heads in
-                    [(16, 1, 4), (32, 1, 2), (32, 1, 4), (32, 1, 8), (32, 2, 4), (64, 2, 4), (64, 4, 4)]] +
-                   [(bp, warps, chunk, 1, heads) for bp, warps, chunk, heads in
-                    [(32, 1, 0, 1), (32, 1, 4, 1), (32, 2, 0, 1), (64, 4, 0, 1), (32, 1, 0, 4), (64, 2, 0, 4),
-                     (16, 1, 0, 4)]],
+                    (64, 4), (64, 4, 4), (16, 1, 0), (32, 1, 0), (32, 2, 0), (32, 4, 0), (64, 4, 0), (64, 2, 0)],
     # The fold launch (a kernel of its own, one tf32x3 matmul over the ring; tiles of at
     # least 16 rows) also runs, and returns at once, on every non-flush step, so fewer,
     # larger programs can win over the fastest flush step: the fifth entry is the heads

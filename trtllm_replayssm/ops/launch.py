@@ -64,12 +64,6 @@ def grid(batch: int, nheads: int, headdim: int, cfg: LaunchConfig) -> tuple:
     return (triton.cdiv(headdim, cfg.block_p * cfg.loop_blocks), nheads, batch)
 
 
-def maxnreg_option(cap: Optional[int]) -> dict:
-    """A launch's ``maxnreg`` option (ptxas's cap on registers a thread) where ``cap`` is
-    set; the AOT build compiles it in."""
-    return {"maxnreg": cap} if cap else {}
-
-
 def clamp_loop_blocks(cfg: LaunchConfig, headdim: int) -> LaunchConfig:
     """``cfg`` with ``loop_blocks`` cut to the blocks a head has: blocks past the head
     would only be masked work in every program."""

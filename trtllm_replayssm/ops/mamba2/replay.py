@@ -34,7 +34,6 @@ Routes (``MODE`` is a compile-time switch of the step kernel):
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
@@ -43,11 +42,10 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
-from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, even_tile, exact_in_tf32, load_slot, native_dot,
-                      store_nan_heads, tile_masks)
+from ..common import even_tile, load_slot, store_nan_output, tile_masks
 from ._common import finish_output, load_dt, ring_args
 from ..cursors import FLUSH_EVERY_STEP
-from ..launch import LaunchConfig, launch_kernel, select_config, select_route
+from ..launch import LaunchConfig, grid, launch_kernel, select_config, select_route
 from .replay_fold import launch_fold
 from .standard import launch_standard_step
 from .step_inputs import Mamba2Step, check_state_pool, parse_mamba2_step
@@ -92,31 +90,25 @@ def _replay_step_kernel(
     HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
     HAS_FORCE_FLUSH: tl.constexpr, MODE: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr, FOLD_CHUNK: tl.constexpr,
-    EVEN_TILE: tl.constexpr, HEADS_PER_PROG: tl.constexpr = 1, S0C_DOT: tl.constexpr = False,
-    S0C_EXACT: tl.constexpr = False, DOT_PRECISION: tl.constexpr = None, ONE_PASS_PRECISION: tl.constexpr = None,
+    EVEN_TILE: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
+    pid_h = tl.program_id(1)
     pid_b = tl.program_id(2)
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
-    offs_l = tl.arange(0, BLOCK_L)
     mask_p, mask_n = tile_masks(offs_p, offs_n, headdim, dstate, EVEN_TILE)
-    # A program takes HEADS_PER_PROG heads of one group (the launcher checks they divide
-    # the group), one after another.
-    h0 = tl.program_id(1) * HEADS_PER_PROG
 
     # This launch reports an invalid slot or cursor (NaN outputs); the fold launch skips them.
     slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
     if is_pad:
         return
     if is_bad:
-        store_nan_heads(out_ptr, offs_p, mask_p, pid_b, tl.program_id(1), nheads, stride_out_b, stride_out_h,
-                        HEADS_PER_PROG)
+        store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
         return
     w = tl.load(write_pos_ptr + slot)
     if (w < 0) | (w >= buffer_len):
-        store_nan_heads(out_ptr, offs_p, mask_p, pid_b, tl.program_id(1), nheads, stride_out_b, stride_out_h,
-                        HEADS_PER_PROG)
+        store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
         return
     is_flush = w == buffer_len - 1
     if HAS_FORCE_FLUSH:
@@ -127,96 +119,76 @@ def _replay_step_kernel(
         if is_flush:
             return
 
-    # The group's side of the step, shared by the program's heads: C, this step's B, and
-    # (whole-tile ring walk) the dots B_j . C of the cached entries.
-    g = h0 // heads_per_group
+    g = pid_h // heads_per_group
+    state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+                  + offs_p[:, None] * stride_state_p + offs_n[None, :])
+    mask_pn = mask_p[:, None] & mask_n[None, :]
+    S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
     C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0)
+    xf = x.to(tl.float32)
+    dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h, HAS_DT_BIAS, DT_SOFTPLUS)
+    A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
     B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n, other=0.0)
     Bf = B.to(tl.float32)
+    dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
+    xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
     Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
-    in_ring = offs_l < w
+    offs_l = tl.arange(0, BLOCK_L)
+    dt_hist = tl.load(dtc_base + offs_l, mask=offs_l < w, other=0.0)
+    total = tl.sum(dt_hist, axis=0) + dt  # T: dt summed over the cached steps and this one
+    decay0 = tl.exp(tl.minimum(A * total, 0.0))
+    seen = dt * 0.0
+
+    # The ring is walked in chunks of FOLD_CHUNK entries: a chunk's loads are independent
+    # and issue together, and a chunk past w is skipped by a uniform branch. (The trip
+    # count is a constant: the interpreter cannot loop to a loaded bound.) Everything
+    # stays in the blocked layout of the checkpoint.
     if MODE == NONFLUSH:
-        BC = tl.sum(Bf * C, axis=0)
-        if S0C_DOT:
-            C_raw = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0)
-            C_cols = tl.where((tl.arange(0, 16) == 0)[None, :], C_raw[:, None], tl.zeros_like(C_raw)[:, None])
+        # y = exp(A T) S_0 C + sum_j coef_j (B_j . C) x_j + dt (B . C) x, never forming S.
+        y = decay0 * tl.sum(S0 * C[None, :], axis=1) + (dt * tl.sum(Bf * C, axis=0)) * xf
         if FOLD_CHUNK == 0:
+            # The whole ring as tiles ([L, N] of B, [P, L] of x, masked past w): every
+            # entry's loads and its B_j . C issue together, with no chain over j.
+            in_ring = offs_l < w
+            dt_ring = tl.load(dtc_base + offs_l, mask=in_ring, other=0.0)
+            coef = dt_ring * tl.exp(tl.minimum(A * (total - tl.cumsum(dt_ring, axis=0)), 0.0))
             Bm = tl.load(Bc_base + offs_l[:, None] * stride_Bc_l + offs_n[None, :],
                          mask=in_ring[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
-            BC_ring = tl.sum(Bm * C[None, :], axis=1)
-    mask_pn = mask_p[:, None] & mask_n[None, :]
-
-    for hh in range(0, HEADS_PER_PROG):
-        pid_h = h0 + hh
-        state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
-                      + offs_p[:, None] * stride_state_p + offs_n[None, :])
-        S0_raw = tl.load(state_ptrs, mask=mask_pn, other=0.0)
-        S0 = S0_raw.to(tl.float32)
-        x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0)
-        xf = x.to(tl.float32)
-        dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h, HAS_DT_BIAS,
-                     DT_SOFTPLUS)
-        A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
-        dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
-        xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
-        dt_ring = tl.load(dtc_base + offs_l, mask=in_ring, other=0.0)
-        total = tl.sum(dt_ring, axis=0) + dt  # T: dt summed over the cached steps and this one
-        decay0 = tl.exp(tl.minimum(A * total, 0.0))
-        seen = dt * 0.0
-
-        # The ring is walked in chunks of FOLD_CHUNK entries: a chunk's loads are independent
-        # and issue together, and a chunk past w is skipped by a uniform branch. (The trip
-        # count is a constant: the interpreter cannot loop to a loaded bound.) Everything
-        # stays in the blocked layout of the checkpoint.
-        if MODE == NONFLUSH:
-            # y = exp(A T) S_0 C + sum_j coef_j (B_j . C) x_j + dt (B . C) x, never forming S.
-            if S0C_DOT:
-                # S_0 C on the tensor cores, C as the first column of a [N, 16] tile: with a
-                # bf16/fp16 state (and C of that dtype) one exact pass, and far fewer
-                # instructions than converting and multiplying every element.
-                S0C = tl.sum(native_dot(S0_raw, C_cols, True, S0C_EXACT, DOT_PRECISION, ONE_PASS_PRECISION),
-                             axis=1)
-            else:
-                S0C = tl.sum(S0 * C[None, :], axis=1)
-            y = decay0 * S0C + (dt * BC) * xf
-            if FOLD_CHUNK == 0:
-                # The whole ring as tiles ([P, L] of x, masked past w): every entry's loads
-                # issue together, with no chain over j.
-                coef = dt_ring * tl.exp(tl.minimum(A * (total - tl.cumsum(dt_ring, axis=0)), 0.0))
-                X = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
-                            mask=mask_p[:, None] & in_ring[None, :], other=0.0).to(tl.float32)
-                y += tl.sum(X * (coef * BC_ring)[None, :], axis=1)
-            else:
-                for c in range(0, BLOCK_L // FOLD_CHUNK):
-                    if c * FOLD_CHUNK < w:
-                        for i in tl.static_range(FOLD_CHUNK):
-                            seen, coef_j, x_j, B_j = _ring_entry(c * FOLD_CHUNK + i, w, seen, total, A, dtc_base,
-                                                                 xc_base, Bc_base, stride_xc_l, stride_Bc_l, offs_p,
-                                                                 offs_n, mask_p, mask_n)
-                            y += (coef_j * tl.sum(B_j * C, axis=0)) * x_j
+            X = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
+                        mask=mask_p[:, None] & in_ring[None, :], other=0.0).to(tl.float32)
+            y += tl.sum(X * (coef * tl.sum(Bm * C[None, :], axis=1))[None, :], axis=1)
         else:
-            # S = exp(A T) S_0 + sum_j coef_j x_j B_j^T + dt x B^T, as w rank-1 updates (fp32 FMAs).
-            S = S0 * decay0 + (dt * xf)[:, None] * Bf[None, :]
             for c in range(0, BLOCK_L // FOLD_CHUNK):
                 if c * FOLD_CHUNK < w:
                     for i in tl.static_range(FOLD_CHUNK):
                         seen, coef_j, x_j, B_j = _ring_entry(c * FOLD_CHUNK + i, w, seen, total, A, dtc_base,
                                                              xc_base, Bc_base, stride_xc_l, stride_Bc_l, offs_p,
                                                              offs_n, mask_p, mask_n)
-                        S += (coef_j * x_j)[:, None] * B_j[None, :]
-            y = tl.sum(S * C[None, :], axis=1)
-            if is_flush:
-                tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
+                        y += (coef_j * tl.sum(B_j * C, axis=0)) * x_j
+    else:
+        # S = exp(A T) S_0 + sum_j coef_j x_j B_j^T + dt x B^T, as w rank-1 updates (fp32 FMAs).
+        S = S0 * decay0 + (dt * xf)[:, None] * Bf[None, :]
+        for c in range(0, BLOCK_L // FOLD_CHUNK):
+            if c * FOLD_CHUNK < w:
+                for i in tl.static_range(FOLD_CHUNK):
+                    seen, coef_j, x_j, B_j = _ring_entry(c * FOLD_CHUNK + i, w, seen, total, A, dtc_base, xc_base,
+                                                         Bc_base, stride_xc_l, stride_Bc_l, offs_p, offs_n,
+                                                         mask_p, mask_n)
+                    S += (coef_j * x_j)[:, None] * B_j[None, :]
+        y = tl.sum(S * C[None, :], axis=1)
+        if is_flush:
+            tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
 
-        if not is_flush:
-            tl.store(xc_base + w * stride_xc_l + offs_p, x.to(x_cache_ptr.dtype.element_ty), mask=mask_p)
-            if pid_p == 0:
-                tl.store(dtc_base + w, dt)
-                if pid_h % heads_per_group == 0:  # one head per group appends the shared B
-                    tl.store(Bc_base + w * stride_Bc_l + offs_n, B.to(B_cache_ptr.dtype.element_ty), mask=mask_n)
+    if not is_flush:
+        tl.store(xc_base + w * stride_xc_l + offs_p, x.to(x_cache_ptr.dtype.element_ty), mask=mask_p)
+        if pid_p == 0:
+            tl.store(dtc_base + w, dt)
+            if pid_h % heads_per_group == 0:  # one head per group appends the shared B
+                tl.store(Bc_base + w * stride_Bc_l + offs_n, B.to(B_cache_ptr.dtype.element_ty), mask=mask_n)
 
-        finish_output(y, xf, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
-                      stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+    finish_output(y, xf, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
+                  stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
 
 
 def check_ring(step: Mamba2Step, state: torch.Tensor, x_cache: torch.Tensor, dt_cache: torch.Tensor,
@@ -326,14 +298,7 @@ def selective_state_update_replayssm(
         if mode == "fold":
             launch_fold(args, step, cfg, block_n, block_l)
         else:
-            # Heads of one program share their group's work, so they must lie in one group.
-            hpp = math.gcd(cfg.heads_per_prog, step.nheads // step.ngroups) if mode == NONFLUSH.value else 1
-            programs = (triton.cdiv(step.headdim, cfg.block_p), step.nheads // hpp, step.batch)
-            # S_0 C as a matmul needs tiles of >= 16 (fold_dot on this launch; see the kernel).
-            s0c_dot = mode == NONFLUSH.value and bool(cfg.fold_dot) and cfg.block_p >= 16 and block_n >= 16
-            launch_kernel(_replay_step_kernel, programs, **args, HEADS_PER_PROG=hpp, S0C_DOT=s0c_dot,
-                          S0C_EXACT=s0c_dot and state.dtype == C.dtype and exact_in_tf32(state.dtype),
-                          DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION,
+            launch_kernel(_replay_step_kernel, grid(step.batch, step.nheads, step.headdim, cfg), **args,
                           MODE=mode, BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_L=block_l,
                           # 0: the non-flush launch walks the ring as whole tiles (no chunks)
                           FOLD_CHUNK=min(cfg.fold_chunk, block_l) if mode == NONFLUSH.value else max(1, min(cfg.fold_chunk, block_l)),

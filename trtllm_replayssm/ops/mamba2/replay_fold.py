@@ -28,7 +28,7 @@ import triton.language as tl
 
 from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, load_slot,
                       row_in_block, small_matmul, step_flush_rows)
-from ..launch import LaunchConfig, clamp_loop_blocks, launch_kernel, maxnreg_option
+from ..launch import LaunchConfig, clamp_loop_blocks, launch_kernel
 from ._common import finish_output, load_dt
 
 
@@ -38,10 +38,6 @@ from ._common import finish_output, load_dt
 # (``benchmarks/results/loop_stages.json``): Super 454 / 1759 -> 423 / 1670 with 3
 # stages, Nano 417 / 1633 -> 383 / 1495; 2 stages no gain.
 LOOP_STAGES = 3
-# ptxas's cap on the fold's registers a thread (None: its choice, 226-255 on the tuned
-# configs): fewer registers, more programs an SM, both for the flush step's folds and for
-# the programs that return at once on the other steps.
-FOLD_MAXNREG = None
 
 
 @triton.jit
@@ -169,4 +165,4 @@ def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int)
                   EXACT_B=exact_in_tf32(args["B_cache_ptr"].dtype),
                   DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, HEADS_PER_PROG=hpp,
                   CHUNKS=cfg.loop_blocks, EVEN_HEADS=step.nheads % hpp == 0, ROW_BLOCK=cfg.row_block,
-                  LOOP_STAGES=LOOP_STAGES, num_warps=cfg.num_warps, **maxnreg_option(FOLD_MAXNREG))
+                  LOOP_STAGES=LOOP_STAGES, num_warps=cfg.num_warps)

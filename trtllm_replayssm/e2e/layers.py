@@ -21,23 +21,15 @@ from ..ops.gdn.spec_standard import gdn_spec_standard
 from ..ops.mamba2 import selective_state_update, selective_state_update_replayssm
 from ..ops.mamba2.spec import selective_state_update_replayssm_spec
 from ..ops.mamba2.spec_standard import selective_state_update_spec_standard
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+from .kernels import causal_conv_update, gated_rms_norm
 
 
 def causal_conv(caches, index: int, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """Causal depthwise conv of ``x (B, T, C)`` over the layer's last ``K - 1`` inputs and
-    these, SiLU. The window ``(B, C, K-1+T)`` is kept in ``caches.conv_window``; the conv
-    state moves on at commit (by the accepted count, or by 1 in autoregressive decode)."""
+    """Causal depthwise conv + SiLU of ``x (B, T, C)`` over the layer's last ``K - 1``
+    inputs and these. The window ``(B, C, K-1+T)`` is kept in ``caches.conv_window``; the
+    conv state moves on at commit (by the accepted count, or by 1 in autoregressive decode)."""
     K, T = weight.shape[1], x.shape[1]
-    window = caches.conv_window[index][..., :K - 1 + T]
-    window[:, :, :K - 1].copy_(caches.conv[index])
-    window[:, :, K - 1:].copy_(x.transpose(1, 2))
-    out = (window.unfold(-1, K, 1).float() * weight.float()[:, None, :]).sum(-1) + bias.float()[:, None]
-    return F.silu(out).transpose(1, 2).to(x.dtype).contiguous()  # the kernels need unit-stride channels
+    return causal_conv_update(caches.conv[index], x, weight, bias, caches.conv_window[index][..., :K - 1 + T])
 
 
 def _param(*shape, dtype, std=0.02, device=None) -> nn.Parameter:
@@ -126,8 +118,7 @@ class Mamba2Mixer(nn.Module):
             else:
                 y = selective_state_update(state, *one, **kw)
         # Gated RMSNorm per group (Mamba2's norm_before_gate=False).
-        y = (y.reshape(B, T, self.d_inner).float() * F.silu(z.float())).view(B, T, G, -1)
-        y = rms_norm(y, self.norm_w.view(G, -1)).view(B, T, self.d_inner).to(h.dtype)
+        y = gated_rms_norm(y.reshape(B, T, self.d_inner), z, self.norm_w, self.d_inner // G, out_dtype=h.dtype)
         return F.linear(y, self.out_proj)
 
 
@@ -173,5 +164,6 @@ class GDNMixer(nn.Module):
             else:
                 o = fused_sigmoid_gating_delta_rule_update(state, *one, self.A_log, self.dt_bias,
                                                            initial_state_indices=ctx.slots)
-        o = rms_norm(o.view(B, T, HV, V), self.norm_w).float() * F.silu(z.float().view(B, T, HV, V))
-        return F.linear(o.reshape(B, T, self.d_v).to(h.dtype), self.out_proj)
+        # RMSNorm per head, then the gate (norm_before_gate=True).
+        o = gated_rms_norm(o.reshape(B, T, self.d_v), z, self.norm_w, V, norm_before_gate=True, out_dtype=h.dtype)
+        return F.linear(o, self.out_proj)

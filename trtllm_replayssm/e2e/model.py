@@ -12,7 +12,8 @@ from ..cache import GDNReplayCache, Mamba2ReplayCache
 from ..ops.mamba2.spec import commit_replayssm_spec, reset_replayssm_spec_cursors, ring_capacity
 from ..ops.mamba2.spec_standard import promote_spec_state
 from .config import HybridConfig
-from .layers import MLP, Attention, GDNMixer, Mamba2Mixer, rms_norm
+from .kernels import rms_norm
+from .layers import MLP, Attention, GDNMixer, Mamba2Mixer
 
 
 class DecodeCaches:

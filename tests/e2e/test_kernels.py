@@ -1,0 +1,59 @@
+"""The decoder's fused non-SSM kernels against their PyTorch references."""
+
+import pytest
+import torch
+
+from mamba2_harness import DEVICE
+from trtllm_replayssm.e2e.kernels import (causal_conv_update, causal_conv_update_ref, gated_rms_norm,
+                                          gated_rms_norm_ref, rms_norm, rms_norm_ref)
+
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def tol(dtype):
+    return dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("T", [1, 3])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_causal_conv_update(T, dtype):
+    """300 channels: two blocks, the second partly masked. ``x`` is a column slice of a
+    wider projection (as the mixers pass it) and the window a slice of a longer buffer."""
+    g = torch.Generator().manual_seed(0)
+    B, C, K = 2, 300, 4
+    conv = torch.randn(B, C, K - 1, generator=g).to(dtype).to(DEVICE)
+    proj = torch.randn(B, T, C + 17, generator=g).to(dtype).to(DEVICE)
+    x = proj[..., 5:5 + C]
+    w = torch.randn(C, K, generator=g).to(dtype).to(DEVICE)
+    b = torch.randn(C, generator=g).to(dtype).to(DEVICE)
+    windows = [torch.zeros(B, C, K + 4, dtype=dtype, device=DEVICE) for _ in range(2)]
+    out = causal_conv_update(conv, x, w, b, windows[0][..., :K - 1 + T])
+    ref = causal_conv_update_ref(conv, x, w, b, windows[1][..., :K - 1 + T])
+    torch.testing.assert_close(out, ref, **tol(dtype))
+    assert torch.equal(windows[0], windows[1])  # the window is a copy: exact, and nothing past it is written
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm(dtype):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 2, 48, generator=g).to(dtype).to(DEVICE)
+    w = torch.randn(48, generator=g).to(dtype).to(DEVICE)
+    torch.testing.assert_close(rms_norm(x, w), rms_norm_ref(x, w), **tol(dtype))
+
+
+@pytest.mark.parametrize("norm_before_gate,shared_weight", [(False, False), (True, True), (True, False)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gated_rms_norm(norm_before_gate, shared_weight, dtype):
+    """Groups of 24 features (not a power of two); ``z`` a column slice of a projection."""
+    g = torch.Generator().manual_seed(2)
+    G, size = 4, 24
+    x = torch.randn(3, 1, G * size, generator=g).to(dtype).to(DEVICE)
+    z = torch.randn(3, 1, G * size + 9, generator=g).to(dtype).to(DEVICE)[..., 9:]
+    w = torch.randn(size if shared_weight else G * size, generator=g).to(dtype).to(DEVICE)
+    args = (x, z, w, size, norm_before_gate)
+    out = gated_rms_norm(*args, out_dtype=torch.float32)
+    ref = gated_rms_norm_ref(*args, out_dtype=torch.float32)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)  # fp32 out: only the inputs were rounded
+    # The gate's place matters: the other order gives another result (the test can fail).
+    other = gated_rms_norm_ref(x, z, w, size, not norm_before_gate, out_dtype=torch.float32)
+    assert not torch.allclose(out, other, atol=1e-3)

@@ -172,7 +172,7 @@ def e2e(args) -> int:
         r = DecodeRunner(model, batch, replay, max_len=4 + steps + 4, buffer_len=L)
         chosen[replay] = [r.run(1)[0] for _ in tqdm(range(steps), desc="ReplaySSM" if replay else "standard",
                                                     disable=args.quiet)]
-        logits[replay] = r.logits
+        logits[replay] = r.logits.float().clone()
     same = all(torch.equal(a, b) for a, b in zip(chosen[False], chosen[True]))
     rows = [[("ReplaySSM" if rp else "standard"), " ".join(str(int(t[0])) for t in chosen[rp])] for rp in (False, True)]
     print(tabulate(rows, headers=["SSM step", "greedy tokens of row 0"]))

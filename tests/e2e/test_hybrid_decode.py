@@ -33,7 +33,7 @@ def test_greedy_tokens_identical_over_cycles(name):
         assert torch.equal(a, b), f"step {t}: standard {a.tolist()} != replay {b.tolist()}"
     # Same logits within fp32 rounding, and the cursors went round the ring.
     r_std, r_rep = runs[False][0], runs[True][0]
-    torch.testing.assert_close(r_rep.logits, r_std.logits, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(r_rep.logits.float(), r_std.logits.float(), rtol=1e-4, atol=1e-4)
     assert (r_rep.caches.ssm.write_pos == (3 * L + 2) % L).all()  # went round the ring 3 times
 
 
@@ -49,7 +49,7 @@ def test_speculative_replay_matches_standard_spec(name):
         runs[replay] = (r, r.run(8))
     for t, (a, b) in enumerate(zip(runs[False][1], runs[True][1])):
         assert torch.equal(a, b), f"step {t}: standard {a.tolist()} != replay {b.tolist()}"
-    torch.testing.assert_close(runs[True][0].logits, runs[False][0].logits, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(runs[True][0].logits.float(), runs[False][0].logits.float(), rtol=1e-4, atol=1e-4)
     assert int(runs[True][0].caches.origin.max()) > 0, "no flush happened"
 
 
@@ -73,5 +73,5 @@ def test_cuda_real_shapes_logits_agree_in_graphs(name):
     that to ~2%, which would hide a real error.)"""
     runs = decode_both(name, steps=2 * 16 + 2, batch=4, dtype=torch.float32, max_len=64, graphs=True,
                        teacher_forced=True)
-    a, b = runs[True][0].logits, runs[False][0].logits
+    a, b = runs[True][0].logits.float(), runs[False][0].logits.float()
     assert ((a - b).norm() / b.norm()).item() < 1e-3

@@ -5,7 +5,8 @@ import torch
 
 from mamba2_harness import DEVICE
 from trtllm_replayssm.e2e.kernels import (causal_conv_update, causal_conv_update_ref, gated_rms_norm,
-                                          gated_rms_norm_ref, rms_norm, rms_norm_ref)
+                                          gated_rms_norm_ref, mlp_activation, mlp_activation_ref, rms_norm,
+                                          rms_norm_ref)
 
 DTYPES = [torch.float32, torch.bfloat16]
 
@@ -14,23 +15,39 @@ def tol(dtype):
     return dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
 
 
-@pytest.mark.parametrize("T", [1, 3])
+@pytest.mark.parametrize("T,in_place", [(1, True), (1, False), (3, False)])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_causal_conv_update(T, dtype):
-    """300 channels: two blocks, the second partly masked. ``x`` is a column slice of a
-    wider projection (as the mixers pass it) and the window a slice of a longer buffer."""
+def test_causal_conv_update(T, in_place, dtype):
+    """300 channels: three blocks, the last partly masked. ``x`` is a column slice of a
+    wider projection (as the mixers pass it) and the window a slice of a longer buffer;
+    in place (T = 1) the conv state itself moves on by the token."""
     g = torch.Generator().manual_seed(0)
     B, C, K = 2, 300, 4
-    conv = torch.randn(B, C, K - 1, generator=g).to(dtype).to(DEVICE)
+    convs = [torch.randn(B, C, K - 1, generator=g).to(dtype).to(DEVICE)] * 2
+    convs[1] = convs[0].clone()
     proj = torch.randn(B, T, C + 17, generator=g).to(dtype).to(DEVICE)
     x = proj[..., 5:5 + C]
     w = torch.randn(C, K, generator=g).to(dtype).to(DEVICE)
     b = torch.randn(C, generator=g).to(dtype).to(DEVICE)
     windows = [torch.zeros(B, C, K + 4, dtype=dtype, device=DEVICE) for _ in range(2)]
-    out = causal_conv_update(conv, x, w, b, windows[0][..., :K - 1 + T])
-    ref = causal_conv_update_ref(conv, x, w, b, windows[1][..., :K - 1 + T])
+    win = [None, None] if in_place else [wi[..., :K - 1 + T] for wi in windows]
+    before = convs[0].clone()
+    out = causal_conv_update(convs[0], x, w, b, win[0])
+    ref = causal_conv_update_ref(convs[1], x, w, b, win[1])
     torch.testing.assert_close(out, ref, **tol(dtype))
-    assert torch.equal(windows[0], windows[1])  # the window is a copy: exact, and nothing past it is written
+    # The window and the new conv state are copies: exact, and nothing past them is written.
+    assert torch.equal(windows[0], windows[1]) and torch.equal(convs[0], convs[1])
+    assert torch.equal(convs[0], before) != in_place  # (the test can fail: in place the state moved)
+
+
+@pytest.mark.parametrize("act", ["swiglu", "relu2"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_mlp_activation(act, dtype):
+    g = torch.Generator().manual_seed(3)
+    u = torch.randn(3, 1, 2 * 1500, generator=g).to(dtype).to(DEVICE)  # inner 1500 (swiglu): 2 blocks
+    out = mlp_activation(u, act)
+    torch.testing.assert_close(out, mlp_activation_ref(u, act), **tol(dtype))
+    assert out.shape[-1] == (1500 if act == "swiglu" else 3000)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

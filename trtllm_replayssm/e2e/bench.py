@@ -31,7 +31,7 @@ def compare_paths(model: HybridDecoder, batch: int, warmup_steps: int, num_steps
         r = _runner(model, batch, replay, **runner_kw)
         chosen = r.run(warmup_steps, feed=fed)
         fed = fed or chosen
-        logits[replay] = r.logits.clone()
+        logits[replay] = r.logits.float().clone()
         ms[replay] = r.time_ms_per_step(num_steps)
         del r
         if torch.cuda.is_available():

@@ -11,6 +11,8 @@ Everything is computed in fp32 and stored once in the output dtype.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 import triton
@@ -20,64 +22,114 @@ import triton.language as tl
 
 
 @triton.jit
-def _conv_window_value(conv_ptr, x_ptr, j: tl.constexpr, pid_b, offs_c, mask_c, stride_conv_b, stride_conv_c, stride_x_b,
-                       stride_x_t, K: tl.constexpr):
-    """Entry ``j`` of a row's conv window: the kept inputs ``0..K-2``, then the new tokens."""
-    if j < K - 1:
-        v = tl.load(conv_ptr + pid_b * stride_conv_b + offs_c * stride_conv_c + j, mask=mask_c, other=0.0)
-    else:
-        v = tl.load(x_ptr + pid_b * stride_x_b + (j - (K - 1)) * stride_x_t + offs_c, mask=mask_c, other=0.0)
-    return v
-
-
-@triton.jit
 def _conv_update_kernel(conv_ptr, x_ptr, w_ptr, bias_ptr, window_ptr, out_ptr, channels,
                         stride_conv_b, stride_conv_c, stride_x_b, stride_x_t, stride_win_b, stride_win_c,
-                        stride_out_b, stride_out_t, K: tl.constexpr, T: tl.constexpr, BLOCK_C: tl.constexpr):
+                        stride_out_b, stride_out_t, K: tl.constexpr, T: tl.constexpr, IN_PLACE: tl.constexpr,
+                        BLOCK_C: tl.constexpr, BLOCK_W: tl.constexpr):
+    """Program ``(block of channels, batch row)``. The row's window ``[BLOCK_C, BLOCK_W]``
+    (the kept ``K - 1`` inputs, then the T new ones) is loaded as one tile; each output is
+    the tile times the weights shifted to its token."""
     pid_b = tl.program_id(1)
     offs_c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     mask_c = offs_c < channels
-    for j in tl.static_range(K - 1 + T):
-        v = _conv_window_value(conv_ptr, x_ptr, j, pid_b, offs_c, mask_c, stride_conv_b, stride_conv_c, stride_x_b,
-                               stride_x_t, K)
-        tl.store(window_ptr + pid_b * stride_win_b + offs_c * stride_win_c + j, v, mask=mask_c)
+    cols = tl.arange(0, BLOCK_W)
+    kept = mask_c[:, None] & (cols < K - 1)[None, :]
+    new = mask_c[:, None] & ((cols >= K - 1) & (cols < K - 1 + T))[None, :]
+    win = tl.load(conv_ptr + pid_b * stride_conv_b + offs_c[:, None] * stride_conv_c + cols[None, :], mask=kept,
+                  other=0.0)
+    win = tl.where(new, tl.load(x_ptr + pid_b * stride_x_b + (cols - (K - 1))[None, :] * stride_x_t + offs_c[:, None],
+                                mask=new, other=0.0), win)
+    if IN_PLACE:  # T = 1: the row's kept inputs move on by one here (no window, no commit copy)
+        tl.store(conv_ptr + pid_b * stride_conv_b + offs_c[:, None] * stride_conv_c + (cols - 1)[None, :], win,
+                 mask=mask_c[:, None] & ((cols >= 1) & (cols < K))[None, :])
+    else:
+        tl.store(window_ptr + pid_b * stride_win_b + offs_c[:, None] * stride_win_c + cols[None, :], win,
+                 mask=mask_c[:, None] & (cols < K - 1 + T)[None, :])
+    winf = win.to(tl.float32)
     bias = tl.load(bias_ptr + offs_c, mask=mask_c, other=0.0).to(tl.float32)
     for t in tl.static_range(T):
-        acc = bias
-        for i in tl.static_range(K):
-            v = _conv_window_value(conv_ptr, x_ptr, t + i, pid_b, offs_c, mask_c, stride_conv_b, stride_conv_c,
-                                   stride_x_b, stride_x_t, K).to(tl.float32)
-            acc += tl.load(w_ptr + offs_c * K + i, mask=mask_c, other=0.0).to(tl.float32) * v
+        tap = cols - t  # weight tap of window column j for token t
+        w = tl.load(w_ptr + offs_c[:, None] * K + tap[None, :], mask=mask_c[:, None] & ((tap >= 0) & (tap < K))[None, :],
+                    other=0.0).to(tl.float32)
+        acc = tl.sum(winf * w, axis=1) + bias
         acc = acc * tl.sigmoid(acc)  # SiLU
         tl.store(out_ptr + pid_b * stride_out_b + t * stride_out_t + offs_c, acc.to(out_ptr.dtype.element_ty),
                  mask=mask_c)
 
 
 def causal_conv_update(conv_state: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-                       window: torch.Tensor) -> torch.Tensor:
+                       window: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Depthwise causal conv + SiLU of ``x (B, T, C)`` (unit stride along C) over the row's
-    kept inputs ``conv_state (B, C, K-1)``; the whole window ``(B, C, K-1+T)`` (unit stride
-    along it) is written to ``window`` for the caller's commit. ``weight (C, K)``,
-    ``bias (C,)``. Returns ``(B, T, C)`` contiguous, in x's dtype."""
+    kept inputs ``conv_state (B, C, K-1)``. With a ``window (B, C, K-1+T)`` (unit stride
+    along it) the whole window is written there, for a commit that knows how many tokens
+    stay; without one (T = 1) ``conv_state`` moves on by the token in place.
+    ``weight (C, K)``, ``bias (C,)``. Returns ``(B, T, C)`` contiguous, in x's dtype."""
     B, T, C = x.shape
     K = weight.shape[1]
-    assert x.stride(2) == 1 and conv_state.stride(2) == 1 and window.stride(2) == 1 and weight.is_contiguous()
+    if window is None and T != 1:
+        raise ValueError(f"an in-place conv update takes one token a row, got T = {T}")
+    assert x.stride(2) == 1 and conv_state.stride(2) == 1 and weight.is_contiguous()
+    assert window is None or window.stride(2) == 1
     out = torch.empty(B, T, C, dtype=x.dtype, device=x.device)
-    block = min(256, triton.next_power_of_2(C))
+    block = min(128, triton.next_power_of_2(C))
+    win = window if window is not None else conv_state  # (unused in place)
     _conv_update_kernel[(triton.cdiv(C, block), B)](
-        conv_state, x, weight, bias, window, out, C, conv_state.stride(0), conv_state.stride(1), x.stride(0),
-        x.stride(1), window.stride(0), window.stride(1), out.stride(0), out.stride(1), K=K, T=T, BLOCK_C=block)
+        conv_state, x, weight, bias, win, out, C, conv_state.stride(0), conv_state.stride(1), x.stride(0),
+        x.stride(1), win.stride(0), win.stride(1), out.stride(0), out.stride(1), K=K, T=T, IN_PLACE=window is None,
+        BLOCK_C=block, BLOCK_W=triton.next_power_of_2(K - 1 + T))
     return out
 
 
 def causal_conv_update_ref(conv_state: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-                           window: torch.Tensor) -> torch.Tensor:
+                           window: Optional[torch.Tensor] = None) -> torch.Tensor:
     """:func:`causal_conv_update` in PyTorch ops."""
-    K = weight.shape[1]
-    window[:, :, :K - 1].copy_(conv_state)
-    window[:, :, K - 1:].copy_(x.transpose(1, 2))
-    out = (window.unfold(-1, K, 1).float() * weight.float()[:, None, :]).sum(-1) + bias.float()[:, None]
+    K, T = weight.shape[1], x.shape[1]
+    win = torch.cat([conv_state, x.transpose(1, 2)], dim=-1)
+    if window is not None:
+        window.copy_(win)
+    else:
+        conv_state.copy_(win[..., T:])
+    out = (win.unfold(-1, K, 1).float() * weight.float()[:, None, :]).sum(-1) + bias.float()[:, None]
     return F.silu(out).transpose(1, 2).to(x.dtype).contiguous()
+
+
+# -- MLP activation ---------------------------------------------------------------------
+
+
+@triton.jit
+def _mlp_act_kernel(u_ptr, out_ptr, inner, stride_u, stride_out, SWIGLU: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(1)
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < inner
+    a = tl.load(u_ptr + row * stride_u + offs, mask=mask, other=0.0).to(tl.float32)
+    if SWIGLU:  # silu(gate) * up, the two halves of the up projection
+        up = tl.load(u_ptr + row * stride_u + inner + offs, mask=mask, other=0.0).to(tl.float32)
+        y = a * tl.sigmoid(a) * up
+    else:  # relu^2
+        y = tl.maximum(a, 0.0)
+        y = y * y
+    tl.store(out_ptr + row * stride_out + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def mlp_activation(u: torch.Tensor, act: str) -> torch.Tensor:
+    """The MLP's activation of its up projection ``u (..., n)``: ``swiglu`` (``n = 2 *
+    inner``: ``silu(u[:inner]) * u[inner:]``) or ``relu2`` (``relu(u)^2``)."""
+    swiglu = act == "swiglu"
+    inner = u.shape[-1] // 2 if swiglu else u.shape[-1]
+    ur = _rows(u)
+    out = torch.empty(ur.shape[0], inner, dtype=u.dtype, device=u.device)
+    block = min(1024, triton.next_power_of_2(inner))
+    _mlp_act_kernel[(triton.cdiv(inner, block), ur.shape[0])](ur, out, inner, ur.stride(0), out.stride(0),
+                                                              SWIGLU=swiglu, BLOCK=block, num_warps=4)
+    return out.view(*u.shape[:-1], inner)
+
+
+def mlp_activation_ref(u: torch.Tensor, act: str) -> torch.Tensor:
+    """:func:`mlp_activation` in PyTorch ops."""
+    if act == "swiglu":
+        gate, up = u.float().chunk(2, dim=-1)
+        return (F.silu(gate) * up).to(u.dtype)
+    return torch.relu(u.float()).square().to(u.dtype)
 
 
 # -- RMSNorm, plain and gated ----------------------------------------------------------

@@ -21,15 +21,17 @@ from ..ops.gdn.spec_standard import gdn_spec_standard
 from ..ops.mamba2 import selective_state_update, selective_state_update_replayssm
 from ..ops.mamba2.spec import selective_state_update_replayssm_spec
 from ..ops.mamba2.spec_standard import selective_state_update_spec_standard
-from .kernels import causal_conv_update, gated_rms_norm
+from .kernels import causal_conv_update, gated_rms_norm, mlp_activation
 
 
 def causal_conv(caches, index: int, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """Causal depthwise conv + SiLU of ``x (B, T, C)`` over the layer's last ``K - 1``
-    inputs and these. The window ``(B, C, K-1+T)`` is kept in ``caches.conv_window``; the
-    conv state moves on at commit (by the accepted count, or by 1 in autoregressive decode)."""
-    K, T = weight.shape[1], x.shape[1]
-    return causal_conv_update(caches.conv[index], x, weight, bias, caches.conv_window[index][..., :K - 1 + T])
+    inputs and these. Autoregressive decode moves the conv state on in place; a verify
+    keeps its window ``(B, C, K-1+T)`` in ``caches.conv_window`` and the conv state moves on
+    at commit, by the accepted count."""
+    if x.shape[1] == 1:
+        return causal_conv_update(caches.conv[index], x, weight, bias)
+    return causal_conv_update(caches.conv[index], x, weight, bias, caches.conv_window[index])
 
 
 def _param(*shape, dtype, std=0.02, device=None) -> nn.Parameter:
@@ -45,13 +47,7 @@ class MLP(nn.Module):
         self.down = _param(hidden, inner, dtype=dtype, device=device)
 
     def forward(self, h: torch.Tensor, caches, ctx) -> torch.Tensor:
-        u = F.linear(h, self.up)
-        if self.act == "swiglu":
-            gate, up = u.chunk(2, dim=-1)
-            u = F.silu(gate) * up
-        else:
-            u = torch.relu(u).square()
-        return F.linear(u, self.down)
+        return F.linear(mlp_activation(F.linear(h, self.up), self.act), self.down)
 
 
 class Attention(nn.Module):

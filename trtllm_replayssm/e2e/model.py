@@ -39,7 +39,8 @@ class DecodeCaches:
             d_conv = g.nheads * g.headdim + 2 * g.ngroups * g.dstate
             state_shape = (g.nheads, g.headdim, g.dstate)
         self.conv = torch.zeros(n_ssm, batch, d_conv, cfg.conv_kernel - 1, dtype=dtype, device=device)
-        self.conv_window = torch.zeros(n_ssm, batch, d_conv, cfg.conv_kernel - 1 + T, dtype=dtype, device=device)
+        self.conv_window = (torch.zeros(n_ssm, batch, d_conv, cfg.conv_kernel - 1 + T, dtype=dtype, device=device)
+                            if T > 1 else None)  # a verify's conv windows, until its commit
         self.k = torch.zeros(n_attn, batch, max_len, cfg.kv_heads, cfg.head_dim, dtype=dtype, device=device)
         self.v = torch.zeros_like(self.k)
         self.pos = torch.zeros(batch, dtype=torch.long, device=device)
@@ -100,21 +101,21 @@ class HybridDecoder(nn.Module):
 
     @torch.no_grad()
     def forward_tokens(self, tokens: torch.Tensor, caches: DecodeCaches, ctx: StepContext) -> torch.Tensor:
-        """``tokens (B, T)`` -> logits ``(B, T, vocab)`` fp32; nothing that depends on
-        acceptance moves (see :meth:`commit`)."""
+        """``tokens (B, T)`` -> logits ``(B, T, vocab)`` in the model's dtype (greedy
+        sampling takes their argmax as they are); nothing that depends on acceptance moves
+        (see :meth:`commit`)."""
         h = self.embed[tokens]
         for i, block in enumerate(self.blocks):
             if self.kinds[i] not in self.skip:
                 h = h + block(rms_norm(h, self.norms[i]), caches, ctx)
-        return torch.nn.functional.linear(rms_norm(h, self.norms[-1]), self.lm_head).float()
+        return torch.nn.functional.linear(rms_norm(h, self.norms[-1]), self.lm_head)
 
     @torch.no_grad()
     def commit(self, caches: DecodeCaches, ctx: StepContext) -> None:
         """After a step, on the device: conv states, positions and SSM cursors (or, on the
         standard verify path, the accepted intermediate states) move by the accepted count."""
         K1 = caches.conv.shape[-1]
-        if ctx.num_tokens == 1:
-            caches.conv.copy_(caches.conv_window[..., 1:K1 + 1])
+        if ctx.num_tokens == 1:  # (the conv states moved on in the step)
             caches.pos += 1
             if ctx.replay:
                 caches.ssm.advance(ctx.slots, route=ctx.route)

@@ -59,8 +59,9 @@ class DecodeRunner:
     def _step(self) -> None:
         self.logits = self.model.forward_tokens(self.tokens, self.caches, self.ctx)
         self.model.commit(self.caches, self.ctx)
-        rows = torch.arange(self.batch, device=self.tokens.device)
-        self._set_tokens(self.logits[rows, self.ctx.accepted.long() - 1].argmax(-1))
+        # The token after the last accepted one: greedy choices of all positions, then the one row's.
+        last = (self.ctx.accepted.long() - 1)[:, None]
+        self._set_tokens(self.logits.argmax(-1).gather(1, last)[:, 0])
 
     def _advance(self) -> None:
         """One step: the captured graph where there is one, else eagerly."""

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from mamba2_harness import DEVICE
-from trtllm_replayssm.e2e.kernels import (causal_conv_update, causal_conv_update_ref, gated_rms_norm,
+from trtllm_replayssm.e2e.kernels import (causal_conv_update, causal_conv_update_ref, decode_attention,
+                                          decode_attention_ref, gated_rms_norm,
                                           gated_rms_norm_ref, mlp_activation, mlp_activation_ref, rms_norm,
                                           rms_norm_ref)
 
@@ -74,3 +75,24 @@ def test_gated_rms_norm(norm_before_gate, shared_weight, dtype):
     # The gate's place matters: the other order gives another result (the test can fail).
     other = gated_rms_norm_ref(x, z, w, size, not norm_before_gate, out_dtype=torch.float32)
     assert not torch.allclose(out, other, atol=1e-3)
+
+
+@pytest.mark.parametrize("T,heads,kv_heads", [(1, 5, 1), (3, 4, 2)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_decode_attention(T, heads, kv_heads, dtype):
+    """Rows at different positions (one in the first key block, one past it), GQA; the
+    cache beyond each row's tokens holds garbage that must not be read."""
+    g = torch.Generator().manual_seed(4)
+    B, S, D = 2, 80, 16
+    pos = torch.tensor([3, 70], device=DEVICE)
+    kc = torch.randn(B, S, kv_heads, D, generator=g).to(dtype).to(DEVICE)
+    vc = torch.randn(B, S, kv_heads, D, generator=g).to(dtype).to(DEVICE)
+    qkv = torch.randn(B, T, (heads + 2 * kv_heads) * D, generator=g).to(dtype).to(DEVICE)
+    q = qkv[..., :heads * D].view(B, T, heads, D)  # a slice of the projection, as the block passes it
+    out = decode_attention(q, kc, vc, pos)
+    ref = decode_attention_ref(q, kc, vc, pos)
+    torch.testing.assert_close(out, ref, **tol(dtype))
+    kc[0, 3 + T:] = 1e4  # past row 0's last token: invisible
+    torch.testing.assert_close(decode_attention(q, kc, vc, pos), out, atol=0, rtol=0)
+    kc[0, 1] += 1.0  # a visible key: the output moves (the test can fail)
+    assert not torch.allclose(decode_attention(q, kc, vc, pos)[0], out[0], atol=1e-3)

@@ -1,12 +1,15 @@
 """Fused kernels for the decoder's non-SSM per-token work, each next to its plain PyTorch
-reference: the causal conv update, RMSNorm and the gated RMSNorm of the mixers.
+reference: the causal conv update, the MLP activation, RMSNorm (plain and gated) and the
+decode attention.
 
-TensorRT-LLM runs these as single fused kernels (``causal_conv1d_update``, its RMSNorm
-and gated-RMSNorm kernels). As chains of PyTorch ops (casts, unfold, pow, mean, rsqrt,
-silu: ~35 launches a Mamba2 layer) they took a third of the rig's decode step at batch
-512, time neither a real engine nor the SSM kernels spend, which shrank every path's
-measured share of the SSM step. Both the standard and the ReplaySSM path use them.
-Everything is computed in fp32 and stored once in the output dtype.
+TensorRT-LLM runs these as single fused kernels (``causal_conv1d_update``, its RMSNorm,
+gated-RMSNorm and activation kernels, a decode attention kernel that reads each request's
+keys up to its length). As chains of PyTorch ops (casts, unfold, pow, mean, rsqrt, silu:
+~35 launches a Mamba2 layer) and SDPA over the whole static cache under a mask, they took
+a third of the rig's decode step at batch 512: time neither a real engine nor the SSM
+kernels spend, which shrank the measured share of the SSM step on both paths. Both the
+standard and the ReplaySSM path use them. Everything is computed in fp32 and stored once
+in the output dtype.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+
+from .._runtime import INTERPRETED
 
 # -- causal conv update ----------------------------------------------------------------
 
@@ -209,3 +214,94 @@ def gated_rms_norm_ref(x: torch.Tensor, z, weight: torch.Tensor, group_size: int
     if gate is not None and norm_before_gate:
         y = y * gate
     return y.to(out_dtype or x.dtype)
+
+
+# -- decode attention -------------------------------------------------------------------
+
+
+@triton.jit
+def _decode_attention_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, out_ptr, scale,
+                             stride_q_b, stride_q_t, stride_kv_b, stride_kv_s, stride_out_b, stride_out_t,
+                             MAX_LEN: tl.constexpr, T: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NATIVE: tl.constexpr):
+    """Program ``(batch row, KV head)``: the T new tokens of the row on the GROUP query
+    heads that share the KV head (rows ``t * GROUP + g`` of a ``[BLOCK_M, D]`` tile), over
+    the cached keys up to each token's own position, with an online softmax. Key blocks
+    past the row's last token are skipped (a uniform branch: the loop's trip count is the
+    cache's length, a constant, as the interpreter needs)."""
+    b, kvh = tl.program_id(0), tl.program_id(1)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, D)
+    t_of = offs_m // GROUP
+    head = kvh * GROUP + offs_m % GROUP
+    valid_m = offs_m < T * GROUP
+    pos = tl.load(pos_ptr + b)  # position of the row's first new token
+    q = tl.load(q_ptr + b * stride_q_b + t_of[:, None] * stride_q_t + head[:, None] * D + offs_d[None, :],
+                mask=valid_m[:, None], other=0.0)
+    if not NATIVE:
+        q = q.to(tl.float32)
+    m_i = tl.full((BLOCK_M,), -1e30, tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, D), tl.float32)
+    kv_base = b * stride_kv_b + kvh * D
+    for n0 in range(0, MAX_LEN, BLOCK_N):
+        if n0 < pos + T:
+            offs_n = n0 + tl.arange(0, BLOCK_N)
+            in_cache = offs_n < MAX_LEN
+            kv_off = kv_base + offs_n[:, None] * stride_kv_s + offs_d[None, :]
+            k = tl.load(k_ptr + kv_off, mask=in_cache[:, None], other=0.0)
+            v = tl.load(v_ptr + kv_off, mask=in_cache[:, None], other=0.0)
+            if not NATIVE:
+                k, v = k.to(tl.float32), v.to(tl.float32)
+            if NATIVE:
+                s = tl.dot(q, tl.trans(k)) * scale
+            else:  # fp32 operands: fp32 products (not TF32)
+                s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+            visible = (offs_n[None, :] <= pos + t_of[:, None]) & in_cache[None, :]
+            s = tl.where(visible, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            p = tl.exp(s - m_new[:, None])
+            alpha = tl.exp(m_i - m_new)
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            if NATIVE:
+                pv = tl.dot(p.to(v.dtype), v)
+            else:
+                pv = tl.dot(p, v, input_precision="ieee")
+            acc = acc * alpha[:, None] + pv
+            m_i = m_new
+    o = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+    tl.store(out_ptr + b * stride_out_b + t_of[:, None] * stride_out_t + head[:, None] * D + offs_d[None, :],
+             o.to(out_ptr.dtype.element_ty), mask=valid_m[:, None])
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """Attention of the ``T`` new tokens of each row, ``q (B, T, Hq, D)`` (unit stride in
+    the last two dimensions), over a static cache ``(B, max_len, Hkv, D)`` that already
+    holds them at ``pos .. pos + T - 1`` (``pos (B,)`` on the device): token t sees the
+    keys up to ``pos + t``; GQA (``Hq`` a multiple of ``Hkv``), scale ``D ** -0.5``.
+    Returns ``(B, T, Hq, D)`` in q's dtype. As a decode kernel of an engine, it reads only
+    the keys up to the row's last token."""
+    B, T, Hq, D = q.shape
+    Hkv, max_len = k_cache.shape[2], k_cache.shape[1]
+    assert q.stride(3) == 1 and q.stride(2) == D and k_cache.is_contiguous() and v_cache.is_contiguous()
+    assert Hq % Hkv == 0 and D == triton.next_power_of_2(D) and D >= 16
+    group = Hq // Hkv
+    out = torch.empty(B, T, Hq, D, dtype=q.dtype, device=q.device)
+    native = q.dtype != torch.float32 and not INTERPRETED  # bf16/fp16 tensor-core products (fp32 on the CPU)
+    _decode_attention_kernel[(B, Hkv)](
+        q, k_cache, v_cache, pos, out, D ** -0.5, q.stride(0), q.stride(1), k_cache.stride(0),
+        k_cache.stride(1), out.stride(0), out.stride(1), MAX_LEN=max_len, T=T, GROUP=group, D=D,
+        BLOCK_M=max(16, triton.next_power_of_2(T * group)), BLOCK_N=32 if D > 128 else 64, NATIVE=native,
+        num_warps=4)
+    return out
+
+
+def decode_attention_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                         pos: torch.Tensor) -> torch.Tensor:
+    """:func:`decode_attention` with PyTorch's SDPA over the whole cache and a mask."""
+    B, T, Hq, D = q.shape
+    at = pos[:, None] + torch.arange(T, device=q.device)[None, :]  # (B, T) positions of the new tokens
+    visible = torch.arange(k_cache.shape[1], device=q.device)[None, None, :] <= at[:, :, None]
+    o = F.scaled_dot_product_attention(q.transpose(1, 2), k_cache.transpose(1, 2), v_cache.transpose(1, 2),
+                                       attn_mask=visible[:, None], enable_gqa=True)
+    return o.transpose(1, 2)

@@ -21,7 +21,7 @@ from ..ops.gdn.spec_standard import gdn_spec_standard
 from ..ops.mamba2 import selective_state_update, selective_state_update_replayssm
 from ..ops.mamba2.spec import selective_state_update_replayssm_spec
 from ..ops.mamba2.spec_standard import selective_state_update_spec_standard
-from .kernels import causal_conv_update, gated_rms_norm, mlp_activation
+from .kernels import causal_conv_update, decode_attention, gated_rms_norm, mlp_activation
 
 
 def causal_conv(caches, index: int, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -52,7 +52,9 @@ class MLP(nn.Module):
 
 class Attention(nn.Module):
     """GQA over a static KV cache ``(B, max_len, kv_heads, head_dim)`` at per-row
-    positions held on the device (no RoPE: it does not change the cost that matters here)."""
+    positions held on the device, reading each row's keys up to its last token
+    (:func:`~.kernels.decode_attention`; no RoPE: it does not change the cost that matters
+    here)."""
 
     def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, index: int, dtype, device=None):
         super().__init__()
@@ -68,10 +70,8 @@ class Attention(nn.Module):
         at = caches.pos[:, None] + torch.arange(T, device=h.device)[None, :]  # (B, T) positions of the new tokens
         kc.index_put_((rows, at), k.view(B, T, self.kv_heads, D))
         vc.index_put_((rows, at), v.view(B, T, self.kv_heads, D))
-        visible = torch.arange(kc.shape[1], device=h.device)[None, None, :] <= at[:, :, None]  # (B, T, max_len)
-        o = F.scaled_dot_product_attention(q.view(B, T, self.heads, D).transpose(1, 2), kc.transpose(1, 2),
-                                           vc.transpose(1, 2), attn_mask=visible[:, None], enable_gqa=True)
-        return F.linear(o.transpose(1, 2).reshape(B, T, self.heads * D), self.o)
+        o = decode_attention(q.view(B, T, self.heads, D), kc, vc, caches.pos)
+        return F.linear(o.reshape(B, T, self.heads * D), self.o)
 
 
 class Mamba2Mixer(nn.Module):

@@ -18,6 +18,13 @@ from .step_inputs import parse_gdn_step
 
 __all__ = ["gdn_spec_standard", "promote_spec_state"]  # the promote copy is shared with Mamba2
 
+# The verify's launch config: 4 value rows a program on one warp. H200, T = 4, batch
+# 128-512, Qwen3.5-4B and -122B (``benchmarks/probe_spec_standard_configs.py``,
+# ``spec_standard_configs.json``): the step with the promote copy at 92-94% of copy
+# bandwidth, 22-29% faster than 16 rows on 4 warps (71-73%), the default before.
+STANDARD_SPEC_BLOCK_V = 4
+STANDARD_SPEC_WARPS = 1
+
 
 @triton.jit(do_not_specialize=["num_slots"])
 def _gdn_spec_standard_kernel(
@@ -59,8 +66,8 @@ def _gdn_spec_standard_kernel(
 
 def gdn_spec_standard(state, q, k, v, a, b, A_log, dt_bias, scale=None, use_qk_l2norm=True,
                       initial_state_indices=None, pad_slot_id=-1, out=None, softplus_beta=1.0,
-                      softplus_threshold=20.0, *, intermediate_states: torch.Tensor, block_v: int = 16,
-                      num_warps: int = 4) -> torch.Tensor:
+                      softplus_threshold=20.0, *, intermediate_states: torch.Tensor,
+                      block_v: int = STANDARD_SPEC_BLOCK_V, num_warps: int = STANDARD_SPEC_WARPS) -> torch.Tensor:
     """Verify T tokens (shapes as :func:`gdn_replayssm_spec_decode`) without replay: ``state``
     is read and left unchanged; ``intermediate_states (slots, T, HV, V, K)`` gets every
     intermediate state."""

@@ -24,8 +24,8 @@ def test_causal_conv_update(T, in_place, dtype):
     in place (T = 1) the conv state itself moves on by the token."""
     g = torch.Generator().manual_seed(0)
     B, C, K = 2, 300, 4
-    convs = [torch.randn(B, C, K - 1, generator=g).to(dtype).to(DEVICE)] * 2
-    convs[1] = convs[0].clone()
+    conv = torch.randn(B, C, K - 1, generator=g).to(dtype).to(DEVICE)
+    convs = [conv, conv.clone()]
     proj = torch.randn(B, T, C + 17, generator=g).to(dtype).to(DEVICE)
     x = proj[..., 5:5 + C]
     w = torch.randn(C, K, generator=g).to(dtype).to(DEVICE)

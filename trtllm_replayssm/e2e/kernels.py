@@ -21,7 +21,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from .._runtime import INTERPRETED
+from ..ops.common import DOT_PRECISION, ONE_PASS_PRECISION, exact_in_tf32, native_dot
 
 # -- causal conv update ----------------------------------------------------------------
 
@@ -196,8 +196,7 @@ def gated_rms_norm(x: torch.Tensor, z, weight: torch.Tensor, group_size: int, no
 
 def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """:func:`rms_norm` in PyTorch ops."""
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+    return gated_rms_norm_ref(x, None, weight, x.shape[-1], eps=eps)
 
 
 def gated_rms_norm_ref(x: torch.Tensor, z, weight: torch.Tensor, group_size: int, norm_before_gate: bool = False,
@@ -223,12 +222,15 @@ def gated_rms_norm_ref(x: torch.Tensor, z, weight: torch.Tensor, group_size: int
 def _decode_attention_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, out_ptr, scale,
                              stride_q_b, stride_q_t, stride_kv_b, stride_kv_s, stride_out_b, stride_out_t,
                              MAX_LEN: tl.constexpr, T: tl.constexpr, GROUP: tl.constexpr, D: tl.constexpr,
-                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, NATIVE: tl.constexpr):
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EXACT: tl.constexpr,
+                             DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr):
     """Program ``(batch row, KV head)``: the T new tokens of the row on the GROUP query
     heads that share the KV head (rows ``t * GROUP + g`` of a ``[BLOCK_M, D]`` tile), over
     the cached keys up to each token's own position, with an online softmax. Key blocks
     past the row's last token are skipped (a uniform branch: the loop's trip count is the
-    cache's length, a constant, as the interpreter needs)."""
+    cache's length, a constant, as the interpreter needs). The products go through
+    :func:`~trtllm_replayssm.ops.common.native_dot`: one tensor-core pass on bf16/fp16
+    (``EXACT``), fp32-accurate on fp32 and in the interpreter."""
     b, kvh = tl.program_id(0), tl.program_id(1)
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, D)
@@ -238,8 +240,6 @@ def _decode_attention_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, out_ptr, scale,
     pos = tl.load(pos_ptr + b)  # position of the row's first new token
     q = tl.load(q_ptr + b * stride_q_b + t_of[:, None] * stride_q_t + head[:, None] * D + offs_d[None, :],
                 mask=valid_m[:, None], other=0.0)
-    if not NATIVE:
-        q = q.to(tl.float32)
     m_i = tl.full((BLOCK_M,), -1e30, tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, D), tl.float32)
@@ -251,22 +251,17 @@ def _decode_attention_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, out_ptr, scale,
             kv_off = kv_base + offs_n[:, None] * stride_kv_s + offs_d[None, :]
             k = tl.load(k_ptr + kv_off, mask=in_cache[:, None], other=0.0)
             v = tl.load(v_ptr + kv_off, mask=in_cache[:, None], other=0.0)
-            if not NATIVE:
-                k, v = k.to(tl.float32), v.to(tl.float32)
-            if NATIVE:
-                s = tl.dot(q, tl.trans(k)) * scale
-            else:  # fp32 operands: fp32 products (not TF32)
-                s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+            s = native_dot(q, tl.trans(k), True, EXACT, DOT_PRECISION, ONE_PASS_PRECISION) * scale
             visible = (offs_n[None, :] <= pos + t_of[:, None]) & in_cache[None, :]
             s = tl.where(visible, s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
             p = tl.exp(s - m_new[:, None])
             alpha = tl.exp(m_i - m_new)
             l_i = l_i * alpha + tl.sum(p, axis=1)
-            if NATIVE:
-                pv = tl.dot(p.to(v.dtype), v)
+            if EXACT:  # the probabilities in the cache's dtype, for one pass in it
+                pv = native_dot(p.to(v.dtype), v, True, EXACT, DOT_PRECISION, ONE_PASS_PRECISION)
             else:
-                pv = tl.dot(p, v, input_precision="ieee")
+                pv = native_dot(p, v, True, EXACT, DOT_PRECISION, ONE_PASS_PRECISION)
             acc = acc * alpha[:, None] + pv
             m_i = m_new
     o = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
@@ -287,11 +282,11 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     assert Hq % Hkv == 0 and D == triton.next_power_of_2(D) and D >= 16
     group = Hq // Hkv
     out = torch.empty(B, T, Hq, D, dtype=q.dtype, device=q.device)
-    native = q.dtype != torch.float32 and not INTERPRETED  # bf16/fp16 tensor-core products (fp32 on the CPU)
     _decode_attention_kernel[(B, Hkv)](
         q, k_cache, v_cache, pos, out, D ** -0.5, q.stride(0), q.stride(1), k_cache.stride(0),
         k_cache.stride(1), out.stride(0), out.stride(1), MAX_LEN=max_len, T=T, GROUP=group, D=D,
-        BLOCK_M=max(16, triton.next_power_of_2(T * group)), BLOCK_N=32 if D > 128 else 64, NATIVE=native,
+        BLOCK_M=max(16, triton.next_power_of_2(T * group)), BLOCK_N=32 if D > 128 else 64,
+        EXACT=exact_in_tf32(q.dtype), DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION,
         num_warps=4)
     return out
 

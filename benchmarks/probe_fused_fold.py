@@ -27,16 +27,11 @@ from trtllm_replayssm.benchmarking.records import REPO, git_commit
 from trtllm_replayssm.benchmarking.rig import Launch
 from trtllm_replayssm.models import mamba2_model
 from trtllm_replayssm.ops.launch import LaunchConfig
-from trtllm_replayssm.ops.mamba2 import replay as m2_replay
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # (block_p, num_warps, fold_chunk) of the step launch, which folds its flush rows too.
 FUSED = [(16, 1, 0), (16, 1, 4), (16, 2, 0), (32, 2, 0), (32, 2, 4), (32, 4, 4), (32, 4, 0), (64, 4, 4),
          (64, 2, 4), (32, 1, 4)]
-# --capped: the tiles with the fewest registers outside the fold, under ptxas register
-# caps (the fold spills, on the flush step only), and the same tiles on two launches.
-CAPPED = [((16, 1, 0), 80), ((16, 1, 0), 96), ((16, 1, 4), 96), ((16, 1, 4), 128), ((32, 1, 4), 96),
-          ((32, 1, 4), 128)]
 
 
 def main() -> None:
@@ -45,7 +40,6 @@ def main() -> None:
     ap.add_argument("--cases", nargs="+", default=["fp32:8", "fp32:32", "fp32:128", "fp32:512", "bf16:128",
                                                    "bf16:512"], help="state_dtype:batch")
     ap.add_argument("--replays", type=int, default=20)
-    ap.add_argument("--capped", action="store_true", help="the CAPPED variants")
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/mamba2_fused_fold.json"))
     args = ap.parse_args()
     records, commit, gpu = [], git_commit(), torch.cuda.get_device_name()
@@ -54,17 +48,9 @@ def main() -> None:
             sd, batch = spec.split(":")
             rig = make_rig(Mamba2Case(name, mamba2_model(name).geom, int(batch), 16, DTYPES[sd]))
             std = rig.time_cycle_us(Launch("standard"), args.replays)
-            if args.capped:
-                variants = [("two launches (tuned)", Launch("output_only"), None)] + [
-                    (f"two launches, step {c}", Launch("output_only", LaunchConfig(*c)), None)
-                    for c in sorted({c for c, _ in CAPPED})] + [
-                    (f"fused {c} maxnreg {cap}", Launch("output_only", LaunchConfig(*c, fold_dot=1)), cap)
-                    for c, cap in CAPPED]
-            else:
-                variants = [("two launches (tuned)", Launch("output_only"), None)] + [
-                    (f"fused {c}", Launch("output_only", LaunchConfig(*c, fold_dot=1)), None) for c in FUSED]
-            for label, lc, cap in variants:
-                m2_replay.FUSED_MAXNREG = cap
+            variants = [("two launches (tuned)", Launch("output_only"))] + [
+                (f"fused {c}", Launch("output_only", LaunchConfig(*c, fold_dot=1))) for c in FUSED]
+            for label, lc in variants:
                 try:
                     us = rig.time_cycle_us(lc, args.replays)
                     flush, nonflush = rig.time_step_us(lc, 15, args.replays), rig.time_step_us(lc, 8, args.replays)

@@ -221,9 +221,6 @@ def _replay_step_kernel(
 # Rows of a fold block where the step launch folds its flush rows (``fold_dot``): the
 # matmul's tiles need at least 16 in every dimension.
 FUSED_FOLD_ROWS = 16
-# Register cap of such a launch (None: ptxas's choice), so that the fold's registers
-# (spilled, on the flush step only) do not cut the occupancy of the non-flush steps.
-FUSED_MAXNREG = None
 
 
 def fused_fold_args(step: Mamba2Step, cfg: LaunchConfig, block_n: int, block_l: int, ring_dtype) -> dict:
@@ -353,8 +350,6 @@ def selective_state_update_replayssm(
                           EVEN_TILE=even_tile(step.headdim, cfg.block_p, step.dstate, block_n),
                           **(fused_fold_args(step, cfg, block_n, block_l, B_cache.dtype)
                              if mode == NONFLUSH.value and cfg.fold_dot else {}),
-                          **({"maxnreg": FUSED_MAXNREG} if mode == NONFLUSH.value and cfg.fold_dot and FUSED_MAXNREG
-                             else {}),
                           num_warps=cfg.num_warps)
     return step.out
 

@@ -210,25 +210,3 @@ def test_fold_with_staged_block_loop(monkeypatch):
     monkeypatch.setattr(replay_fold, "LOOP_STAGES", 2)
     geom = Mamba2Geometry(nheads=4, headdim=80, dstate=16, ngroups=2)
     run_replay(Scenario(geom, 4, seed=16), cycles(4), fold_config=LaunchConfig(16, 2, 1, 1, 1, 0, 8))
-
-
-@pytest.mark.parametrize("config", [(16, 1, 0, 1), (32, 1, 4, 1)], ids=["rows16_ring_tiles", "rows32_chunks"])
-@pytest.mark.parametrize("L", [1, 4, 16])
-def test_step_launch_folds_its_flush_rows(config, L):
-    """``fold_dot = 1`` on the output_only route: the step launch folds its flush rows
-    itself (blocks of 16 headdim rows, one matmul over the ring each) and no fold launch
-    runs; force-flushed rows and a headdim that is not a multiple of the block (80 rows in
-    blocks of 32) included."""
-    from trtllm_replayssm.ops.launch import LaunchConfig
-
-    geom = Mamba2Geometry(nheads=2, headdim=80, dstate=16, ngroups=1)
-    res = run_replay(Scenario(geom, L, seed=23), cycles(L), route="output_only", config=LaunchConfig(*config),
-                     force_flush_at={1: [2], 6: [0, 3]})
-    assert all(res.flushes_per_row[r] >= 3 for r, s in enumerate(SLOTS) if s >= 0), res.flushes_per_row
-
-
-def test_step_launch_fold_needs_blocks_of_16():
-    from trtllm_replayssm.ops.launch import LaunchConfig
-
-    with pytest.raises(ValueError, match="block_p a multiple of 16"):
-        run_replay(Scenario(GEOM, 4, seed=24), 2, route="output_only", config=LaunchConfig(8, 1, 0, 1))

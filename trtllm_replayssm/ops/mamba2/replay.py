@@ -42,12 +42,11 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
-from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, load_slot,
-                      store_nan_output, tile_masks)
+from ..common import even_tile, load_slot, store_nan_output, tile_masks
 from ._common import finish_output, load_dt, ring_args
 from ..cursors import FLUSH_EVERY_STEP
 from ..launch import LaunchConfig, grid, launch_kernel, select_config, select_route
-from .replay_fold import fold_ring_weights, fold_tile, launch_fold
+from .replay_fold import launch_fold
 from .standard import launch_standard_step
 from .step_inputs import Mamba2Step, check_state_pool, parse_mamba2_step
 
@@ -91,9 +90,7 @@ def _replay_step_kernel(
     HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
     HAS_FORCE_FLUSH: tl.constexpr, MODE: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr, FOLD_CHUNK: tl.constexpr,
-    EVEN_TILE: tl.constexpr, FOLD_ROWS: tl.constexpr = 0, FOLD_N: tl.constexpr = 16, FOLD_L: tl.constexpr = 16,
-    FOLD_EVEN: tl.constexpr = False, EXACT_B: tl.constexpr = False, DOT_PRECISION: tl.constexpr = None,
-    ONE_PASS_PRECISION: tl.constexpr = None,
+    EVEN_TILE: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -118,35 +115,11 @@ def _replay_step_kernel(
         is_flush = is_flush | (tl.load(force_flush_ptr + pid_b) != 0)
     # The non-flush and the flush work are separate launches (and kernels) so that each
     # is compiled (registers) and tuned (tile) for itself.
-    g = pid_h // heads_per_group
     if MODE == NONFLUSH:
         if is_flush:
-            if FOLD_ROWS > 0:
-                # This launch folds its flush rows too (no fold launch), in blocks of FOLD_ROWS
-                # rows: one matmul over the ring each (tiles of at least 16, see replay_fold).
-                offs_nf = tl.arange(0, FOLD_N)
-                offs_lf = tl.arange(0, FOLD_L)
-                mask_nf = dim_mask(offs_nf, dstate, FOLD_EVEN)
-                A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
-                dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h,
-                             HAS_DT_BIAS, DT_SOFTPLUS)
-                B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_nf, mask=mask_nf,
-                            other=0.0).to(tl.float32)
-                C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_nf, mask=mask_nf,
-                            other=0.0).to(tl.float32)
-                Bm, coef, decay = fold_ring_weights(A, w, dt, B, dt_cache_ptr + slot * stride_dtc_slot
-                                                    + pid_h * stride_dtc_h, B_cache_ptr + slot * stride_Bc_slot
-                                                    + g * stride_Bc_g, stride_Bc_l, offs_lf, offs_nf, mask_nf)
-                for i in tl.static_range(BLOCK_P // FOLD_ROWS):
-                    fold_tile(pid_p * BLOCK_P + i * FOLD_ROWS + tl.arange(0, FOLD_ROWS), offs_nf, offs_lf, mask_nf,
-                              slot, pid_b, pid_h, w, Bm, coef, decay, C, state_ptr,
-                              x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h, x_ptr, D_ptr, z_ptr,
-                              out_ptr, headdim, stride_state_slot, stride_state_h, stride_state_p, stride_xc_l,
-                              stride_x_b, stride_x_h, stride_D_h, stride_D_p, stride_z_b, stride_z_h,
-                              stride_out_b, stride_out_h, HAS_D, HAS_Z, FOLD_EVEN, EXACT_B, DOT_PRECISION,
-                              ONE_PASS_PRECISION)
             return
 
+    g = pid_h // heads_per_group
     state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
                   + offs_p[:, None] * stride_state_p + offs_n[None, :])
     mask_pn = mask_p[:, None] & mask_n[None, :]
@@ -216,19 +189,6 @@ def _replay_step_kernel(
 
     finish_output(y, xf, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
                   stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
-
-
-# Rows of a fold block where the step launch folds its flush rows (``fold_dot``): the
-# matmul's tiles need at least 16 in every dimension.
-FUSED_FOLD_ROWS = 16
-
-
-def fused_fold_args(step: Mamba2Step, cfg: LaunchConfig, block_n: int, block_l: int, ring_dtype) -> dict:
-    """Constexprs of a step launch that folds its flush rows (``cfg.fold_dot``)."""
-    fold_n = max(16, block_n)
-    return dict(FOLD_ROWS=FUSED_FOLD_ROWS, FOLD_N=fold_n, FOLD_L=max(16, block_l),
-                FOLD_EVEN=even_tile(step.headdim, cfg.block_p, step.dstate, fold_n),
-                EXACT_B=exact_in_tf32(ring_dtype), DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION)
 
 
 def check_ring(step: Mamba2Step, state: torch.Tensor, x_cache: torch.Tensor, dt_cache: torch.Tensor,
@@ -321,15 +281,10 @@ def selective_state_update_replayssm(
         else:
             launch_standard_step(state, step, cfg, write_pos, 1)
         return step.out
-    if route == "output_only":
-        main_cfg = pick("output_only", config)
-        if main_cfg.fold_dot and main_cfg.block_p % FUSED_FOLD_ROWS:
-            raise ValueError(f"config: fold_dot=1 (flush rows folded in the step launch) needs block_p a multiple "
-                             f"of {FUSED_FOLD_ROWS}, got {main_cfg.block_p}")
-        # fold_dot: the step launch folds its flush rows itself; else a fold launch of its own.
-        launches = [(NONFLUSH.value, main_cfg)] + ([] if main_cfg.fold_dot else [("fold", pick("fold", fold_config))])
-    else:
-        launches = [(REBUILD.value, pick("state_and_output", config))]
+    launches = {
+        "output_only": [(NONFLUSH.value, pick("output_only", config)), ("fold", pick("fold", fold_config))],
+        "state_and_output": [(REBUILD.value, pick("state_and_output", config))],
+    }[route]
     args = dict(
         state_ptr=state, **ring_args(x_cache, dt_cache, B_cache), write_pos_ptr=write_pos,
         force_flush_ptr=force_flush if force_flush is not None else write_pos,
@@ -348,8 +303,6 @@ def selective_state_update_replayssm(
                           # 0: the non-flush launch walks the ring as whole tiles (no chunks)
                           FOLD_CHUNK=min(cfg.fold_chunk, block_l) if mode == NONFLUSH.value else max(1, min(cfg.fold_chunk, block_l)),
                           EVEN_TILE=even_tile(step.headdim, cfg.block_p, step.dstate, block_n),
-                          **(fused_fold_args(step, cfg, block_n, block_l, B_cache.dtype)
-                             if mode == NONFLUSH.value and cfg.fold_dot else {}),
                           num_warps=cfg.num_warps)
     return step.out
 

@@ -69,29 +69,6 @@ def fold_rows(S0, x, w, Bm, coef, decay, xc_base, stride_xc_l, offs_p, offs_l, m
     return S0 * decay + small_matmul(X * coef[None, :], Bm, True, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
 
 
-@triton.jit
-def fold_tile(offs_p, offs_n, offs_l, mask_n, slot, pid_b, pid_h, w, Bm, coef, decay, C,
-              state_ptr, xc_base, x_ptr, D_ptr, z_ptr, out_ptr, headdim,
-              stride_state_slot, stride_state_h, stride_state_p, stride_xc_l, stride_x_b, stride_x_h,
-              stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_out_b, stride_out_h,
-              HAS_D: tl.constexpr, HAS_Z: tl.constexpr, EVEN_TILE: tl.constexpr, EXACT_B: tl.constexpr,
-              DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr):
-    """A flushing row's whole step on the rows ``offs_p`` of one head: fold, store the new
-    checkpoint, output. ``Bm, coef, decay``: the head's :func:`fold_ring_weights`."""
-    mask_p = dim_mask(offs_p, headdim, EVEN_TILE)
-    mask_pn = mask_p[:, None] & mask_n[None, :]
-    x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0).to(tl.float32)
-    state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
-                  + offs_p[:, None] * stride_state_p + offs_n[None, :])
-    S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
-    S = fold_rows(S0, x, w, Bm, coef, decay, xc_base, stride_xc_l, offs_p, offs_l, mask_p,
-                  EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
-    tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
-    y = tl.sum(S * C[None, :], axis=1)
-    finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
-                  stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
-
-
 @triton.jit(do_not_specialize=["num_slots", "batch"])
 def _replay_fold_kernel(
     state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr, write_pos_ptr, force_flush_ptr,
@@ -156,11 +133,20 @@ def _replay_fold_kernel(
                     C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n,
                                 other=0.0).to(tl.float32)
                     for c in tl.range(0, CHUNKS, num_stages=LOOP_STAGES):
-                        fold_tile(offs_p0 + c * BLOCK_P, offs_n, offs_l, mask_n, slot, pid_b, pid_h, w, Bm, coef,
-                                  decay, C, state_ptr, xc_base, x_ptr, D_ptr, z_ptr, out_ptr, headdim,
-                                  stride_state_slot, stride_state_h, stride_state_p, stride_xc_l, stride_x_b,
-                                  stride_x_h, stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_out_b,
-                                  stride_out_h, HAS_D, HAS_Z, EVEN_TILE, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+                        offs_p = offs_p0 + c * BLOCK_P
+                        mask_p = dim_mask(offs_p, headdim, EVEN_TILE)
+                        mask_pn = mask_p[:, None] & mask_n[None, :]
+                        x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p,
+                                    other=0.0).to(tl.float32)
+                        state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+                                      + offs_p[:, None] * stride_state_p + offs_n[None, :])
+                        S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
+                        S = fold_rows(S0, x, w, Bm, coef, decay, xc_base, stride_xc_l, offs_p, offs_l, mask_p,
+                                      EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+                        tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
+                        y = tl.sum(S * C[None, :], axis=1)
+                        finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h,
+                                      stride_D_p, stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
 
 
 def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int) -> None:

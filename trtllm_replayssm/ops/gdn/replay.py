@@ -49,6 +49,10 @@ FOLD = tl.constexpr(2)  # rows that flush: fold the ring and this token, store t
 # the 2 stages (``gdn_ar_bf16_staged.json``: 1.04-1.15x -> 0.89-1.09x), so it keeps none.
 LOOP_STAGES = {NONFLUSH.value: 2, FOLD.value: None}
 LOOP_STAGES_STATES = (torch.float32,)
+# The non-flush launch's loop instead loads the next block's tiles into registers one
+# block ahead (no shared memory: the staged loads above come back through shared memory
+# in the ring tile's layout, and the launch was bound on shared-memory traffic).
+NONFLUSH_PREFETCH = False
 
 
 @triton.jit
@@ -77,7 +81,7 @@ def _gdn_replay_kernel(
     BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_L: tl.constexpr,
     FOLD_CHUNK: tl.constexpr, FOLD_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
     EVEN_TILE: tl.constexpr, V_INNER: tl.constexpr = False, LOOP_STAGES: tl.constexpr = None,
-    ROW_BLOCK: tl.constexpr = 1,
+    ROW_BLOCK: tl.constexpr = 1, PREFETCH: tl.constexpr = False,
 ):
     """A program covers CHUNKS blocks of BLOCK_V value rows of HEADS_PER_PROG value heads of
     one batch row (the fold launch: of the rows of a block of ROW_BLOCK that flush), one
@@ -113,7 +117,7 @@ def _gdn_replay_kernel(
                            stride_a_b, stride_a_h, stride_b_b, stride_b_h, stride_out_b, stride_out_h,
                            scale, softplus_beta, softplus_threshold, USE_QK_L2NORM, MODE, BLOCK_V, CHUNKS,
                            BLOCK_L, FOLD_CHUNK, FOLD_DOT, DOT_PRECISION, HEADS_PER_PROG, EVEN_TILE, V_INNER,
-                           LOOP_STAGES)
+                           LOOP_STAGES, PREFETCH)
         return
 
     pid_b = tl.program_id(2)
@@ -149,7 +153,36 @@ def _gdn_replay_kernel(
                stride_a_b, stride_a_h, stride_b_b, stride_b_h, stride_out_b, stride_out_h,
                scale, softplus_beta, softplus_threshold, USE_QK_L2NORM, MODE, BLOCK_V, CHUNKS,
                BLOCK_L, FOLD_CHUNK, FOLD_DOT, DOT_PRECISION, HEADS_PER_PROG, EVEN_TILE, V_INNER,
-               LOOP_STAGES)
+               LOOP_STAGES, PREFETCH)
+
+
+@triton.jit
+def _nonflush_tiles(state_base, dc_base, offs_v, offs_k, offs_l, mask_k, mask_l, head_v_dim, stride_state_row,
+                    stride_dc_l, ANY, EVEN_TILE: tl.constexpr, V_INNER: tl.constexpr):
+    """A block of value rows' checkpoint tile ``[V, K]`` and ring values ``[V, L]`` (fp32),
+    or zeros where ``ANY`` is false (past the program's last block: nothing is read)."""
+    mask_v = dim_mask(offs_v, head_v_dim, EVEN_TILE) & ANY
+    S0 = tl.load(state_tile_ptrs(state_base, offs_v, offs_k, stride_state_row, V_INNER),
+                 mask=mask_v[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
+    D_hist = tl.load(dc_base + offs_l[None, :] * stride_dc_l + offs_v[:, None],
+                     mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32)
+    return S0, D_hist
+
+
+@triton.jit
+def _nonflush_rows(S0, D_hist, offs_v, eG, k, q, coef_k, coef_q, alpha, beta, kq, w, pid_b, hv, v_ptr, dc_base,
+                   out_ptr, head_v_dim, stride_v_b, stride_v_h, stride_dc_l, stride_out_b, stride_out_h,
+                   EVEN_TILE: tl.constexpr):
+    """A non-flush row's step on a block of value rows: ``S_prev k`` and ``S_prev q`` from the
+    checkpoint tile and the ring, the corrected value ``d`` appended at ``w``, the output."""
+    mask_v = dim_mask(offs_v, head_v_dim, EVEN_TILE)
+    Sk = eG * tl.sum(S0 * k[None, :], axis=1) + tl.sum(D_hist * coef_k[None, :], axis=1)
+    Sq = eG * tl.sum(S0 * q[None, :], axis=1) + tl.sum(D_hist * coef_q[None, :], axis=1)
+    v = tl.load(v_ptr + pid_b * stride_v_b + hv * stride_v_h + offs_v, mask=mask_v, other=0.0).to(tl.float32)
+    d = beta * (v - alpha * Sk)
+    tl.store(dc_base + w * stride_dc_l + offs_v, d.to(dc_base.dtype.element_ty), mask=mask_v)
+    tl.store(out_ptr + pid_b * stride_out_b + hv * stride_out_h + offs_v,
+             (alpha * Sq + kq * d).to(out_ptr.dtype.element_ty), mask=mask_v)
 
 
 @triton.jit
@@ -163,7 +196,8 @@ def _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
                scale, softplus_beta, softplus_threshold, USE_QK_L2NORM: tl.constexpr, MODE: tl.constexpr,
                BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_L: tl.constexpr, FOLD_CHUNK: tl.constexpr,
                FOLD_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
-               EVEN_TILE: tl.constexpr, V_INNER: tl.constexpr, LOOP_STAGES: tl.constexpr):
+               EVEN_TILE: tl.constexpr, V_INNER: tl.constexpr, LOOP_STAGES: tl.constexpr,
+               PREFETCH: tl.constexpr = False):
     """One served batch row's step on the program's heads and value blocks: the output
     (and the ring's append) of a non-flush row, the fold and store of a flushing one."""
     for hh in range(0, HEADS_PER_PROG):
@@ -192,21 +226,30 @@ def _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
             if MODE == NONFLUSH:
                 coef_k = decay * tl.sum(K_hist * k[None, :], axis=1)  # exp(G - G_j) (k_j . k)
                 coef_q = decay * tl.sum(K_hist * q[None, :], axis=1)
-                for c in tl.range(0, CHUNKS, num_stages=LOOP_STAGES):
-                    offs_v = offs_v0 + c * BLOCK_V
-                    mask_v = dim_mask(offs_v, head_v_dim, EVEN_TILE)
-                    S0 = tl.load(state_tile_ptrs(state_base, offs_v, offs_k, stride_state_row, V_INNER),
-                                 mask=mask_v[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
-                    D_hist = tl.load(dc_base + offs_l[None, :] * stride_dc_l + offs_v[:, None],
-                                     mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32)  # [V, L]
-                    Sk = tl.exp(G) * tl.sum(S0 * k[None, :], axis=1) + tl.sum(D_hist * coef_k[None, :], axis=1)
-                    Sq = tl.exp(G) * tl.sum(S0 * q[None, :], axis=1) + tl.sum(D_hist * coef_q[None, :], axis=1)
-                    v = tl.load(v_ptr + pid_b * stride_v_b + hv * stride_v_h + offs_v, mask=mask_v,
-                                other=0.0).to(tl.float32)
-                    d = beta * (v - alpha * Sk)
-                    tl.store(dc_base + w * stride_dc_l + offs_v, d.to(d_cache_ptr.dtype.element_ty), mask=mask_v)
-                    tl.store(out_ptr + pid_b * stride_out_b + hv * stride_out_h + offs_v,
-                             (alpha * Sq + kq * d).to(out_ptr.dtype.element_ty), mask=mask_v)
+                eG = tl.exp(G)
+                if PREFETCH:
+                    # The next block's tiles are loaded into registers before this block is
+                    # used: in flight during its reductions, with no shared-memory staging.
+                    S0_n, D_n = _nonflush_tiles(state_base, dc_base, offs_v0, offs_k, offs_l, mask_k, mask_l,
+                                                head_v_dim, stride_state_row, stride_dc_l, True, EVEN_TILE, V_INNER)
+                    for c in range(0, CHUNKS):
+                        S0, D_hist = S0_n, D_n
+                        offs_v = offs_v0 + c * BLOCK_V
+                        S0_n, D_n = _nonflush_tiles(state_base, dc_base, offs_v + BLOCK_V, offs_k, offs_l, mask_k,
+                                                    mask_l, head_v_dim, stride_state_row, stride_dc_l,
+                                                    c + 1 < CHUNKS, EVEN_TILE, V_INNER)
+                        _nonflush_rows(S0, D_hist, offs_v, eG, k, q, coef_k, coef_q, alpha, beta, kq, w, pid_b, hv,
+                                       v_ptr, dc_base, out_ptr, head_v_dim, stride_v_b, stride_v_h, stride_dc_l,
+                                       stride_out_b, stride_out_h, EVEN_TILE)
+                else:
+                    for c in tl.range(0, CHUNKS, num_stages=LOOP_STAGES):
+                        offs_v = offs_v0 + c * BLOCK_V
+                        S0, D_hist = _nonflush_tiles(state_base, dc_base, offs_v, offs_k, offs_l, mask_k, mask_l,
+                                                     head_v_dim, stride_state_row, stride_dc_l, True, EVEN_TILE,
+                                                     V_INNER)
+                        _nonflush_rows(S0, D_hist, offs_v, eG, k, q, coef_k, coef_q, alpha, beta, kq, w, pid_b, hv,
+                                       v_ptr, dc_base, out_ptr, head_v_dim, stride_v_b, stride_v_h, stride_dc_l,
+                                       stride_out_b, stride_out_h, EVEN_TILE)
                 if pid_v == 0:
                     tl.store(gc_base + w, g)
                     if hv % v_heads_per_k_head == 0:  # one value head per key head appends k
@@ -363,6 +406,6 @@ def fused_recurrent_gated_delta_rule_replayssm(
             FOLD_DOT=bool(cfg.fold_dot) and min(cfg.block_p, block_l, block_k) >= 16, DOT_PRECISION=DOT_PRECISION,
             HEADS_PER_PROG=hpp, EVEN_TILE=even_tile(step.head_v_dim, cfg.block_p * chunks, step.head_k_dim, block_k),
             V_INNER=layout.v_inner, LOOP_STAGES=LOOP_STAGES[mode] if state.dtype in LOOP_STAGES_STATES else None,
-            ROW_BLOCK=rows, num_warps=cfg.num_warps,
+            ROW_BLOCK=rows, PREFETCH=NONFLUSH_PREFETCH and mode == NONFLUSH.value, num_warps=cfg.num_warps,
         )
     return step.out

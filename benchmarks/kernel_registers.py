@@ -111,7 +111,8 @@ def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16):
                     FOLD_CHUNK=cfg.fold_chunk, FOLD_DOT=bool(cfg.fold_dot) and kernel == "fold", DOT_PRECISION="tf32x3",
                     HEADS_PER_PROG=cfg.heads_per_prog if kernel == "fold" else 1, EVEN_TILE=head_dim % cfg.block_p == 0,
                     LOOP_STAGES=gdn_replay.LOOP_STAGES[modes[kernel]] if state_dtype == "fp32" else None,
-                    ROW_BLOCK=cfg.row_block if kernel == "fold" else 1)
+                    ROW_BLOCK=cfg.row_block if kernel == "fold" else 1,
+                    PREFETCH=bool(cfg.prefetch) and kernel == "output_only")
             yield ["gdn", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype)]
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The GDN non-flush launch's loop over blocks of value rows: staged by Triton's pipeliner
 (``LOOP_STAGES``: cp.async into shared memory, read back in the ring tile's layout) or
-with the next block's tiles loaded into registers one block ahead (``NONFLUSH_PREFETCH``).
+with the next block's tiles loaded into registers one block ahead (config ``prefetch``).
 
 Nsight Compute on the staged launch (Qwen3.5-122B, batch 128, fp32 state): 89% of the
 L1/shared-memory throughput, 30 M of its 33 M wavefronts shared memory, mio_throttle the
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -25,14 +26,18 @@ from trtllm_replayssm.benchmarking.gdn_ar import GDNCase, candidate_configs, mak
 from trtllm_replayssm.benchmarking.records import REPO, git_commit
 from trtllm_replayssm.benchmarking.rig import Launch
 from trtllm_replayssm.models import model
+from trtllm_replayssm._runtime import device_arch
 from trtllm_replayssm.ops.gdn import replay
+from trtllm_replayssm.ops.launch import LaunchConfig, select_config
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-FORMS = {"staged": (False, 2), "plain": (False, None), "prefetch": (True, None)}  # (NONFLUSH_PREFETCH, stages)
+FORMS = {"staged": (0, 2), "plain": (0, None), "prefetch": (1, None)}  # (config prefetch, LOOP_STAGES)
 
 
-def set_form(form: str) -> None:
-    replay.NONFLUSH_PREFETCH, replay.LOOP_STAGES[replay.NONFLUSH.value] = FORMS[form]
+def set_form(form: str, cfg: LaunchConfig) -> LaunchConfig:
+    """``cfg`` in loop form ``form`` (sets the module's stages)."""
+    prefetch, replay.LOOP_STAGES[replay.NONFLUSH.value] = FORMS[form]
+    return replace(cfg, prefetch=prefetch)
 
 
 def main() -> None:
@@ -51,20 +56,21 @@ def main() -> None:
             sd, batch = spec.split(":")
             rig = make_gdn_rig(GDNCase(name, geom, int(batch), 16, DTYPES[sd]))
             std = rig.time_cycle_us(Launch("standard"), args.replays)
-            for cfg in [None] + [c for c in candidate_configs("output_only", geom.head_v_dim)
-                                 if c.num_warps <= args.max_warps]:
+            tuned = select_config("output_only", device_arch(rig.cache.ssm_state.device), DTYPES[sd], torch.bfloat16,
+                                  geom.head_v_dim, geom.head_k_dim, int(batch), family="gdn", nheads=geom.num_v_heads)
+            for label, cfg in [("tuned", tuned)] + [(None, c) for c in candidate_configs("output_only", geom.head_v_dim)
+                                                    if c.num_warps <= args.max_warps and not c.prefetch]:
                 for form in FORMS:
-                    set_form(form)
-                    lc = Launch("output_only", cfg)
+                    lc = Launch("output_only", set_form(form, cfg))
                     try:
                         us, nonflush = rig.time_cycle_us(lc, args.replays), rig.time_step_us(lc, 8, args.replays)
                     except Exception as e:  # a config the compiler rejects (resources)
                         print(name, spec, cfg, form, type(e).__name__, flush=True)
                         continue
                     finally:
-                        set_form("staged")
+                        set_form("staged", cfg)
                     records.append(dict(gpu=gpu, model=name, state_dtype=sd, batch=int(batch), L=16, form=form,
-                                        config=cfg.to_dict() if cfg else "tuned", us_per_step=round(us, 2),
+                                        config=label or lc.config.to_dict(), us_per_step=round(us, 2),
                                         standard_us_per_step=round(std, 2), speedup=round(std / us, 3),
                                         nonflush_us=round(nonflush, 1), commit=commit))
                     print({k: v for k, v in records[-1].items() if k not in ("gpu", "commit")}, flush=True)

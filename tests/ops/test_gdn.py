@@ -79,15 +79,12 @@ def test_programs_looping_over_value_blocks(geom, config, fold_config):
 
 
 @pytest.mark.parametrize("geom, config", [
-    (GEOM, LaunchConfig(4, 1, loop_blocks=4)),
-    (GDNGeometry(1, 3, 24, 40), LaunchConfig(8, 1, loop_blocks=2)),  # the last run's second block past V
+    (GEOM, LaunchConfig(4, 1, loop_blocks=4, prefetch=1)),
+    (GDNGeometry(1, 3, 24, 40), LaunchConfig(8, 1, loop_blocks=2, prefetch=1)),  # the last run's second block past V
 ], ids=["whole_head", "uneven_last_run"])
-def test_non_flush_loop_with_register_prefetch(monkeypatch, geom, config):
-    """``NONFLUSH_PREFETCH``: the non-flush launch loads a block's tiles one block ahead
-    (masked past the program's last block and past V)."""
-    from trtllm_replayssm.ops.gdn import replay
-
-    monkeypatch.setattr(replay, "NONFLUSH_PREFETCH", True)
+def test_non_flush_loop_with_register_prefetch(geom, config):
+    """``prefetch``: the non-flush launch loads a block's tiles one block ahead (masked
+    past the program's last block and past V)."""
     res = run_gdn_replay(GDNScenario(geom, 4, seed=12), cycles(4), config=config, fold_config=config,
                          force_flush_at={1: [2]})
     assert min(f for f in res.flushes_per_row if f) >= 3

@@ -30,7 +30,10 @@ _C = LaunchConfig
 CANDIDATES = {
     "standard": [_C(4, 1), _C(8, 1), _C(8, 2), _C(16, 2), _C(16, 4), _C(32, 4)],
     "output_only": [_C(8, 1), _C(32, 4), _C(8, 1, loop_blocks=16), _C(8, 2, loop_blocks=16), _C(16, 2, loop_blocks=8),
-                    _C(16, 2, loop_blocks=4), _C(16, 4, loop_blocks=8), _C(32, 4, loop_blocks=4), _C(8, 1, loop_blocks=4)],
+                    _C(16, 2, loop_blocks=4), _C(16, 4, loop_blocks=8), _C(32, 4, loop_blocks=4), _C(8, 1, loop_blocks=4)] +
+                   # the loop's next block loaded into registers one block ahead
+                   [_C(8, 1, loop_blocks=16, prefetch=1), _C(8, 1, loop_blocks=4, prefetch=1),
+                    _C(8, 1, loop_blocks=8, prefetch=1), _C(16, 2, loop_blocks=8, prefetch=1)],
     "fold": [_C(16, 2, 1, 1, 8), _C(32, 4, 1, 1, 8), _C(16, 2, 1, 1), _C(32, 4, 1, 1), _C(16, 2, 1, 1, loop_blocks=8),
              _C(16, 4, 1, 1, loop_blocks=8), _C(32, 4, 1, 1, loop_blocks=4), _C(16, 2, 1, 1, 2, loop_blocks=8),
              _C(16, 2, 1, 1, loop_blocks=2)] +

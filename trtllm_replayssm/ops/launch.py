@@ -37,7 +37,9 @@ class LaunchConfig:
     rows one program runs one after another (``loop_blocks``; the GDN replay step and the
     Mamba2 fold: the work of a head that does not depend on the rows is then done once
     for all of them), and how many batch rows one program of a fold launch
-    looks through with one vector load of their cursors (``row_block``)."""
+    looks through with one vector load of their cursors (``row_block``), and whether the
+    GDN non-flush launch's loop over those blocks loads the next block's tiles into
+    registers one block ahead (``prefetch``) instead of Triton's staging."""
 
     block_p: int
     num_warps: int
@@ -48,13 +50,14 @@ class LaunchConfig:
     loop_blocks: int = 1  # headdim blocks one program runs one after another
     key_chunk: int = 0  # speculative verify: state columns (keys, dstate) a step of its loop takes (0: all)
     row_block: int = 1  # fold launches: batch rows one program looks through, folding those that flush
+    prefetch: int = 0  # GDN non-flush launch: the next block's tiles loaded into registers one block ahead
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 CONFIG_FIELDS = ("block_p", "num_warps", "fold_chunk", "fold_dot", "heads_per_prog", "split_fold", "loop_blocks",
-                 "key_chunk", "row_block")
+                 "key_chunk", "row_block", "prefetch")
 
 
 def grid(batch: int, nheads: int, headdim: int, cfg: LaunchConfig) -> tuple:

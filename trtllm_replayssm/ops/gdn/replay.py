@@ -47,12 +47,12 @@ FOLD = tl.constexpr(2)  # rows that flush: fold the ring and this token, store t
 # 1408 -> 394-432 / 1603-1616 with 2-3. The cycle, fp32 (``gdn_ar.json``, commit 597a52a):
 # 1.34-1.49x -> 1.38-1.53x over fla-core at batch 128-512. A bf16 state lost 1-11% with
 # the 2 stages (``gdn_ar_bf16_staged.json``: 1.04-1.15x -> 0.89-1.09x), so it keeps none.
+# A non-flush config with ``prefetch`` instead loads the next block's tiles into registers
+# one block ahead: staged, the tiles come back from shared memory in the ring tile's
+# layout, and the launch was bound on shared-memory traffic (Nsight Compute, Qwen3.5-122B,
+# batch 128: 30 M of 33 M L1 wavefronts; ``benchmarks/probe_gdn_prefetch.py``).
 LOOP_STAGES = {NONFLUSH.value: 2, FOLD.value: None}
 LOOP_STAGES_STATES = (torch.float32,)
-# The non-flush launch's loop instead loads the next block's tiles into registers one
-# block ahead (no shared memory: the staged loads above come back through shared memory
-# in the ring tile's layout, and the launch was bound on shared-memory traffic).
-NONFLUSH_PREFETCH = False
 
 
 @triton.jit
@@ -406,6 +406,6 @@ def fused_recurrent_gated_delta_rule_replayssm(
             FOLD_DOT=bool(cfg.fold_dot) and min(cfg.block_p, block_l, block_k) >= 16, DOT_PRECISION=DOT_PRECISION,
             HEADS_PER_PROG=hpp, EVEN_TILE=even_tile(step.head_v_dim, cfg.block_p * chunks, step.head_k_dim, block_k),
             V_INNER=layout.v_inner, LOOP_STAGES=LOOP_STAGES[mode] if state.dtype in LOOP_STAGES_STATES else None,
-            ROW_BLOCK=rows, PREFETCH=NONFLUSH_PREFETCH and mode == NONFLUSH.value, num_warps=cfg.num_warps,
+            ROW_BLOCK=rows, PREFETCH=bool(cfg.prefetch) and mode == NONFLUSH.value, num_warps=cfg.num_warps,
         )
     return step.out

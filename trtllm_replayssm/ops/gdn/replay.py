@@ -196,8 +196,7 @@ def _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
                scale, softplus_beta, softplus_threshold, USE_QK_L2NORM: tl.constexpr, MODE: tl.constexpr,
                BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_L: tl.constexpr, FOLD_CHUNK: tl.constexpr,
                FOLD_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
-               EVEN_TILE: tl.constexpr, V_INNER: tl.constexpr, LOOP_STAGES: tl.constexpr,
-               PREFETCH: tl.constexpr = False):
+               EVEN_TILE: tl.constexpr, V_INNER: tl.constexpr, LOOP_STAGES: tl.constexpr, PREFETCH: tl.constexpr):
     """One served batch row's step on the program's heads and value blocks: the output
     (and the ring's append) of a non-flush row, the fold and store of a flushing one."""
     for hh in range(0, HEADS_PER_PROG):

@@ -47,6 +47,8 @@ def main() -> None:
                     help="state_dtype:batch")
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--max-warps", type=int, default=2, help="non-flush configs of at most this many warps")
+    ap.add_argument("--configs", nargs="+", default=None,
+                    help="non-flush configs block_p,num_warps,loop_blocks (default: the sweep's)")
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/gdn_nonflush_prefetch.json"))
     args = ap.parse_args()
     records, commit, gpu = [], git_commit(), torch.cuda.get_device_name()
@@ -58,8 +60,10 @@ def main() -> None:
             std = rig.time_cycle_us(Launch("standard"), args.replays)
             tuned = select_config("output_only", device_arch(rig.cache.ssm_state.device), DTYPES[sd], torch.bfloat16,
                                   geom.head_v_dim, geom.head_k_dim, int(batch), family="gdn", nheads=geom.num_v_heads)
-            for label, cfg in [("tuned", tuned)] + [(None, c) for c in candidate_configs("output_only", geom.head_v_dim)
-                                                    if c.num_warps <= args.max_warps and not c.prefetch]:
+            configs = ([LaunchConfig(*map(int, c.split(",")[:2]), loop_blocks=int(c.split(",")[2])) for c in args.configs]
+                       if args.configs else [c for c in candidate_configs("output_only", geom.head_v_dim)
+                                             if c.num_warps <= args.max_warps and not c.prefetch])
+            for label, cfg in [("tuned", tuned)] + [(None, c) for c in configs]:
                 for form in FORMS:
                     lc = Launch("output_only", set_form(form, cfg))
                     try:

@@ -32,6 +32,20 @@ def test_routes_in_table_are_known():
             assert all(r["route"] in ROUTES for r in rows)
 
 
+@pytest.mark.parametrize("family", ["mamba2", "gdn"])
+def test_table_rows_are_launch_configs(family):
+    """Every config row of a shipped table names only LaunchConfig fields (a table tuned
+    by newer code than the package's would otherwise lose a field silently)."""
+    table = json.loads(resources.files("trtllm_replayssm").joinpath(f"tuned/{family}_sm90.json").read_text())
+    for key, rows in table.items():
+        if key.startswith("route|"):
+            continue
+        for row in rows:
+            extra = set(row) - set(launch.CONFIG_FIELDS) - {"batch", "head_rows", "us"}
+            assert not extra, (key, extra)
+            launch.LaunchConfig(**{k: row[k] for k in launch.CONFIG_FIELDS if k in row})
+
+
 def test_nearest_batch_lookup():
     table = _table()
     key = launch.table_key("standard", torch.float32, torch.bfloat16, 64, 128)

@@ -43,8 +43,10 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["nemotron-3-super", "nemotron-3-nano-4b", "qwen3.5-122b"])
     ap.add_argument("--batches", nargs="+", type=int, default=[128, 512])
     ap.add_argument("--state-dtype", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--stages", nargs="+", default=[str(s) for s in STAGES], help="stage counts (None: Triton's default)")
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/loop_stages.json"))
     args = ap.parse_args()
+    stage_list = [None if s == "None" else int(s) for s in args.stages]
     sd = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.state_dtype]
     records = []
     for name in args.models:
@@ -55,7 +57,7 @@ def main() -> None:
                    else make_rig(Mamba2Case(name, geom, batch, 16, sd)))
             std = rig.time_cycle_us(Launch("standard"))
             for launch in (["fold", "nonflush"] if family == "gdn" else ["fold"]):
-                for stages in STAGES:
+                for stages in stage_list:
                     set_stages(family, launch, stages)
                     lc = Launch("output_only")
                     try:

@@ -36,7 +36,8 @@ from ._common import finish_output, load_dt
 # stages only the loads that feed the matmul; 2-3: every load, the next block's state
 # in flight while this one folds). H200, fp32 state, batch 128 / 512, flush step in us
 # (``benchmarks/results/loop_stages.json``): Super 454 / 1759 -> 423 / 1670 with 3
-# stages, Nano 417 / 1633 -> 383 / 1495; 2 stages no gain.
+# stages, Nano 417 / 1633 -> 383 / 1495; 2 stages no gain; 4 stages 2-4% slower than 3
+# (commit 0ac52d0, same file).
 LOOP_STAGES = 3
 
 

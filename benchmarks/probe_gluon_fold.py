@@ -222,7 +222,10 @@ class GluonFold:
                     EXACT_B=kwargs["EXACT_B"],
                     EVEN=P % (self.block_p * chunks) == 0 and kwargs["dstate"] == kwargs["BLOCK_N"])
         programs = (triton.cdiv(P, self.block_p * chunks), triton.cdiv(H, self.hpp), kwargs["batch"])
-        _gluon_fold_kernel[programs](**args, num_warps=self.num_warps)
+        # Warps split the state's columns, 8 a warp at least (an MMA tile's width).
+        nw = max(1, min(self.num_warps, kwargs["BLOCK_N"] // 8))
+        args["NUM_WARPS"] = nw
+        _gluon_fold_kernel[programs](**args, num_warps=nw)
         self.launches += 1
         return True
 

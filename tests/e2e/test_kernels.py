@@ -41,6 +41,27 @@ def test_causal_conv_update(T, in_place, dtype):
     assert torch.equal(convs[0], before) != in_place  # (the test can fail: in place the state moved)
 
 
+@pytest.mark.parametrize("K", [4, 3])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_causal_conv_update_flat(monkeypatch, K, dtype):
+    """``FLAT_CONV_UPDATE``: the in-place update moves the kept inputs as one flat array a
+    row; 300 channels (three blocks, the last partly masked), rows 2(K - 1) bytes apart."""
+    from trtllm_replayssm.e2e import kernels
+
+    monkeypatch.setattr(kernels, "FLAT_CONV_UPDATE", True)
+    g = torch.Generator().manual_seed(1)
+    B, C = 2, 300
+    conv = torch.randn(B + 1, C, K - 1, generator=g).to(dtype).to(DEVICE)
+    convs = [conv, conv.clone()]
+    x = torch.randn(B, 1, C + 17, generator=g).to(dtype).to(DEVICE)[..., 5:5 + C]
+    w = torch.randn(C, K, generator=g).to(dtype).to(DEVICE)
+    b = torch.randn(C, generator=g).to(dtype).to(DEVICE)
+    out = causal_conv_update(convs[0][:B], x, w, b)
+    ref = causal_conv_update_ref(convs[1][:B], x, w, b)
+    torch.testing.assert_close(out, ref, **tol(dtype))
+    assert torch.equal(convs[0], convs[1])  # the moved state exactly, and the row past the batch untouched
+
+
 @pytest.mark.parametrize("act", ["swiglu", "relu2"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_mlp_activation(act, dtype):

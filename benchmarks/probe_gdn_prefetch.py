@@ -15,15 +15,12 @@ whole cycle (same method as ``bench_gdn_ar.py``).
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import replace
-from pathlib import Path
 
 import torch
-from tabulate import tabulate
 
 from trtllm_replayssm.benchmarking.gdn_ar import GDNCase, candidate_configs, make_gdn_rig
-from trtllm_replayssm.benchmarking.records import REPO, git_commit
+from trtllm_replayssm.benchmarking.records import REPO, ProbeLog
 from trtllm_replayssm.benchmarking.rig import Launch
 from trtllm_replayssm.models import model
 from trtllm_replayssm._runtime import device_arch
@@ -51,7 +48,7 @@ def main() -> None:
                     help="non-flush configs block_p,num_warps,loop_blocks (default: the sweep's)")
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/gdn_nonflush_prefetch.json"))
     args = ap.parse_args()
-    records, commit, gpu = [], git_commit(), torch.cuda.get_device_name()
+    log = ProbeLog(args.out)
     for name in args.models:
         geom = model(name).geom
         for spec in args.cases:
@@ -73,17 +70,13 @@ def main() -> None:
                         continue
                     finally:
                         set_form("staged", cfg)
-                    records.append(dict(gpu=gpu, model=name, state_dtype=sd, batch=int(batch), L=16, form=form,
-                                        config=label or lc.config.to_dict(), us_per_step=round(us, 2),
-                                        standard_us_per_step=round(std, 2), speedup=round(std / us, 3),
-                                        nonflush_us=round(nonflush, 1), commit=commit))
-                    print({k: v for k, v in records[-1].items() if k not in ("gpu", "commit")}, flush=True)
-                    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-                    Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
+                    log.add(model=name, state_dtype=sd, batch=int(batch), L=16, form=form,
+                            config=label or lc.config.to_dict(), us_per_step=round(us, 2),
+                            standard_us_per_step=round(std, 2), speedup=round(std / us, 3),
+                            nonflush_us=round(nonflush, 1))
             del rig
             torch.cuda.empty_cache()
-    print(tabulate([{k: (str(v) if k == "config" else v) for k, v in r.items() if k not in ("gpu", "commit")}
-                    for r in records], headers="keys"))
+    log.print_table()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
-"""Helpers the benchmark scripts share: the commit measured and the tuned-table update."""
+"""Helpers the benchmark scripts share: the commit measured, the tuned-table update and a
+probe's records."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -38,3 +40,28 @@ def update_table(table: dict, batch: int, nheads: int, key_of: Callable[[str], s
     for kernel, b in best.items():
         put(kernel, {**b["config"].to_dict(), "us": round(b["us"], 2)})
     put("route", {"route": route})
+
+
+class ProbeLog:
+    """A probe's records: each one stamped with the GPU and the commit, printed, and the
+    whole list rewritten to ``out`` (so a run cut short keeps what it measured)."""
+
+    QUIET = ("gpu", "commit")
+
+    def __init__(self, out: str):
+        import torch
+
+        self.out, self.records = Path(out), []
+        self.gpu, self.commit = torch.cuda.get_device_name(), git_commit()
+
+    def add(self, **fields) -> None:
+        self.records.append(dict(gpu=self.gpu, **fields, commit=self.commit))
+        print({k: v for k, v in self.records[-1].items() if k not in self.QUIET}, flush=True)
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.out.write_text(json.dumps(self.records, indent=1) + "\n")
+
+    def print_table(self) -> None:
+        from tabulate import tabulate
+
+        print(tabulate([{k: (v if isinstance(v, (int, float, str)) else str(v)) for k, v in r.items()
+                         if k not in self.QUIET} for r in self.records], headers="keys"))

@@ -64,6 +64,15 @@ class CycleRig:
         return ms * 1e3 / self.n_layers
 
 
+def time_cycle_and_steps(rig: CycleRig, launch: Launch, replays: int = 20) -> tuple:
+    """``(cycle, flush step, non-flush step)``, microseconds a layer: the cycle as
+    :meth:`CycleRig.time_cycle_us`, the flush step with every cursor at ``L - 1`` and the
+    non-flush one with every cursor at ``L // 2``."""
+    L = rig.case.buffer_len
+    return (rig.time_cycle_us(launch, replays), rig.time_step_us(launch, L - 1, replays),
+            rig.time_step_us(launch, L // 2, replays))
+
+
 def best_config(time_fn: Callable[[LaunchConfig], float], configs: Iterable[LaunchConfig]) -> Dict:
     """Time every config; ``{"config", "us", "tried"}`` of the fastest."""
     best, tried = None, []

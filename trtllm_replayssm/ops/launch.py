@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from importlib import resources
@@ -168,6 +169,19 @@ def push_launcher(fn: Launcher) -> None:
 
 def pop_launcher(fn: Launcher) -> None:
     _launchers.remove(fn)
+
+
+@contextmanager
+def launcher_in_front(fn: Optional[Launcher]):
+    """:func:`push_launcher` ``fn`` for the block (``None``: Triton's JIT as it is)."""
+    if fn is None:
+        yield
+        return
+    push_launcher(fn)
+    try:
+        yield
+    finally:
+        pop_launcher(fn)
 
 
 def jit_only() -> bool:

@@ -30,10 +30,10 @@ as the package runs it. The script checks, then times:
 2. the cycle, the flush step and a non-flush step (same method as the benchmarks) with the
    package's fold and with the Gluon one, per Gluon config.
 
-Compiled for sm_90 without a GPU (ptxas), unmasked tiles: the Mamba2 fold 64 registers a
-thread at 16 rows on 8 warps with one head a program (128 over 4 heads; the tuned Triton
-fold 255 at 2 warps), 8 KB of shared memory against 34 KB; the GDN fold 99 registers on 8
-warps. Gluon has no interpreter: this runs on a GPU only. K-innermost GDN pools only.
+Compiled for sm_90 without a GPU (ptxas, ``--compile-only``), unmasked tiles: the Mamba2
+fold 64-103 registers a thread at 16 rows on 8 warps with one head a program (5 / 4
+blocks a head; 171 over several heads; the tuned Triton fold 255 at 2 warps), 8 KB of
+shared memory against 34 KB; the GDN fold 99 registers on 8 warps. Gluon has no interpreter: this runs on a GPU only. K-innermost GDN pools only.
 
     python benchmarks/probe_gluon_folds.py   # -> benchmarks/results/gluon_folds.json
 """
@@ -445,6 +445,56 @@ FAMILIES = {
 }
 
 
+def compile_for_sm90(family: str, fold) -> str:
+    """ptxas's registers, spills and shared memory of ``fold``'s kernel for sm_90 (no GPU
+    needed): fp32 state, bf16 activations (the Mamba2 B ring exact in TF32; the GDN rings
+    fp32), 128 state columns, whole tiles."""
+    import os
+    import re
+    import subprocess
+    import tempfile
+
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import kernel_registers as kr  # noqa: E402
+
+    if family == "mamba2":  # Super's heads: 64 rows
+        fn, rows, head_rows = _gluon_fold_kernel, fold.block_p, 64
+        cx = dict(HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, DT_SOFTPLUS=True, BLOCK_P=rows, BLOCK_N=128,
+                  HEADS_PER_PROG=fold.hpp, PREFETCH=fold.prefetch, EXACT_B=True)
+    else:  # Qwen3.5's value heads: 128 rows
+        fn, rows, head_rows = _gluon_gdn_fold_kernel, fold.block_v, 128
+        cx = dict(USE_QK_L2NORM=True, BLOCK_V=rows, BLOCK_K=128, HEADS_PER_PROG=fold.hpp, EXACT_K=False)
+    cx.update(HAS_SLOT_IDX=True, HAS_FORCE_FLUSH=False, BLOCK_L=16, CHUNKS=head_rows // rows,
+              NUM_WARPS=fold.num_warps, EVEN=True)
+    sig, attrs = {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if name in cx:
+            sig[name] = "constexpr"
+            continue
+        sig[name] = ("*fp32" if name in ("state_ptr", "d_cache_ptr", "k_cache_ptr", "g_cache_ptr", "dt_cache_ptr")
+                     else "*bf16" if name in kr.ACT_PTRS or name.endswith("_ptr") and name not in (
+                         "slot_idx_ptr", "write_pos_ptr", "force_flush_ptr", "A_ptr", "D_ptr", "dt_bias_ptr",
+                         "A_log_ptr")
+                     else "*i32" if name in ("slot_idx_ptr", "write_pos_ptr")
+                     else "*i8" if name == "force_flush_ptr"
+                     else "*fp32" if name.endswith("_ptr")
+                     else "fp32" if name in kr.FLOAT_SCALARS else "i32")
+        if name.endswith("_ptr") or (name.startswith("stride") and name not in kr.NOT_ALIGNED):
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=cx, attrs=attrs),
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": fold.num_warps})
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(k.asm["ptx"])
+        f.flush()
+        out = subprocess.run([kr.PTXAS, "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True,
+                             text=True).stderr
+    regs, spill = re.search(r"Used (\d+) registers", out), re.search(r"(\d+) bytes spill stores", out)
+    return f"{regs.group(1)} regs, {spill.group(1) if spill else 0} B spilled, {k.metadata.shared} B shared"
+
+
 def make_family_rig(name: str, batch: int, state_dtype: torch.dtype):
     geom = model(name).geom
     if isinstance(geom, GDNGeometry):
@@ -458,7 +508,13 @@ def main() -> None:
     ap.add_argument("--cases", nargs="+", default=["fp32:128", "fp32:512", "bf16:512"], help="state_dtype:batch")
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/gluon_folds.json"))
+    ap.add_argument("--compile-only", action="store_true", help="no GPU: each variant's kernel compiled for sm_90")
     args = ap.parse_args()
+    if args.compile_only:
+        for family in args.families:
+            for label, fold in FAMILIES[family]["variants"].items():
+                print(family, label, compile_for_sm90(family, fold), flush=True)
+        return
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     log = ProbeLog(args.out)
     for family in args.families:

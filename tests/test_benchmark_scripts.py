@@ -66,6 +66,15 @@ def test_every_spec_candidate_compiles_for_sm90():
     assert run.stdout.count("regs") >= 2 * 6
 
 
+def test_gluon_fold_probes_compile_for_sm90():
+    """``probe_gluon_folds.py --compile-only``: the Gluon folds (GPU-only, no interpreter)
+    still compile for sm_90, so the probe is ready to run on the device."""
+    run = subprocess.run([sys.executable, str(REPO / "benchmarks/probe_gluon_folds.py"), "--compile-only"],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.count("regs") == 13
+
+
 def test_bench_gapped_pools_dry_run(tmp_path):
     out = tmp_path / "gapped.json"
     subprocess.run([sys.executable, str(REPO / "benchmarks/bench_gapped_pools.py"), "--dry-run", "--models", "tiny",

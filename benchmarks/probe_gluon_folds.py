@@ -71,19 +71,20 @@ def _tf32_head(x):
 
 
 @gluon.jit
-def _flushing_row(slot_idx_ptr, write_pos_ptr, force_flush_ptr, pid_b, num_slots, pad_slot_id, buffer_len,
+def _flushing_row(slot_idx_ptr, write_pos_ptr, force_flush_ptr, pid_b, batch, num_slots, pad_slot_id, buffer_len,
                   HAS_SLOT_IDX: gl.constexpr, HAS_FORCE_FLUSH: gl.constexpr):
-    """``(slot, cursor, flushes)`` of batch row ``pid_b``: whether it is a valid row that
-    folds at this step (its cursor at ``L - 1``, or force-flushed)."""
+    """``(slot, cursor, flushes)`` of batch row ``pid_b``: whether it is a valid row of the
+    batch that folds at this step (its cursor at ``L - 1``, or force-flushed)."""
+    in_batch = pid_b < batch
     if HAS_SLOT_IDX:
-        slot = gl.load(slot_idx_ptr + pid_b).to(gl.int32)
+        slot = gl.load(slot_idx_ptr + pid_b, mask=in_batch, other=pad_slot_id).to(gl.int32)
     else:
         slot = pid_b
-    valid = (slot != pad_slot_id) & (slot >= 0) & (slot < num_slots)
+    valid = in_batch & (slot != pad_slot_id) & (slot >= 0) & (slot < num_slots)
     w = gl.load(write_pos_ptr + slot, mask=valid, other=-1)
     flushes = w == buffer_len - 1
     if HAS_FORCE_FLUSH:
-        flushes = flushes | (gl.load(force_flush_ptr + pid_b) != 0)
+        flushes = flushes | (gl.load(force_flush_ptr + pid_b, mask=in_batch, other=0) != 0)
     return slot, w, valid & (w >= 0) & (w < buffer_len) & flushes
 
 
@@ -114,12 +115,12 @@ def _gluon_fold_kernel(
     DT_SOFTPLUS: gl.constexpr, HAS_FORCE_FLUSH: gl.constexpr,
     BLOCK_P: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_L: gl.constexpr, CHUNKS: gl.constexpr,
     HEADS_PER_PROG: gl.constexpr, NUM_WARPS: gl.constexpr, PREFETCH: gl.constexpr, EXACT_B: gl.constexpr,
-    EVEN: gl.constexpr,
+    EVEN: gl.constexpr, ROW_BLOCK: gl.constexpr,
 ):
-    """Programs (runs of CHUNKS blocks of BLOCK_P rows, groups of HEADS_PER_PROG heads, batch
-    rows). A row that flushes folds ``S = exp(A T) S_0 + (X coef) @ B_ring`` (two TF32
-    passes where B holds bf16/fp16 values, ``EXACT_B``, else three) and stores it; others
-    return at once."""
+    """Programs (runs of CHUNKS blocks of BLOCK_P rows, groups of HEADS_PER_PROG heads, blocks
+    of ROW_BLOCK batch rows). A row that flushes folds ``S = exp(A T) S_0 + (X coef) @ B_ring`` (two TF32
+    passes where B holds bf16/fp16 values, ``EXACT_B``, else three) and stores it; other
+    rows are skipped (their step is the non-flush launch's)."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, NUM_WARPS],
                                                   instr_shape=[16, 8])
     a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
@@ -130,99 +131,100 @@ def _gluon_fold_kernel(
     xring: gl.constexpr = gl.BlockedLayout([4, 1], [4, 8], [1, NUM_WARPS], [0, 1])  # [P, L] x tile
     vec_l: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])  # [BLOCK_L] ring scalars (scanned)
 
-    pid_b = gl.program_id(2)
-    slot, w, flushes = _flushing_row(slot_idx_ptr, write_pos_ptr, force_flush_ptr, pid_b, num_slots, pad_slot_id,
-                                     buffer_len, HAS_SLOT_IDX, HAS_FORCE_FLUSH)
-    if not flushes:
-        return
+    # A program looks through ROW_BLOCK batch rows and folds those that flush: fewer
+    # programs on the many steps where none does.
+    for r in range(ROW_BLOCK):
+        pid_b = gl.program_id(2) * ROW_BLOCK + r
+        slot, w, flushes = _flushing_row(slot_idx_ptr, write_pos_ptr, force_flush_ptr, pid_b, batch, num_slots,
+                                         pad_slot_id, buffer_len, HAS_SLOT_IDX, HAS_FORCE_FLUSH)
+        if flushes:
+            offs_l = gl.arange(0, BLOCK_L, layout=vec_l)
+            offs_l_ring = gl.arange(0, BLOCK_L, layout=gl.SliceLayout(1, ring))
+            offs_n_ring = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, ring))
+            offs_l_x = gl.arange(0, BLOCK_L, layout=gl.SliceLayout(0, xring))
+            offs_n = gl.arange(0, BLOCK_N, layout=cols_l)
+            mask_n = offs_n < dstate
+            p_first = gl.program_id(0) * (BLOCK_P * CHUNKS)
+            for hh in range(HEADS_PER_PROG):
+                pid_h = gl.program_id(1) * HEADS_PER_PROG + hh
+                if pid_h < nheads:
+                    g = pid_h // heads_per_group
+                    A = gl.load(A_ptr + pid_h * stride_A_h).to(gl.float32)
+                    dt = gl.load(dt_ptr + pid_b * stride_dt_b + pid_h * stride_dt_h).to(gl.float32)
+                    if HAS_DT_BIAS:
+                        dt += gl.load(dt_bias_ptr + pid_h * stride_dtb_h).to(gl.float32)
+                    if DT_SOFTPLUS:
+                        dt = gl.where(dt <= 20.0, gl.log(1.0 + gl.exp(dt)), dt)
+                    # The head's ring weights: entry w is this step's token.
+                    dtc = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
+                    dt_ring = gl.where(offs_l == w, dt, gl.load(dtc + offs_l, mask=offs_l < w, other=0.0))
+                    total = gl.sum(dt_ring, axis=0)
+                    coef = dt_ring * gl.exp(gl.minimum(A * (total - gl.associative_scan(dt_ring, 0, _add)), 0.0))
+                    decay = gl.exp(gl.minimum(A * total, 0.0))
+                    Bc = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
+                    mask_ring = (offs_l_ring < w)[:, None] & (offs_n_ring < dstate)[None, :]
+                    Bm = gl.load(Bc + offs_l_ring[:, None] * stride_Bc_l + offs_n_ring[None, :], mask=mask_ring,
+                                 other=0.0).to(gl.float32)
+                    B_now = gl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n_ring,
+                                    mask=offs_n_ring < dstate, other=0.0).to(gl.float32)
+                    Bm = gl.where((offs_l_ring == w)[:, None], B_now[None, :], Bm)
+                    # Once per head; kept in registers over its blocks. B exact in TF32 (bf16/fp16
+                    # values): a's head and remainder in one pass each; else B splits too (tf32x3).
+                    B_hi = _tf32_head(Bm)
+                    B_op = gl.convert_layout(B_hi, b_op)
+                    if not EXACT_B:
+                        B_lo_op = gl.convert_layout(Bm - B_hi, b_op)
+                    coef_x = gl.convert_layout(coef, gl.SliceLayout(0, xring))
+                    C = gl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(gl.float32)
+                    xc = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
+                    head = state_ptr + slot * stride_state_slot + pid_h * stride_state_h
 
-    offs_l = gl.arange(0, BLOCK_L, layout=vec_l)
-    offs_l_ring = gl.arange(0, BLOCK_L, layout=gl.SliceLayout(1, ring))
-    offs_n_ring = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, ring))
-    offs_l_x = gl.arange(0, BLOCK_L, layout=gl.SliceLayout(0, xring))
-    offs_n = gl.arange(0, BLOCK_N, layout=cols_l)
-    mask_n = offs_n < dstate
-    p_first = gl.program_id(0) * (BLOCK_P * CHUNKS)
-    for hh in range(HEADS_PER_PROG):
-        pid_h = gl.program_id(1) * HEADS_PER_PROG + hh
-        if pid_h < nheads:
-            g = pid_h // heads_per_group
-            A = gl.load(A_ptr + pid_h * stride_A_h).to(gl.float32)
-            dt = gl.load(dt_ptr + pid_b * stride_dt_b + pid_h * stride_dt_h).to(gl.float32)
-            if HAS_DT_BIAS:
-                dt += gl.load(dt_bias_ptr + pid_h * stride_dtb_h).to(gl.float32)
-            if DT_SOFTPLUS:
-                dt = gl.where(dt <= 20.0, gl.log(1.0 + gl.exp(dt)), dt)
-            # The head's ring weights: entry w is this step's token.
-            dtc = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
-            dt_ring = gl.where(offs_l == w, dt, gl.load(dtc + offs_l, mask=offs_l < w, other=0.0))
-            total = gl.sum(dt_ring, axis=0)
-            coef = dt_ring * gl.exp(gl.minimum(A * (total - gl.associative_scan(dt_ring, 0, _add)), 0.0))
-            decay = gl.exp(gl.minimum(A * total, 0.0))
-            Bc = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
-            mask_ring = (offs_l_ring < w)[:, None] & (offs_n_ring < dstate)[None, :]
-            Bm = gl.load(Bc + offs_l_ring[:, None] * stride_Bc_l + offs_n_ring[None, :], mask=mask_ring,
-                         other=0.0).to(gl.float32)
-            B_now = gl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n_ring,
-                            mask=offs_n_ring < dstate, other=0.0).to(gl.float32)
-            Bm = gl.where((offs_l_ring == w)[:, None], B_now[None, :], Bm)
-            # Once per head; kept in registers over its blocks. B exact in TF32 (bf16/fp16
-            # values): a's head and remainder in one pass each; else B splits too (tf32x3).
-            B_hi = _tf32_head(Bm)
-            B_op = gl.convert_layout(B_hi, b_op)
-            if not EXACT_B:
-                B_lo_op = gl.convert_layout(Bm - B_hi, b_op)
-            coef_x = gl.convert_layout(coef, gl.SliceLayout(0, xring))
-            C = gl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(gl.float32)
-            xc = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
-            head = state_ptr + slot * stride_state_slot + pid_h * stride_state_h
-
-            offs_p = p_first + gl.arange(0, BLOCK_P, layout=rows_l)
-            S0_next = _state_tile(head, offs_p, offs_n, stride_state_p, headdim, dstate, EVEN)
-            for c in range(CHUNKS):
-                p0 = p_first + c * BLOCK_P
-                offs_p = p0 + gl.arange(0, BLOCK_P, layout=rows_l)
-                mask_p = offs_p < headdim
-                ptrs = head + offs_p[:, None] * stride_state_p + offs_n[None, :]
-                if PREFETCH:
-                    S0 = S0_next.to(gl.float32)
-                    # The next block of the run, or this one again after the last (not used):
-                    # no mask, so an even tile needs none at all.
-                    p_next = p_first + gl.minimum(c + 1, CHUNKS - 1) * BLOCK_P
-                    S0_next = _state_tile(head, p_next + gl.arange(0, BLOCK_P, layout=rows_l), offs_n,
-                                          stride_state_p, headdim, dstate, EVEN)
-                else:
-                    S0 = _state_tile(head, offs_p, offs_n, stride_state_p, headdim, dstate, EVEN).to(gl.float32)
-                # X [P, L]: the ring's x with this token as entry w, times the weights.
-                offs_px = p0 + gl.arange(0, BLOCK_P, layout=gl.SliceLayout(1, xring))
-                mask_px = offs_px < headdim
-                X = gl.load(xc + offs_l_x[None, :] * stride_xc_l + offs_px[:, None],
-                            mask=mask_px[:, None] & (offs_l_x < w)[None, :], other=0.0).to(gl.float32)
-                x_now = gl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_px, mask=mask_px,
-                                other=0.0).to(gl.float32)
-                X = gl.where((offs_l_x == w)[None, :], x_now[:, None], X) * coef_x[None, :]
-                X_hi = _tf32_head(X)
-                X_hi_op = gl.convert_layout(X_hi, a_op)
-                acc = mma_v2(X_hi_op, B_op, S0 * decay, input_precision="tf32")
-                acc = mma_v2(gl.convert_layout(X - X_hi, a_op), B_op, acc, input_precision="tf32")
-                if not EXACT_B:
-                    acc = mma_v2(X_hi_op, B_lo_op, acc, input_precision="tf32")
-                if EVEN:
-                    gl.store(ptrs, acc.to(state_ptr.dtype.element_ty))
-                else:
-                    gl.store(ptrs, acc.to(state_ptr.dtype.element_ty), mask=mask_p[:, None] & mask_n[None, :])
-                y = gl.sum(acc * C[None, :], axis=1)
-                xr = gl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p,
-                             other=0.0).to(gl.float32)
-                if HAS_D:
-                    y += xr * gl.load(D_ptr + pid_h * stride_D_h + offs_p * stride_D_p, mask=mask_p,
-                                      other=0.0).to(gl.float32)
-                if HAS_Z:
-                    z = gl.load(z_ptr + pid_b * stride_z_b + pid_h * stride_z_h + offs_p, mask=mask_p,
-                                other=0.0).to(gl.float32)
-                    y *= z / (1.0 + gl.exp(-z))
-                gl.store(out_ptr + pid_b * stride_out_b + pid_h * stride_out_h + offs_p,
-                         y.to(out_ptr.dtype.element_ty), mask=mask_p)
+                    offs_p = p_first + gl.arange(0, BLOCK_P, layout=rows_l)
+                    S0_next = _state_tile(head, offs_p, offs_n, stride_state_p, headdim, dstate, EVEN)
+                    for c in range(CHUNKS):
+                        p0 = p_first + c * BLOCK_P
+                        offs_p = p0 + gl.arange(0, BLOCK_P, layout=rows_l)
+                        mask_p = offs_p < headdim
+                        ptrs = head + offs_p[:, None] * stride_state_p + offs_n[None, :]
+                        if PREFETCH:
+                            S0 = S0_next.to(gl.float32)
+                            # The next block of the run, or this one again after the last (not used):
+                            # no mask, so an even tile needs none at all.
+                            p_next = p_first + gl.minimum(c + 1, CHUNKS - 1) * BLOCK_P
+                            S0_next = _state_tile(head, p_next + gl.arange(0, BLOCK_P, layout=rows_l), offs_n,
+                                                  stride_state_p, headdim, dstate, EVEN)
+                        else:
+                            S0 = _state_tile(head, offs_p, offs_n, stride_state_p, headdim, dstate, EVEN).to(gl.float32)
+                        # X [P, L]: the ring's x with this token as entry w, times the weights.
+                        offs_px = p0 + gl.arange(0, BLOCK_P, layout=gl.SliceLayout(1, xring))
+                        mask_px = offs_px < headdim
+                        X = gl.load(xc + offs_l_x[None, :] * stride_xc_l + offs_px[:, None],
+                                    mask=mask_px[:, None] & (offs_l_x < w)[None, :], other=0.0).to(gl.float32)
+                        x_now = gl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_px, mask=mask_px,
+                                        other=0.0).to(gl.float32)
+                        X = gl.where((offs_l_x == w)[None, :], x_now[:, None], X) * coef_x[None, :]
+                        X_hi = _tf32_head(X)
+                        X_hi_op = gl.convert_layout(X_hi, a_op)
+                        acc = mma_v2(X_hi_op, B_op, S0 * decay, input_precision="tf32")
+                        acc = mma_v2(gl.convert_layout(X - X_hi, a_op), B_op, acc, input_precision="tf32")
+                        if not EXACT_B:
+                            acc = mma_v2(X_hi_op, B_lo_op, acc, input_precision="tf32")
+                        if EVEN:
+                            gl.store(ptrs, acc.to(state_ptr.dtype.element_ty))
+                        else:
+                            gl.store(ptrs, acc.to(state_ptr.dtype.element_ty), mask=mask_p[:, None] & mask_n[None, :])
+                        y = gl.sum(acc * C[None, :], axis=1)
+                        xr = gl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p,
+                                     other=0.0).to(gl.float32)
+                        if HAS_D:
+                            y += xr * gl.load(D_ptr + pid_h * stride_D_h + offs_p * stride_D_p, mask=mask_p,
+                                              other=0.0).to(gl.float32)
+                        if HAS_Z:
+                            z = gl.load(z_ptr + pid_b * stride_z_b + pid_h * stride_z_h + offs_p, mask=mask_p,
+                                        other=0.0).to(gl.float32)
+                            y *= z / (1.0 + gl.exp(-z))
+                        gl.store(out_ptr + pid_b * stride_out_b + pid_h * stride_out_h + offs_p,
+                                 y.to(out_ptr.dtype.element_ty), mask=mask_p)
 
 
 @gluon.jit
@@ -240,9 +242,10 @@ def _gluon_gdn_fold_kernel(
     USE_QK_L2NORM: gl.constexpr, HAS_SLOT_IDX: gl.constexpr, HAS_FORCE_FLUSH: gl.constexpr,
     BLOCK_V: gl.constexpr, BLOCK_K: gl.constexpr, BLOCK_L: gl.constexpr, CHUNKS: gl.constexpr,
     HEADS_PER_PROG: gl.constexpr, NUM_WARPS: gl.constexpr, EXACT_K: gl.constexpr, EVEN: gl.constexpr,
+    ROW_BLOCK: gl.constexpr,
 ):
     """Programs (runs of CHUNKS blocks of BLOCK_V value rows, groups of HEADS_PER_PROG value
-    heads, batch rows); rows that do not flush return at once."""
+    heads, blocks of ROW_BLOCK batch rows); rows that do not flush are skipped."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, NUM_WARPS],
                                                   instr_shape=[16, 8])
     a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
@@ -253,143 +256,130 @@ def _gluon_gdn_fold_kernel(
     dring: gl.constexpr = gl.BlockedLayout([4, 1], [4, 8], [1, NUM_WARPS], [0, 1])  # [V, L] value tile
     vec_l: gl.constexpr = gl.BlockedLayout([1], [32], [NUM_WARPS], [0])  # [BLOCK_L] ring scalars (scanned)
 
-    pid_b = gl.program_id(2)
-    slot, w, flushes = _flushing_row(slot_idx_ptr, write_pos_ptr, force_flush_ptr, pid_b, num_slots, pad_slot_id,
-                                     buffer_len, HAS_SLOT_IDX, HAS_FORCE_FLUSH)
-    if not flushes:
-        return
+    # A program looks through ROW_BLOCK batch rows and folds those that flush: fewer
+    # programs on the many steps where none does.
+    for r in range(ROW_BLOCK):
+        pid_b = gl.program_id(2) * ROW_BLOCK + r
+        slot, w, flushes = _flushing_row(slot_idx_ptr, write_pos_ptr, force_flush_ptr, pid_b, batch, num_slots,
+                                         pad_slot_id, buffer_len, HAS_SLOT_IDX, HAS_FORCE_FLUSH)
+        if flushes:
+            offs_k = gl.arange(0, BLOCK_K, layout=cols_l)
+            mask_k = offs_k < head_k_dim
+            offs_l = gl.arange(0, BLOCK_L, layout=vec_l)
+            offs_l_ring = gl.arange(0, BLOCK_L, layout=gl.SliceLayout(1, ring))
+            offs_k_ring = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, ring))
+            offs_l_d = gl.arange(0, BLOCK_L, layout=gl.SliceLayout(0, dring))
+            v_first = gl.program_id(0) * (BLOCK_V * CHUNKS)
+            for hh in range(HEADS_PER_PROG):
+                hv = gl.program_id(1) * HEADS_PER_PROG + hh
+                if hv < num_v_heads:
+                    h = hv // v_heads_per_k_head
+                    q = gl.load(q_ptr + pid_b * stride_q_b + h * stride_q_h + offs_k, mask=mask_k, other=0.0).to(gl.float32)
+                    k = gl.load(k_ptr + pid_b * stride_k_b + h * stride_k_h + offs_k, mask=mask_k, other=0.0).to(gl.float32)
+                    if USE_QK_L2NORM:
+                        q = q * gl.rsqrt(gl.sum(q * q, axis=0) + 1e-6)
+                        k = k * gl.rsqrt(gl.sum(k * k, axis=0) + 1e-6)
+                    q = q * scale
+                    x = gl.load(a_ptr + pid_b * stride_a_b + hv * stride_a_h).to(gl.float32) + \
+                        gl.load(dt_bias_ptr + hv).to(gl.float32)
+                    bx = softplus_beta * x
+                    sp = gl.where(bx <= softplus_threshold, gl.log(1.0 + gl.exp(bx)) / softplus_beta, x)
+                    alpha = gl.exp(-gl.exp(gl.load(A_log_ptr + hv).to(gl.float32)) * sp)
+                    beta = 1.0 / (1.0 + gl.exp(-gl.load(b_ptr + pid_b * stride_b_b + hv * stride_b_h).to(gl.float32)))
 
-    offs_k = gl.arange(0, BLOCK_K, layout=cols_l)
-    mask_k = offs_k < head_k_dim
-    offs_l = gl.arange(0, BLOCK_L, layout=vec_l)
-    offs_l_ring = gl.arange(0, BLOCK_L, layout=gl.SliceLayout(1, ring))
-    offs_k_ring = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, ring))
-    offs_l_d = gl.arange(0, BLOCK_L, layout=gl.SliceLayout(0, dring))
-    v_first = gl.program_id(0) * (BLOCK_V * CHUNKS)
-    for hh in range(HEADS_PER_PROG):
-        hv = gl.program_id(1) * HEADS_PER_PROG + hh
-        if hv < num_v_heads:
-            h = hv // v_heads_per_k_head
-            q = gl.load(q_ptr + pid_b * stride_q_b + h * stride_q_h + offs_k, mask=mask_k, other=0.0).to(gl.float32)
-            k = gl.load(k_ptr + pid_b * stride_k_b + h * stride_k_h + offs_k, mask=mask_k, other=0.0).to(gl.float32)
-            if USE_QK_L2NORM:
-                q = q * gl.rsqrt(gl.sum(q * q, axis=0) + 1e-6)
-                k = k * gl.rsqrt(gl.sum(k * k, axis=0) + 1e-6)
-            q = q * scale
-            x = gl.load(a_ptr + pid_b * stride_a_b + hv * stride_a_h).to(gl.float32) + \
-                gl.load(dt_bias_ptr + hv).to(gl.float32)
-            bx = softplus_beta * x
-            sp = gl.where(bx <= softplus_threshold, gl.log(1.0 + gl.exp(bx)) / softplus_beta, x)
-            alpha = gl.exp(-gl.exp(gl.load(A_log_ptr + hv).to(gl.float32)) * sp)
-            beta = 1.0 / (1.0 + gl.exp(-gl.load(b_ptr + pid_b * stride_b_b + hv * stride_b_h).to(gl.float32)))
-
-            # The head's ring: exp(G - G_j) over the cached steps, and the key tile as the
-            # matmul's B operand (its TF32 head, and remainder where K is not exact in TF32).
-            gc = g_cache_ptr + slot * stride_gc_slot + hv * stride_gc_h
-            g_hist = gl.load(gc + offs_l, mask=offs_l < w, other=0.0)
-            G = gl.sum(g_hist, axis=0)
-            decay = gl.where(offs_l < w, gl.exp(gl.minimum(G - gl.associative_scan(g_hist, 0, _add), 0.0)), 0.0)
-            decay_d = gl.convert_layout(decay, gl.SliceLayout(0, dring))
-            kc = k_cache_ptr + slot * stride_kc_slot + h * stride_kc_h
-            K_hist = gl.load(kc + offs_l_ring[:, None] * stride_kc_l + offs_k_ring[None, :],
-                             mask=(offs_l_ring < w)[:, None] & (offs_k_ring < head_k_dim)[None, :],
-                             other=0.0).to(gl.float32)
-            K_hi = _tf32_head(K_hist)
-            K_op = gl.convert_layout(K_hi, b_op)
-            if not EXACT_K:
-                K_lo_op = gl.convert_layout(K_hist - K_hi, b_op)
-            eG = gl.exp(G)
-            dc = d_cache_ptr + slot * stride_dc_slot + hv * stride_dc_h
-            head = state_ptr + slot * stride_state_slot + hv * stride_state_h
-            for c in range(CHUNKS):
-                v0 = v_first + c * BLOCK_V
-                offs_v = v0 + gl.arange(0, BLOCK_V, layout=rows_l)
-                mask_v = offs_v < head_v_dim
-                ptrs = head + offs_v[:, None] * stride_state_row + offs_k[None, :]
-                if EVEN:
-                    S = gl.load(ptrs).to(gl.float32) * eG
-                else:
-                    S = gl.load(ptrs, mask=mask_v[:, None] & mask_k[None, :], other=0.0).to(gl.float32) * eG
-                offs_vd = v0 + gl.arange(0, BLOCK_V, layout=gl.SliceLayout(1, dring))
-                D = gl.load(dc + offs_l_d[None, :] * stride_dc_l + offs_vd[:, None],
-                            mask=(offs_vd < head_v_dim)[:, None] & (offs_l_d < w)[None, :],
-                            other=0.0).to(gl.float32) * decay_d[None, :]
-                D_hi = _tf32_head(D)
-                D_hi_op = gl.convert_layout(D_hi, a_op)
-                S = mma_v2(D_hi_op, K_op, S, input_precision="tf32")
-                S = mma_v2(gl.convert_layout(D - D_hi, a_op), K_op, S, input_precision="tf32")
-                if not EXACT_K:
-                    S = mma_v2(D_hi_op, K_lo_op, S, input_precision="tf32")
-                # This token's delta rule on the folded state.
-                v = gl.load(v_ptr + pid_b * stride_v_b + hv * stride_v_h + offs_v, mask=mask_v,
-                            other=0.0).to(gl.float32)
-                S = alpha * S
-                d = beta * (v - gl.sum(S * k[None, :], axis=1))
-                S += d[:, None] * k[None, :]
-                o = gl.sum(S * q[None, :], axis=1)
-                gl.store(out_ptr + pid_b * stride_out_b + hv * stride_out_h + offs_v, o.to(out_ptr.dtype.element_ty),
-                         mask=mask_v)
-                if EVEN:
-                    gl.store(ptrs, S.to(state_ptr.dtype.element_ty))
-                else:
-                    gl.store(ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_v[:, None] & mask_k[None, :])
+                    # The head's ring: exp(G - G_j) over the cached steps, and the key tile as the
+                    # matmul's B operand (its TF32 head, and remainder where K is not exact in TF32).
+                    gc = g_cache_ptr + slot * stride_gc_slot + hv * stride_gc_h
+                    g_hist = gl.load(gc + offs_l, mask=offs_l < w, other=0.0)
+                    G = gl.sum(g_hist, axis=0)
+                    decay = gl.where(offs_l < w, gl.exp(gl.minimum(G - gl.associative_scan(g_hist, 0, _add), 0.0)), 0.0)
+                    decay_d = gl.convert_layout(decay, gl.SliceLayout(0, dring))
+                    kc = k_cache_ptr + slot * stride_kc_slot + h * stride_kc_h
+                    K_hist = gl.load(kc + offs_l_ring[:, None] * stride_kc_l + offs_k_ring[None, :],
+                                     mask=(offs_l_ring < w)[:, None] & (offs_k_ring < head_k_dim)[None, :],
+                                     other=0.0).to(gl.float32)
+                    K_hi = _tf32_head(K_hist)
+                    K_op = gl.convert_layout(K_hi, b_op)
+                    if not EXACT_K:
+                        K_lo_op = gl.convert_layout(K_hist - K_hi, b_op)
+                    eG = gl.exp(G)
+                    dc = d_cache_ptr + slot * stride_dc_slot + hv * stride_dc_h
+                    head = state_ptr + slot * stride_state_slot + hv * stride_state_h
+                    for c in range(CHUNKS):
+                        v0 = v_first + c * BLOCK_V
+                        offs_v = v0 + gl.arange(0, BLOCK_V, layout=rows_l)
+                        mask_v = offs_v < head_v_dim
+                        ptrs = head + offs_v[:, None] * stride_state_row + offs_k[None, :]
+                        if EVEN:
+                            S = gl.load(ptrs).to(gl.float32) * eG
+                        else:
+                            S = gl.load(ptrs, mask=mask_v[:, None] & mask_k[None, :], other=0.0).to(gl.float32) * eG
+                        offs_vd = v0 + gl.arange(0, BLOCK_V, layout=gl.SliceLayout(1, dring))
+                        D = gl.load(dc + offs_l_d[None, :] * stride_dc_l + offs_vd[:, None],
+                                    mask=(offs_vd < head_v_dim)[:, None] & (offs_l_d < w)[None, :],
+                                    other=0.0).to(gl.float32) * decay_d[None, :]
+                        D_hi = _tf32_head(D)
+                        D_hi_op = gl.convert_layout(D_hi, a_op)
+                        S = mma_v2(D_hi_op, K_op, S, input_precision="tf32")
+                        S = mma_v2(gl.convert_layout(D - D_hi, a_op), K_op, S, input_precision="tf32")
+                        if not EXACT_K:
+                            S = mma_v2(D_hi_op, K_lo_op, S, input_precision="tf32")
+                        # This token's delta rule on the folded state.
+                        v = gl.load(v_ptr + pid_b * stride_v_b + hv * stride_v_h + offs_v, mask=mask_v,
+                                    other=0.0).to(gl.float32)
+                        S = alpha * S
+                        d = beta * (v - gl.sum(S * k[None, :], axis=1))
+                        S += d[:, None] * k[None, :]
+                        o = gl.sum(S * q[None, :], axis=1)
+                        gl.store(out_ptr + pid_b * stride_out_b + hv * stride_out_h + offs_v, o.to(out_ptr.dtype.element_ty),
+                                 mask=mask_v)
+                        if EVEN:
+                            gl.store(ptrs, S.to(state_ptr.dtype.element_ty))
+                        else:
+                            gl.store(ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_v[:, None] & mask_k[None, :])
 
 
-class GluonMamba2Fold:
-    """A launcher that runs the Gluon kernel in place of the package's Mamba2 fold launch."""
+class GluonFold:
+    """A launcher that runs a family's Gluon fold kernel in place of the package's fold
+    launch (the other launches pass on to Triton's JIT). ``rows``: a block of state rows
+    (16 or 32); warps split the state's columns."""
 
-    def __init__(self, block_p=16, num_warps=8, heads_per_prog=1, chunks=None, prefetch=True):
-        self.block_p, self.num_warps, self.hpp, self.chunks, self.prefetch = (block_p, num_warps, heads_per_prog,
-                                                                              chunks, prefetch)
+    def __init__(self, family: str, rows=16, num_warps=8, heads_per_prog=1, row_block=1, prefetch=True):
+        self.family, self.rows, self.num_warps, self.hpp, self.row_block, self.prefetch = (
+            family, rows, num_warps, heads_per_prog, row_block, prefetch)
         self.launches = 0
 
+    def label(self) -> str:
+        return (f"gluon ({self.rows}, {self.num_warps}) heads {self.hpp} rows {self.row_block}"
+                + (f" prefetch {int(self.prefetch)}" if self.family == "mamba2" else ""))
+
     def __call__(self, kernel, grid, kwargs) -> bool:
-        if kernel is not replay_fold._replay_fold_kernel:
-            return False
-        P, H = kwargs["headdim"], kwargs["nheads"]
-        chunks = self.chunks or triton.cdiv(P, self.block_p)
-        args = {k: kwargs[k] for k in _gluon_fold_kernel.arg_names if k in kwargs}
-        args.update(BLOCK_P=self.block_p, BLOCK_L=max(16, kwargs["BLOCK_L"]), CHUNKS=chunks,
-                    HEADS_PER_PROG=self.hpp, NUM_WARPS=self.num_warps, PREFETCH=self.prefetch,
-                    EXACT_B=kwargs["EXACT_B"],
-                    EVEN=P % (self.block_p * chunks) == 0 and kwargs["dstate"] == kwargs["BLOCK_N"])
-        programs = (triton.cdiv(P, self.block_p * chunks), triton.cdiv(H, self.hpp), kwargs["batch"])
-        # Warps split the state's columns, 8 a warp at least (an MMA tile's width).
-        nw = max(1, min(self.num_warps, kwargs["BLOCK_N"] // 8))
-        args["NUM_WARPS"] = nw
-        _gluon_fold_kernel[programs](**args, num_warps=nw)
+        if self.family == "mamba2":
+            if kernel is not replay_fold._replay_fold_kernel:
+                return False
+            fn, P, H, N = _gluon_fold_kernel, kwargs["headdim"], kwargs["nheads"], kwargs["BLOCK_N"]
+            extra = dict(BLOCK_P=self.rows, PREFETCH=self.prefetch, EXACT_B=kwargs["EXACT_B"],
+                         EVEN=P % self.rows == 0 and kwargs["dstate"] == N)
+        else:
+            if kernel is not gdn_replay._gdn_replay_kernel or kwargs["MODE"] != gdn_replay.FOLD.value:
+                return False
+            assert not kwargs["V_INNER"], "K-innermost state pools only"
+            fn, P, H, N = (_gluon_gdn_fold_kernel, kwargs["head_v_dim"], kwargs["num_v_heads"],
+                           max(16, kwargs["BLOCK_K"]))
+            extra = dict(BLOCK_V=self.rows, BLOCK_K=N,
+                         EXACT_K=kwargs["k_cache_ptr"].dtype in (torch.bfloat16, torch.float16),
+                         EVEN=P % self.rows == 0 and kwargs["head_k_dim"] == N)
+        chunks = triton.cdiv(P, self.rows)
+        nw = max(1, min(self.num_warps, N // 8))  # at least an MMA tile's 8 columns a warp
+        args = {n: kwargs[n] for n in fn.arg_names if n in kwargs}
+        args.update(extra, BLOCK_L=max(16, kwargs["BLOCK_L"]), CHUNKS=chunks, HEADS_PER_PROG=self.hpp,
+                    NUM_WARPS=nw, ROW_BLOCK=self.row_block)
+        fn[(1, triton.cdiv(H, self.hpp), triton.cdiv(kwargs["batch"], self.row_block))](**args, num_warps=nw)
         self.launches += 1
         return True
 
 
-class GluonGDNFold:
-    """A launcher that runs the Gluon kernel in place of the package's GDN fold launch."""
-
-    def __init__(self, block_v=16, num_warps=8, heads_per_prog=1):
-        self.block_v, self.num_warps, self.hpp = block_v, num_warps, heads_per_prog
-        self.launches = 0
-
-    def __call__(self, kernel, grid, kwargs) -> bool:
-        if kernel is not gdn_replay._gdn_replay_kernel or kwargs["MODE"] != gdn_replay.FOLD.value:
-            return False
-        assert not kwargs["V_INNER"], "K-innermost state pools only"
-        V, HV, K = kwargs["head_v_dim"], kwargs["num_v_heads"], kwargs["head_k_dim"]
-        chunks = triton.cdiv(V, self.block_v)
-        args = {n: kwargs[n] for n in _gluon_gdn_fold_kernel.arg_names if n in kwargs}
-        args.update(BLOCK_V=self.block_v, BLOCK_K=max(16, kwargs["BLOCK_K"]), BLOCK_L=max(16, kwargs["BLOCK_L"]),
-                    CHUNKS=chunks, HEADS_PER_PROG=self.hpp, NUM_WARPS=self.num_warps,
-                    EXACT_K=kwargs["k_cache_ptr"].dtype in (torch.bfloat16, torch.float16),
-                    EVEN=V % self.block_v == 0 and K == max(16, kwargs["BLOCK_K"]))
-        programs = (triton.cdiv(V, self.block_v * chunks), triton.cdiv(HV, self.hpp), kwargs["batch"])
-        # Warps split the state's columns, 8 a warp at least (an MMA tile's width).
-        nw = max(1, min(self.num_warps, args["BLOCK_K"] // 8))
-        args["NUM_WARPS"] = nw
-        _gluon_gdn_fold_kernel[programs](**args, num_warps=nw)
-        self.launches += 1
-        return True
-
-
-def check_mamba2(fold: GluonMamba2Fold) -> str:
+def check_mamba2(fold: GluonFold) -> str:
     """The package's multi-cycle Mamba2 scenarios with the Gluon fold in place."""
     sys.path.insert(0, str(REPO / "tests"))
     from mamba2_harness import Scenario, run_replay  # noqa: E402
@@ -410,7 +400,7 @@ def check_mamba2(fold: GluonMamba2Fold) -> str:
     return "ok"
 
 
-def check_gdn(fold: GluonGDNFold) -> str:
+def check_gdn(fold: GluonFold) -> str:
     """The package's multi-cycle GDN scenarios with the Gluon fold in place."""
     sys.path.insert(0, str(REPO / "tests"))
     from gdn_harness import GDNScenario, run_gdn_replay  # noqa: E402
@@ -433,15 +423,14 @@ def check_gdn(fold: GluonGDNFold) -> str:
 
 FAMILIES = {
     "mamba2": dict(models=["nemotron-3-nano-4b", "nemotron-3-super"], check=check_mamba2,
-                   checked=[GluonMamba2Fold(16, 8, 1, None, True), GluonMamba2Fold(16, 4, 4, None, False)],
-                   variants={f"gluon ({bp}, {nw}) heads {hpp} prefetch {int(pf)}": GluonMamba2Fold(bp, nw, hpp, None, pf)
-                             for bp, nw, hpp, pf in [(16, 8, 1, True), (16, 8, 1, False), (16, 4, 1, True),
-                                                     (16, 8, 2, True), (16, 8, 4, True), (16, 8, 16, True),
-                                                     (16, 2, 1, True)]}),
+                   checked=[GluonFold("mamba2"), GluonFold("mamba2", 16, 4, 4, 2, False)],
+                   variants=[GluonFold("mamba2", *v) for v in [(16, 8), (16, 8, 1, 1, False), (16, 4), (16, 8, 2),
+                                                                (16, 8, 4), (16, 8, 16), (16, 8, 1, 4), (16, 8, 4, 4),
+                                                                (16, 2)]]),
     "gdn": dict(models=["qwen3.5-122b", "qwen3.5-4b"], check=check_gdn,
-                checked=[GluonGDNFold(16, 8, 1), GluonGDNFold(16, 4, 4)],
-                variants={f"gluon ({bv}, {nw}) heads {hpp}": GluonGDNFold(bv, nw, hpp)
-                          for bv, nw, hpp in [(16, 8, 1), (16, 4, 1), (16, 8, 2), (16, 8, 4), (16, 8, 16), (32, 8, 1)]}),
+                checked=[GluonFold("gdn"), GluonFold("gdn", 16, 4, 4, 2)],
+                variants=[GluonFold("gdn", *v) for v in [(16, 8), (16, 4), (16, 8, 2), (16, 8, 4), (16, 8, 16),
+                                                          (16, 8, 1, 4), (16, 8, 4, 4), (32, 8)]]),
 }
 
 
@@ -461,14 +450,14 @@ def compile_for_sm90(family: str, fold) -> str:
     import kernel_registers as kr  # noqa: E402
 
     if family == "mamba2":  # Super's heads: 64 rows
-        fn, rows, head_rows = _gluon_fold_kernel, fold.block_p, 64
+        fn, rows, head_rows = _gluon_fold_kernel, fold.rows, 64
         cx = dict(HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, DT_SOFTPLUS=True, BLOCK_P=rows, BLOCK_N=128,
                   HEADS_PER_PROG=fold.hpp, PREFETCH=fold.prefetch, EXACT_B=True)
     else:  # Qwen3.5's value heads: 128 rows
-        fn, rows, head_rows = _gluon_gdn_fold_kernel, fold.block_v, 128
+        fn, rows, head_rows = _gluon_gdn_fold_kernel, fold.rows, 128
         cx = dict(USE_QK_L2NORM=True, BLOCK_V=rows, BLOCK_K=128, HEADS_PER_PROG=fold.hpp, EXACT_K=False)
     cx.update(HAS_SLOT_IDX=True, HAS_FORCE_FLUSH=False, BLOCK_L=16, CHUNKS=head_rows // rows,
-              NUM_WARPS=fold.num_warps, EVEN=True)
+              NUM_WARPS=fold.num_warps, EVEN=True, ROW_BLOCK=fold.row_block)
     sig, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in cx:
@@ -512,8 +501,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.compile_only:
         for family in args.families:
-            for label, fold in FAMILIES[family]["variants"].items():
-                print(family, label, compile_for_sm90(family, fold), flush=True)
+            for fold in FAMILIES[family]["variants"]:
+                print(family, fold.label(), compile_for_sm90(family, fold), flush=True)
         return
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     log = ProbeLog(args.out)
@@ -528,7 +517,8 @@ def main() -> None:
                 # The faster baseline's cycle: fla-core where installed (GDN), else the tuned standard kernel.
                 base = rig.time_cycle_us(Launch("fla" if getattr(rig, "fla", None) is not None else "standard"),
                                          args.replays)
-                for label, fold in [("package fold (tuned)", None)] + list(fam["variants"].items()):
+                for fold in [None] + fam["variants"]:
+                    label = fold.label() if fold else "package fold (tuned)"
                     try:
                         with launcher_in_front(fold):
                             us, flush, nonflush = time_cycle_and_steps(rig, Launch("output_only"), args.replays)

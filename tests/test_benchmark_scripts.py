@@ -69,6 +69,7 @@ def test_every_spec_candidate_compiles_for_sm90():
 def test_gluon_fold_probes_compile_for_sm90():
     """``probe_gluon_folds.py --compile-only``: the Gluon folds (GPU-only, no interpreter)
     still compile for sm_90, so the probe is ready to run on the device."""
+    pytest.importorskip("triton.experimental.gluon.language.nvidia.ampere", reason="this Triton has no Gluon")
     run = subprocess.run([sys.executable, str(REPO / "benchmarks/probe_gluon_folds.py"), "--compile-only"],
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]

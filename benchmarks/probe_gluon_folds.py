@@ -353,16 +353,28 @@ class GluonFold:
         return (f"gluon ({self.rows}, {self.num_warps}) heads {self.hpp} rows {self.row_block}"
                 + (f" prefetch {int(self.prefetch)}" if self.family == "mamba2" else ""))
 
-    def __call__(self, kernel, grid, kwargs) -> bool:
+    def takes(self, kernel, kwargs) -> bool:
+        """Whether a launch of ``kernel`` is this family's fold launch."""
         if self.family == "mamba2":
-            if kernel is not replay_fold._replay_fold_kernel:
-                return False
+            return kernel is replay_fold._replay_fold_kernel
+        return kernel is gdn_replay._gdn_replay_kernel and kwargs["MODE"] == gdn_replay.FOLD.value
+
+    def __call__(self, kernel, grid, kwargs) -> bool:
+        if not self.takes(kernel, kwargs):
+            return False
+        fn, programs, args = self.launch(kwargs)
+        fn[programs](**args)
+        self.launches += 1
+        return True
+
+    def launch(self, kwargs: dict) -> tuple:
+        """``(kernel, grid, arguments with num_warps)`` of the Gluon launch that takes the
+        package fold launch with arguments ``kwargs``."""
+        if self.family == "mamba2":
             fn, P, H, N = _gluon_fold_kernel, kwargs["headdim"], kwargs["nheads"], kwargs["BLOCK_N"]
             extra = dict(BLOCK_P=self.rows, PREFETCH=self.prefetch, EXACT_B=kwargs["EXACT_B"],
                          EVEN=P % self.rows == 0 and kwargs["dstate"] == N)
         else:
-            if kernel is not gdn_replay._gdn_replay_kernel or kwargs["MODE"] != gdn_replay.FOLD.value:
-                return False
             assert not kwargs["V_INNER"], "K-innermost state pools only"
             fn, P, H, N = (_gluon_gdn_fold_kernel, kwargs["head_v_dim"], kwargs["num_v_heads"],
                            max(16, kwargs["BLOCK_K"]))
@@ -373,10 +385,8 @@ class GluonFold:
         nw = max(1, min(self.num_warps, N // 8))  # at least an MMA tile's 8 columns a warp
         args = {n: kwargs[n] for n in fn.arg_names if n in kwargs}
         args.update(extra, BLOCK_L=max(16, kwargs["BLOCK_L"]), CHUNKS=chunks, HEADS_PER_PROG=self.hpp,
-                    NUM_WARPS=nw, ROW_BLOCK=self.row_block)
-        fn[(1, triton.cdiv(H, self.hpp), triton.cdiv(kwargs["batch"], self.row_block))](**args, num_warps=nw)
-        self.launches += 1
-        return True
+                    NUM_WARPS=nw, ROW_BLOCK=self.row_block, num_warps=nw)
+        return fn, (1, triton.cdiv(H, self.hpp), triton.cdiv(kwargs["batch"], self.row_block)), args
 
 
 def check_mamba2(fold: GluonFold) -> str:

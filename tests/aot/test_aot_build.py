@@ -265,3 +265,44 @@ def test_c_abi_speculative_ops_check_their_arguments(lib):
     assert lib.lib.rs_reset_spec(4096, 4096, 4096, 8, 4096, 2, 4, 70, -1, None) == 1  # history > 64
     if not ctypes.util.find_library("cuda"):
         assert lib.lib.rs_mamba2_spec_verify(ctypes.byref(m), None) == 4  # valid: needs the driver
+
+
+
+GLUON_BUILD = """
+import os, sys
+os.environ["TRITON_INTERPRET"] = "0"  # compile for the GPU, as the AOT build does
+import torch
+from trtllm_replayssm.aot.build import _compile_one
+from trtllm_replayssm.aot.specs import Recorder, _mamba2_calls, spec_of
+from trtllm_replayssm.models import model
+sys.path.insert(0, sys.argv[1])
+import probe_gluon_folds
+fold = probe_gluon_folds.GluonFold("mamba2")
+with Recorder() as rec:
+    _mamba2_calls(model("nemotron-3-super").geom, torch.float32, torch.bfloat16, 128, 16, True, False,
+                  "output_only", "sm90")()
+recorded = next(r for r in rec.launches if fold.takes(r.kernel, r.kwargs))
+fn, grid, args = fold.launch(recorded.kwargs)
+from trtllm_replayssm.aot.build import source_type
+from triton.experimental.gluon._runtime import GluonASTSource
+assert source_type(fn) is GluonASTSource  # the front end Gluon's JIT uses
+spec = spec_of(fn, args)
+os.makedirs(os.path.join(sys.argv[2], "sm90"))
+facts = _compile_one((dict(key="gluon_fold", kernel=spec.kernel, constexprs=[list(c) for c in spec.constexprs],
+                           num_warps=spec.num_warps, params=[vars(p) for p in spec.params]), 90, sys.argv[2]))
+print(facts["num_warps"], facts["cubin_bytes"] > 0, dict(spec.constexprs)["ROW_BLOCK"], grid)
+"""
+
+
+def test_a_gluon_kernel_builds_like_the_others(tmp_path):
+    """``aot.build`` compiles a ``@gluon.jit`` kernel with Gluon's front end and the same
+    spec (named arguments, constexprs, the grid constexprs the C launcher reads): the
+    Gluon Mamba2 fold of ``benchmarks/probe_gluon_folds.py``, specialised from the
+    package's fold launch as the AOT build records it."""
+    pytest.importorskip("triton.experimental.gluon.language.nvidia.ampere", reason="this Triton has no Gluon")
+    repo = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, "-c", GLUON_BUILD, str(repo / "benchmarks"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=600, cwd=repo,
+                         env={**os.environ, "PYTHONPATH": str(repo)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split()[-6:] == ["8", "True", "1", "(1,", "128,", "128)"]

@@ -26,11 +26,22 @@ from typing import List, Sequence
 FORMAT_VERSION = 1
 
 
+def source_type(kernel):
+    """The compiler front end of ``kernel``: Triton's, or Gluon's for a ``@gluon.jit``
+    kernel (explicit layouts; the C launcher binds its arguments by name all the same)."""
+    from triton.compiler import ASTSource
+
+    try:
+        from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
+    except ImportError:  # a Triton without Gluon
+        return ASTSource
+    return GluonASTSource if isinstance(kernel, GluonJITFunction) else ASTSource
+
+
 def _compile_one(job):
     """Compile one spec for one arch; returns the manifest facts and writes the cubin."""
     import triton
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     from .specs import find_kernel
 
@@ -45,7 +56,7 @@ def _compile_one(job):
     for p in kernel.params:  # unused constexprs with defaults are still part of the signature
         signature.setdefault(p.name, "constexpr")
     attrs = {(names.index(p["name"]),): [["tt.divisibility", 16]] for p in spec_dict["params"] if p["div16"]}
-    src = ASTSource(kernel, {n: signature[n] for n in names}, constexprs=constexprs, attrs=attrs)
+    src = source_type(kernel)(kernel, {n: signature[n] for n in names}, constexprs=constexprs, attrs=attrs)
     options = {"num_warps": spec_dict["num_warps"]}
     if spec_dict.get("maxnreg"):
         options["maxnreg"] = spec_dict["maxnreg"]

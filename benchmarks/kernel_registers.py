@@ -23,8 +23,8 @@ os.environ["TRITON_INTERPRET"] = "0"  # compile for the GPU even on a machine wi
 import triton  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
 
+from trtllm_replayssm.aot.build import source_type  # noqa: E402
 from trtllm_replayssm.benchmarking import gdn_ar, mamba2_ar  # noqa: E402
 from trtllm_replayssm.benchmarking.spec import GDN_SPEC_CANDIDATES, MAMBA2_SPEC_CANDIDATES  # noqa: E402
 from trtllm_replayssm.ops.launch import clamp_loop_blocks  # noqa: E402
@@ -61,7 +61,7 @@ def registers(fn, constexprs: dict, num_warps: int, state_dtype: str, maxnreg=No
             sig[name] = "fp32" if name in FLOAT_SCALARS else "i32"
         if name.endswith("_ptr") or (name.startswith("stride") and name not in NOT_ALIGNED):
             attrs[(i,)] = [["tt.divisibility", 16]]
-    k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs),
+    k = triton.compile(source_type(fn)(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs),
                        target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, **gdn_spec.maxnreg_option(maxnreg)})
     with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
         f.write(k.asm["ptx"])

@@ -32,7 +32,7 @@ from tabulate import tabulate
 from trtllm_replayssm.benchmarking.gdn_ar import GDNCase, GDNRig, Launch
 from trtllm_replayssm.benchmarking.timing import capture, time_graph_ms
 from trtllm_replayssm.models import model as find_model
-from trtllm_replayssm.ops.launch import LaunchConfig, pop_launcher, push_launcher
+from trtllm_replayssm.ops.launch import LaunchConfig, launcher_in_front
 
 VARIANTS = {"read": 0, "norm": 1, "ring": 2, "append": 3}
 
@@ -123,11 +123,8 @@ def package_launches(rig: GDNRig, cfg: LaunchConfig, fold_cfg: LaunchConfig) -> 
     def record(kernel, grid, kwargs):
         seen.append((kernel, grid, dict(kwargs)))
         return False
-    push_launcher(record)
-    try:
+    with launcher_in_front(record):
         rig.layer_step(Launch("output_only", cfg, fold_cfg), 0)
-    finally:
-        pop_launcher(record)
     return seen
 
 

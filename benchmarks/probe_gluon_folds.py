@@ -445,19 +445,11 @@ FAMILIES = {
 
 
 def compile_for_sm90(family: str, fold) -> str:
-    """ptxas's registers, spills and shared memory of ``fold``'s kernel for sm_90 (no GPU
-    needed): fp32 state, bf16 activations (the Mamba2 B ring exact in TF32; the GDN rings
-    fp32), 128 state columns, whole tiles."""
-    import os
-    import re
-    import subprocess
-    import tempfile
-
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
+    """ptxas's registers and spills of ``fold``'s kernel for sm_90 (no GPU needed;
+    ``kernel_registers.registers``: fp32 state and rings, bf16 activations), 128 state
+    columns, whole tiles (the Mamba2 B ring exact in TF32)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
-    import kernel_registers as kr  # noqa: E402
+    import kernel_registers  # noqa: E402
 
     if family == "mamba2":  # Super's heads: 64 rows
         fn, rows, head_rows = _gluon_fold_kernel, fold.rows, 64
@@ -468,30 +460,7 @@ def compile_for_sm90(family: str, fold) -> str:
         cx = dict(USE_QK_L2NORM=True, BLOCK_V=rows, BLOCK_K=128, HEADS_PER_PROG=fold.hpp, EXACT_K=False)
     cx.update(HAS_SLOT_IDX=True, HAS_FORCE_FLUSH=False, BLOCK_L=16, CHUNKS=head_rows // rows,
               NUM_WARPS=fold.num_warps, EVEN=True, ROW_BLOCK=fold.row_block)
-    sig, attrs = {}, {}
-    for i, name in enumerate(fn.arg_names):
-        if name in cx:
-            sig[name] = "constexpr"
-            continue
-        sig[name] = ("*fp32" if name in ("state_ptr", "d_cache_ptr", "k_cache_ptr", "g_cache_ptr", "dt_cache_ptr")
-                     else "*bf16" if name in kr.ACT_PTRS or name.endswith("_ptr") and name not in (
-                         "slot_idx_ptr", "write_pos_ptr", "force_flush_ptr", "A_ptr", "D_ptr", "dt_bias_ptr",
-                         "A_log_ptr")
-                     else "*i32" if name in ("slot_idx_ptr", "write_pos_ptr")
-                     else "*i8" if name == "force_flush_ptr"
-                     else "*fp32" if name.endswith("_ptr")
-                     else "fp32" if name in kr.FLOAT_SCALARS else "i32")
-        if name.endswith("_ptr") or (name.startswith("stride") and name not in kr.NOT_ALIGNED):
-            attrs[(i,)] = [["tt.divisibility", 16]]
-    k = triton.compile(GluonASTSource(fn=fn, signature=sig, constexprs=cx, attrs=attrs),
-                       target=GPUTarget("cuda", 90, 32), options={"num_warps": fold.num_warps})
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
-        f.write(k.asm["ptx"])
-        f.flush()
-        out = subprocess.run([kr.PTXAS, "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True,
-                             text=True).stderr
-    regs, spill = re.search(r"Used (\d+) registers", out), re.search(r"(\d+) bytes spill stores", out)
-    return f"{regs.group(1)} regs, {spill.group(1) if spill else 0} B spilled, {k.metadata.shared} B shared"
+    return kernel_registers.registers(fn, cx, fold.num_warps, "fp32")
 
 
 def make_family_rig(name: str, batch: int, state_dtype: torch.dtype):

@@ -23,7 +23,7 @@ from tabulate import tabulate
 from trtllm_replayssm.benchmarking.gdn_ar import GDNCase, make_gdn_rig
 from trtllm_replayssm.benchmarking.mamba2_ar import Mamba2Case, make_rig
 from trtllm_replayssm.benchmarking.records import REPO, git_commit
-from trtllm_replayssm.benchmarking.rig import Launch
+from trtllm_replayssm.benchmarking.rig import Launch, time_cycle_and_steps
 from trtllm_replayssm.models import GDNGeometry, model
 from trtllm_replayssm.ops.gdn import replay as gdn_replay
 from trtllm_replayssm.ops.mamba2 import replay_fold as m2_fold
@@ -61,7 +61,7 @@ def main() -> None:
                     set_stages(family, launch, stages)
                     lc = Launch("output_only")
                     try:
-                        us, flush, nonflush = rig.time_cycle_us(lc), rig.time_step_us(lc, 15), rig.time_step_us(lc, 8)
+                        us, flush, nonflush = time_cycle_and_steps(rig, lc)
                     except Exception as e:  # a stage count the compiler rejects (shared memory)
                         print(name, batch, launch, stages, type(e).__name__, flush=True)
                         continue

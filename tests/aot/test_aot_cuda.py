@@ -13,7 +13,7 @@ from trtllm_replayssm.aot.backend import AOTLauncher
 from trtllm_replayssm.aot.library import DTYPE_CODES, ROUTE_CODES, KernelLibrary, Mamba2StepArgs
 from trtllm_replayssm.cache import GDNReplayCache, Mamba2ReplayCache
 from trtllm_replayssm.models import model
-from trtllm_replayssm.ops.launch import pop_launcher, push_launcher
+from trtllm_replayssm.ops.launch import launcher_in_front, pop_launcher, push_launcher
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (real shapes)")
 L = 16
@@ -28,9 +28,8 @@ def lib(kernel_library):
 @pytest.fixture
 def aot(lib):
     launcher = AOTLauncher(lib, strict=True)
-    push_launcher(launcher)
-    yield launcher
-    pop_launcher(launcher)
+    with launcher_in_front(launcher):
+        yield launcher
 
 
 def _mamba2_setup(batch, state_dtype, route, seed=0):
@@ -79,14 +78,9 @@ def test_mamba2_aot_equals_jit_bit_for_bit(lib, route, state, batch):
     for backend in ("jit", "aot"):
         cache, slots, steps, params = _mamba2_setup(batch, DT[state], route)
         launcher = AOTLauncher(lib, strict=True) if backend == "aot" else None
-        if launcher:
-            push_launcher(launcher)
-        try:
+        with launcher_in_front(launcher):
             runs[backend] = (_mamba2_run(cache, slots, steps, params, route), cache)
-        finally:
-            if launcher:
-                pop_launcher(launcher)
-                assert launcher.launches > 0
+        assert launcher is None or launcher.launches > 0
     (o_jit, c_jit), (o_aot, c_aot) = runs["jit"], runs["aot"]
     for t, (a, b) in enumerate(zip(o_jit, o_aot)):
         assert torch.equal(a, b), f"step {t}: outputs differ"
@@ -103,10 +97,8 @@ def _gdn_run(route, state_dtype, batch, use_aot, lib, seed=0):
     slots = torch.randperm(batch + 2, device="cuda")[:batch].to(torch.int32)
     A_log, dt_bias = torch.randn(HV, device="cuda"), torch.randn(HV, device="cuda")
     launcher = AOTLauncher(lib, strict=True) if use_aot else None
-    if launcher:
-        push_launcher(launcher)
     outs = []
-    try:
+    with launcher_in_front(launcher):
         for _ in range(L + 3):
             q, k = (torch.randn(batch, H, K, device="cuda", dtype=torch.bfloat16) for _ in range(2))
             v = torch.randn(batch, HV, V, device="cuda", dtype=torch.bfloat16)
@@ -121,10 +113,7 @@ def _gdn_run(route, state_dtype, batch, use_aot, lib, seed=0):
                                                               **cache.ring_kwargs(0))
                 cache.advance(slots, route=route)
             outs.append(out)
-    finally:
-        if launcher:
-            pop_launcher(launcher)
-            assert launcher.launches > 0
+    assert launcher is None or launcher.launches > 0
     return outs, cache
 
 
@@ -268,10 +257,8 @@ def test_spec_verify_aot_equals_jit_bit_for_bit(lib, family):
         slots = torch.arange(batch, dtype=torch.int32, device="cuda")
         rs_slots.on_slots_assigned(slots)
         launcher = AOTLauncher(lib, strict=True) if backend == "aot" else None
-        if launcher:
-            push_launcher(launcher)
         outs = []
-        try:
+        with launcher_in_front(launcher):
             if family == "mamba2":
                 H, P, N, G = geom.nheads, geom.headdim, geom.dstate, geom.ngroups
                 state = torch.randn(slots_n, H, P, N, device="cuda")
@@ -295,10 +282,7 @@ def test_spec_verify_aot_equals_jit_bit_for_bit(lib, family):
                     outs.append(rs_slots.gdn_verify(0, state, q, k, v, a, b, A_log, dt_bias,
                                                     initial_state_indices=slots))
                     rs_slots.commit(torch.randint(1, T + 1, (batch,), device="cuda", dtype=torch.int32), slots)
-        finally:
-            if launcher:
-                pop_launcher(launcher)
-                assert launcher.launches > 0
+        assert launcher is None or launcher.launches > 0
         runs[backend] = (outs, state, rs_slots)
     for t, (a, b) in enumerate(zip(runs["jit"][0], runs["aot"][0])):
         assert torch.equal(a, b), f"verify {t}: outputs differ"

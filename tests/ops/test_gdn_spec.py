@@ -214,7 +214,7 @@ def test_programmatic_launch_only_on_a_gpu(monkeypatch):
     """``GDN_SPEC_PDL`` takes effect on a GPU of sm_90 or later under Triton's JIT only:
     not in the interpreter, nor where the AOT build records or the AOT backend launches
     (its cubins carry no griddepcontrol, which sm_80 lacks)."""
-    from trtllm_replayssm.ops.launch import pop_launcher, push_launcher
+    from trtllm_replayssm.ops.launch import launcher_in_front
 
     monkeypatch.setattr(gdn_spec_module, "GDN_SPEC_PDL", True)
     limit = gdn_spec_module.GDN_SPEC_PDL_MAX_HEAD_ROWS
@@ -225,11 +225,8 @@ def test_programmatic_launch_only_on_a_gpu(monkeypatch):
         assert gdn_spec_module.programmatic_launch(cuda, limit) == (torch.cuda.get_device_capability()[0] >= 9)
         assert not gdn_spec_module.programmatic_launch(cuda, limit + 1)
         passing = lambda kernel, grid, kwargs: False  # noqa: E731 (a launcher in front of the JIT: the AOT backend's place)
-        push_launcher(passing)
-        try:
+        with launcher_in_front(passing):
             assert not gdn_spec_module.programmatic_launch(cuda, 1)
-        finally:
-            pop_launcher(passing)
     flushes = run_gdn_spec_fuzz(T=3, Bh=5, steps=8, seed=2, config=LaunchConfig(16, 1, split_fold=3))
     assert min(flushes.values()) >= 1, flushes
 

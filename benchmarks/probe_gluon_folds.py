@@ -434,13 +434,13 @@ def check_gdn(fold: GluonFold) -> str:
 FAMILIES = {
     "mamba2": dict(models=["nemotron-3-nano-4b", "nemotron-3-super"], check=check_mamba2,
                    checked=[GluonFold("mamba2"), GluonFold("mamba2", 16, 4, 4, 2, False)],
-                   variants=[GluonFold("mamba2", *v) for v in [(16, 8), (16, 8, 1, 1, False), (16, 4), (16, 8, 2),
-                                                                (16, 8, 4), (16, 8, 16), (16, 8, 1, 4), (16, 8, 4, 4),
-                                                                (16, 2)]]),
+                   variants=[GluonFold("mamba2", *v) for v in [(16, 8), (16, 4), (16, 2), (16, 2, 1, 1, False),
+                                                                (16, 1), (16, 2, 4, 2), (16, 2, 8, 2), (16, 2, 16, 2),
+                                                                (16, 2, 4, 4), (16, 2, 4, 8), (16, 4, 4, 2)]]),
     "gdn": dict(models=["qwen3.5-122b", "qwen3.5-4b"], check=check_gdn,
                 checked=[GluonFold("gdn"), GluonFold("gdn", 16, 4, 4, 2)],
-                variants=[GluonFold("gdn", *v) for v in [(16, 8), (16, 4), (16, 8, 2), (16, 8, 4), (16, 8, 16),
-                                                          (16, 8, 1, 4), (16, 8, 4, 4), (32, 8)]]),
+                variants=[GluonFold("gdn", *v) for v in [(16, 8), (16, 4), (16, 2), (16, 2, 2), (16, 2, 4, 2),
+                                                          (16, 2, 8, 2), (16, 4, 2), (16, 4, 4, 2), (32, 8), (32, 4)]]),
 }
 
 

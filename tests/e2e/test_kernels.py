@@ -18,10 +18,13 @@ def tol(dtype):
 
 @pytest.mark.parametrize("T,in_place", [(1, True), (1, False), (3, False)])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_causal_conv_update(T, in_place, dtype):
-    """300 channels: three blocks, the last partly masked. ``x`` is a column slice of a
-    wider projection (as the mixers pass it) and the window a slice of a longer buffer;
-    in place (T = 1) the conv state itself moves on by the token."""
+def test_causal_conv_update(monkeypatch, T, in_place, dtype):
+    """The tile form. 300 channels: three blocks, the last partly masked. ``x`` is a column
+    slice of a wider projection (as the mixers pass it) and the window a slice of a longer
+    buffer; in place (T = 1) the conv state itself moves on by the token."""
+    from trtllm_replayssm.e2e import kernels
+
+    monkeypatch.setattr(kernels, "FLAT_CONV_UPDATE", False)
     g = torch.Generator().manual_seed(0)
     B, C, K = 2, 300, 4
     conv = torch.randn(B, C, K - 1, generator=g).to(dtype).to(DEVICE)
@@ -44,8 +47,8 @@ def test_causal_conv_update(T, in_place, dtype):
 @pytest.mark.parametrize("K", [4, 3])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_causal_conv_update_flat(monkeypatch, K, dtype):
-    """``FLAT_CONV_UPDATE``: the in-place update moves the kept inputs as one flat array a
-    row; 300 channels (three blocks, the last partly masked), rows 2(K - 1) bytes apart."""
+    """``FLAT_CONV_UPDATE`` (the default): the in-place update moves the kept inputs as one
+    flat array a row; 300 channels (three blocks, the last partly masked), rows 2(K - 1) bytes apart."""
     from trtllm_replayssm.e2e import kernels
 
     monkeypatch.setattr(kernels, "FLAT_CONV_UPDATE", True)

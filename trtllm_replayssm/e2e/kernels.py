@@ -24,9 +24,10 @@ import triton.language as tl
 from ..ops.common import DOT_PRECISION, ONE_PASS_PRECISION, exact_in_tf32, native_dot
 
 # -- causal conv update ----------------------------------------------------------------
-# In place (T = 1) on contiguous rows of kept inputs, the flat form (off: not yet measured
-# on a GPU; the tile form runs at ~45% of its bytes' bandwidth, H200, Nano batch 512).
-FLAT_CONV_UPDATE = False
+# In place (T = 1) on contiguous rows of kept inputs, the flat form: 17-21% faster than the
+# tile form (H200, Nemotron-3-Nano and Qwen3.5-4B widths, batch 128 / 512: 47-56% of copy
+# bandwidth against 38-45%; benchmarks/results/conv_update_forms.json). Off: the tile form.
+FLAT_CONV_UPDATE = True
 
 
 @triton.jit

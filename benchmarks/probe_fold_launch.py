@@ -26,11 +26,14 @@ from trtllm_replayssm.benchmarking.rig import Launch, time_cycle_and_steps
 from trtllm_replayssm.models import GDNGeometry, model
 from trtllm_replayssm.ops.gdn import replay as gdn_replay
 from trtllm_replayssm.ops.launch import launcher_in_front
+from trtllm_replayssm.ops.mamba2 import replay as mamba2_replay
 from trtllm_replayssm.ops.mamba2 import replay_fold
 
 
 class FoldLaunch:
-    """A launcher that skips the fold launch (``"skip"``) or makes it with PDL (``"pdl"``)."""
+    """A launcher that skips the fold launch (``"skip"``) or makes it with PDL: ``"pdl"``
+    (it may start as the non-flush launch's last programs finish) or ``"pdl_early"`` (the
+    non-flush launch's programs let it start as soon as each of them has started)."""
 
     def __init__(self, mode: str):
         self.mode = mode
@@ -38,9 +41,14 @@ class FoldLaunch:
     def __call__(self, kernel, grid, kwargs) -> bool:
         fold = kernel is replay_fold._replay_fold_kernel or (
             kernel is gdn_replay._gdn_replay_kernel and kwargs.get("MODE") == gdn_replay.FOLD.value)
+        nonflush = (kernel is mamba2_replay._replay_step_kernel and kwargs.get("MODE") == mamba2_replay.NONFLUSH.value
+                    ) or (kernel is gdn_replay._gdn_replay_kernel and kwargs.get("MODE") == gdn_replay.NONFLUSH.value)
+        if nonflush and self.mode == "pdl_early":
+            kernel[grid](**kwargs, LAUNCH_DEPENDENTS=True)
+            return True
         if not fold:
             return False
-        if self.mode == "pdl":
+        if self.mode.startswith("pdl"):
             kernel[grid](**kwargs, launch_pdl=True)
         return True
 
@@ -50,6 +58,7 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["nemotron-3-super", "nemotron-3-nano-4b", "qwen3.5-122b"])
     ap.add_argument("--batches", nargs="+", type=int, default=[8, 32, 128, 512])
     ap.add_argument("--replays", type=int, default=20)
+    ap.add_argument("--modes", nargs="+", default=["package", "skip", "pdl", "pdl_early"])
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/fold_launch.json"))
     args = ap.parse_args()
     log = ProbeLog(args.out)
@@ -62,7 +71,7 @@ def main() -> None:
             else:
                 rig = make_rig(Mamba2Case(name, geom, batch, 16, torch.float32))
                 base = rig.time_cycle_us(Launch("standard"), args.replays)
-            for mode in ("package", "skip", "pdl"):
+            for mode in args.modes:
                 with launcher_in_front(None if mode == "package" else FoldLaunch(mode)):
                     cycle, flush, nonflush = time_cycle_and_steps(rig, Launch("output_only"), args.replays)
                 timed = dict(nonflush_us=round(nonflush, 2)) if mode == "skip" else dict(

@@ -25,6 +25,7 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents
 
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
@@ -81,7 +82,7 @@ def _gdn_replay_kernel(
     BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_L: tl.constexpr,
     FOLD_CHUNK: tl.constexpr, FOLD_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
     EVEN_TILE: tl.constexpr, V_INNER: tl.constexpr = False, LOOP_STAGES: tl.constexpr = None,
-    ROW_BLOCK: tl.constexpr = 1, PREFETCH: tl.constexpr = False,
+    ROW_BLOCK: tl.constexpr = 1, PREFETCH: tl.constexpr = False, LAUNCH_DEPENDENTS: tl.constexpr = False,
 ):
     """A program covers CHUNKS blocks of BLOCK_V value rows of HEADS_PER_PROG value heads of
     one batch row (the fold launch: of the rows of a block of ROW_BLOCK that flush), one
@@ -95,6 +96,8 @@ def _gdn_replay_kernel(
     offs_k = tl.arange(0, BLOCK_K)
     mask_k = dim_mask(offs_k, head_k_dim, EVEN_TILE)
     REPORTS: tl.constexpr = MODE != FOLD  # one launch of a step reports errors
+    if LAUNCH_DEPENDENTS:  # the fold launch (PDL) may start once every program here has
+        gdc_launch_dependents()
 
     if ROW_BLOCK > 1:
         # (The fold launch only.) One vector load of the block's cursors: on the many steps

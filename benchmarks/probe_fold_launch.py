@@ -32,8 +32,10 @@ from trtllm_replayssm.ops.mamba2 import replay_fold
 
 class FoldLaunch:
     """A launcher that skips the fold launch (``"skip"``) or makes it with PDL: ``"pdl"``
-    (it may start as the non-flush launch's last programs finish) or ``"pdl_early"`` (the
-    non-flush launch's programs let it start as soon as each of them has started)."""
+    (it may start as the non-flush launch's last programs finish), ``"pdl_early"`` (the
+    non-flush launch's programs let it start as soon as each of them has started) or
+    ``"pdl_early_wait"`` (and each fold program waits for the non-flush launch to complete
+    before it exits, so that the fold's completion implies it)."""
 
     def __init__(self, mode: str):
         self.mode = mode
@@ -43,13 +45,13 @@ class FoldLaunch:
             kernel is gdn_replay._gdn_replay_kernel and kwargs.get("MODE") == gdn_replay.FOLD.value)
         nonflush = (kernel is mamba2_replay._replay_step_kernel and kwargs.get("MODE") == mamba2_replay.NONFLUSH.value
                     ) or (kernel is gdn_replay._gdn_replay_kernel and kwargs.get("MODE") == gdn_replay.NONFLUSH.value)
-        if nonflush and self.mode == "pdl_early":
+        if nonflush and self.mode.startswith("pdl_early"):
             kernel[grid](**kwargs, LAUNCH_DEPENDENTS=True)
             return True
         if not fold:
             return False
         if self.mode.startswith("pdl"):
-            kernel[grid](**kwargs, launch_pdl=True)
+            kernel[grid](**kwargs, launch_pdl=True, **({"WAIT_PRIMARY": True} if self.mode.endswith("wait") else {}))
         return True
 
 
@@ -58,7 +60,7 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["nemotron-3-super", "nemotron-3-nano-4b", "qwen3.5-122b"])
     ap.add_argument("--batches", nargs="+", type=int, default=[8, 32, 128, 512])
     ap.add_argument("--replays", type=int, default=20)
-    ap.add_argument("--modes", nargs="+", default=["package", "skip", "pdl", "pdl_early"])
+    ap.add_argument("--modes", nargs="+", default=["package", "skip", "pdl", "pdl_early", "pdl_early_wait"])
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/fold_launch.json"))
     args = ap.parse_args()
     log = ProbeLog(args.out)

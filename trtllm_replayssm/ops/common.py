@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .._runtime import INTERPRETED
 
@@ -44,6 +45,24 @@ def tf32_head(x):
     """``x`` (fp32) cut to the bits a TF32 tensor-core pass reads (sign, exponent, top 10
     mantissa bits); ``x - tf32_head(x)`` is exact in fp32."""
     return (x.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def let_dependents_launch(ON: tl.constexpr):
+    """Let a programmatic dependent launch of the next kernel start once every program of
+    this one has started (griddepcontrol.launch_dependents; a plain launch after it is
+    unaffected, and the interpreter has no such instruction)."""
+    if ON:
+        gdc_launch_dependents()
+
+
+@triton.jit
+def wait_for_primary(WAIT: tl.constexpr):
+    """Under a programmatic dependent launch, wait until the launch before this one has
+    completed and its writes are visible (griddepcontrol.wait). Called before a program
+    exits, it makes this launch's completion imply that one's."""
+    if WAIT:
+        gdc_wait()
 
 
 @triton.jit

@@ -25,11 +25,11 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents
 
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
-from ..common import DOT_PRECISION, dim_mask, even_tile, load_slot, row_in_block, step_flush_rows, store_nan_heads
+from ..common import (DOT_PRECISION, dim_mask, even_tile, let_dependents_launch, load_slot, row_in_block,
+                      step_flush_rows, store_nan_heads, wait_for_primary)
 from ..cursors import FLUSH_EVERY_STEP
 from ..launch import LaunchConfig, clamp_loop_blocks, launch_kernel, select_config, select_route
 from ._common import delta_rule_step, load_gates, load_qk, ring_args, state_tile_ptrs
@@ -83,6 +83,7 @@ def _gdn_replay_kernel(
     FOLD_CHUNK: tl.constexpr, FOLD_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
     EVEN_TILE: tl.constexpr, V_INNER: tl.constexpr = False, LOOP_STAGES: tl.constexpr = None,
     ROW_BLOCK: tl.constexpr = 1, PREFETCH: tl.constexpr = False, LAUNCH_DEPENDENTS: tl.constexpr = False,
+    WAIT_PRIMARY: tl.constexpr = False,
 ):
     """A program covers CHUNKS blocks of BLOCK_V value rows of HEADS_PER_PROG value heads of
     one batch row (the fold launch: of the rows of a block of ROW_BLOCK that flush), one
@@ -96,8 +97,7 @@ def _gdn_replay_kernel(
     offs_k = tl.arange(0, BLOCK_K)
     mask_k = dim_mask(offs_k, head_k_dim, EVEN_TILE)
     REPORTS: tl.constexpr = MODE != FOLD  # one launch of a step reports errors
-    if LAUNCH_DEPENDENTS:  # the fold launch (PDL) may start once every program here has
-        gdc_launch_dependents()
+    let_dependents_launch(LAUNCH_DEPENDENTS)  # the fold's programmatic launch
 
     if ROW_BLOCK > 1:
         # (The fold launch only.) One vector load of the block's cursors: on the many steps
@@ -105,6 +105,7 @@ def _gdn_replay_kernel(
         selected = step_flush_rows(slot_idx_ptr, write_pos_ptr, force_flush_ptr, tl.program_id(2), batch,
                                    num_slots, buffer_len, pad_slot_id, HAS_SLOT_IDX, HAS_FORCE_FLUSH, ROW_BLOCK)
         if tl.max(selected, axis=0) == 0:
+            wait_for_primary(WAIT_PRIMARY)
             return
         for i in range(0, ROW_BLOCK):
             if row_in_block(selected, i, ROW_BLOCK):
@@ -121,31 +122,37 @@ def _gdn_replay_kernel(
                            scale, softplus_beta, softplus_threshold, USE_QK_L2NORM, MODE, BLOCK_V, CHUNKS,
                            BLOCK_L, FOLD_CHUNK, FOLD_DOT, DOT_PRECISION, HEADS_PER_PROG, EVEN_TILE, V_INNER,
                            LOOP_STAGES, PREFETCH)
+        wait_for_primary(WAIT_PRIMARY)
         return
 
     pid_b = tl.program_id(2)
     slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
     if is_pad:
+        wait_for_primary(WAIT_PRIMARY)
         return
     if is_bad:
         if REPORTS:
             _store_nan_rows(out_ptr, offs_v0, pid_b, pid_hg, num_v_heads, head_v_dim, stride_out_b, stride_out_h,
                             HEADS_PER_PROG, BLOCK_V, CHUNKS)
+        wait_for_primary(WAIT_PRIMARY)
         return
     w = tl.load(write_pos_ptr + slot)
     if (w < 0) | (w >= buffer_len):
         if REPORTS:
             _store_nan_rows(out_ptr, offs_v0, pid_b, pid_hg, num_v_heads, head_v_dim, stride_out_b, stride_out_h,
                             HEADS_PER_PROG, BLOCK_V, CHUNKS)
+        wait_for_primary(WAIT_PRIMARY)
         return
     is_flush = w == buffer_len - 1
     if HAS_FORCE_FLUSH:
         is_flush = is_flush | (tl.load(force_flush_ptr + pid_b) != 0)
     if MODE == NONFLUSH:
         if is_flush:
+            wait_for_primary(WAIT_PRIMARY)
             return
     if MODE == FOLD:
         if not is_flush:
+            wait_for_primary(WAIT_PRIMARY)
             return
     _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
                state_ptr, d_cache_ptr, k_cache_ptr, g_cache_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr,
@@ -157,6 +164,7 @@ def _gdn_replay_kernel(
                scale, softplus_beta, softplus_threshold, USE_QK_L2NORM, MODE, BLOCK_V, CHUNKS,
                BLOCK_L, FOLD_CHUNK, FOLD_DOT, DOT_PRECISION, HEADS_PER_PROG, EVEN_TILE, V_INNER,
                LOOP_STAGES, PREFETCH)
+    wait_for_primary(WAIT_PRIMARY)
 
 
 @triton.jit

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from ..common import dim_mask, load_spec_row, native_dot, ring_positions, small_matmul, store_nan_tokens
+from ..common import (dim_mask, let_dependents_launch, load_spec_row, native_dot, ring_positions, small_matmul,
+                      store_nan_tokens, wait_for_primary)
 
 from .spec_dot import (DRAFT_COLS, _draft_column_ids, _draft_tile, _head_solve, _history_decays, _history_values,
                        _solve_offsets)
@@ -21,15 +21,6 @@ def _bias_offsets(pid_b, hv, num_v_heads, head_v_dim, offs_v, tok, is_key, NUM_T
     workspace's ``bias [B, HV, 2T, V]`` (key t at t, query t at T + t; V contiguous)."""
     col = tl.where(is_key, tok, NUM_TOKENS + tok)
     return ((pid_b.to(tl.int64) * num_v_heads + hv) * (2 * NUM_TOKENS) + col[None, :]) * head_v_dim + offs_v[:, None]
-
-
-@triton.jit
-def _after_ring_part(WAIT: tl.constexpr):
-    """Under programmatic dependent launch (``GDN_SPEC_PDL``), wait until the ring part's
-    launch has completed and its writes are visible (griddepcontrol.wait; the interpreter
-    has no such instruction, and a plain launch needs none)."""
-    if WAIT:
-        gdc_wait()
 
 
 @triton.jit
@@ -91,8 +82,7 @@ def _gdn_spec_ring_part_kernel(
     ``S_h X = e^G P c + H``, and the dot kernel's ``R Z + [query] e^A S_h X`` becomes
     ``P W + bias`` with ``W[s, u] = e^{A_s + G} c_s ([query s] delta_su - [key s] beta_s Z[s, u])``
     and ``bias = ([key] beta (V - e^A H)) Z + [query] e^A H``."""
-    if LAUNCH_DEPENDENTS:  # the state product may launch once every program has started
-        gdc_launch_dependents()
+    let_dependents_launch(LAUNCH_DEPENDENTS)  # the state product's programmatic launch
     hv0 = tl.program_id(1) * HEADS_PER_PROG
     pid_b = tl.program_id(2)
     slot, wp, origin, is_flush, is_pad, is_bad = load_spec_row(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, pid_b,
@@ -188,15 +178,15 @@ def _gdn_spec_state_product_kernel(
                                                                num_slots, NUM_TOKENS, capacity, pad_slot_id,
                                                                HAS_SLOT_IDX, BUF)
     if is_pad:
-        _after_ring_part(WAIT_RING_PART)
+        wait_for_primary(WAIT_RING_PART)
         return
     if is_bad:  # (a bad row may carry the flush flag too)
         store_nan_tokens(out_ptr, offs_v, mask_v, pid_b, hv, stride_out_b, stride_out_t, stride_out_h,
                          NUM_TOKENS, DRAFT_COLS)
-        _after_ring_part(WAIT_RING_PART)
+        wait_for_primary(WAIT_RING_PART)
         return
     if is_flush:
-        _after_ring_part(WAIT_RING_PART)
+        wait_for_primary(WAIT_RING_PART)
         return
     offs_u, tok, is_key, mask_u = _draft_column_ids(NUM_TOKENS)
     h = hv // v_heads_per_k_head
@@ -210,7 +200,7 @@ def _gdn_spec_state_product_kernel(
         S0 = tl.load(state_rows + offs_c[None, :], mask=mask_v[:, None] & mask_c[None, :], other=0.0).to(tl.float32)
         Xc = _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_c, mask_c, tok, is_key, mask_u)
         P += small_matmul(S0, Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
-    _after_ring_part(WAIT_RING_PART)
+    wait_for_primary(WAIT_RING_PART)
     W = tl.load(solve_ptr + _solve_offsets(pid_b, hv, num_v_heads, offs_u))
     mask_vu = mask_v[:, None] & mask_u[None, :]
     F = small_matmul(P, W, True, False, SMALL_PRECISION, ONE_PASS_PRECISION) \

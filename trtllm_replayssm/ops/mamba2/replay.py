@@ -39,11 +39,10 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents
 
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
-from ..common import even_tile, load_slot, store_nan_output, tile_masks
+from ..common import even_tile, let_dependents_launch, load_slot, store_nan_output, tile_masks
 from ._common import finish_output, load_dt, ring_args
 from ..cursors import FLUSH_EVERY_STEP
 from ..launch import LaunchConfig, grid, launch_kernel, select_config, select_route
@@ -93,8 +92,7 @@ def _replay_step_kernel(
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr, FOLD_CHUNK: tl.constexpr,
     EVEN_TILE: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr = False,
 ):
-    if LAUNCH_DEPENDENTS:  # the fold launch (PDL) may start once every program here has
-        gdc_launch_dependents()
+    let_dependents_launch(LAUNCH_DEPENDENTS)  # the fold's programmatic launch
     pid_p = tl.program_id(0)
     pid_h = tl.program_id(1)
     pid_b = tl.program_id(2)

@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, load_slot,
-                      row_in_block, small_matmul, step_flush_rows)
+                      row_in_block, small_matmul, step_flush_rows, wait_for_primary)
 from ..launch import LaunchConfig, clamp_loop_blocks, launch_kernel
 from ._common import finish_output, load_dt
 
@@ -87,7 +87,7 @@ def _replay_fold_kernel(
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr,
     EVEN_TILE: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
     HEADS_PER_PROG: tl.constexpr, CHUNKS: tl.constexpr, EVEN_HEADS: tl.constexpr, ROW_BLOCK: tl.constexpr = 1,
-    LOOP_STAGES: tl.constexpr = None,
+    LOOP_STAGES: tl.constexpr = None, WAIT_PRIMARY: tl.constexpr = False,
 ):
     """Programs ``(runs of CHUNKS headdim blocks, groups of HEADS_PER_PROG heads, blocks of
     ROW_BLOCK batch rows)``.
@@ -101,6 +101,7 @@ def _replay_fold_kernel(
     selected = step_flush_rows(slot_idx_ptr, write_pos_ptr, force_flush_ptr, tl.program_id(2), batch, num_slots,
                                buffer_len, pad_slot_id, HAS_SLOT_IDX, HAS_FORCE_FLUSH, ROW_BLOCK)
     if tl.max(selected, axis=0) == 0:
+        wait_for_primary(WAIT_PRIMARY)
         return
 
     offs_p0 = pid_p * (BLOCK_P * CHUNKS) + tl.arange(0, BLOCK_P)
@@ -148,6 +149,7 @@ def _replay_fold_kernel(
                         y = tl.sum(S * C[None, :], axis=1)
                         finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h,
                                       stride_D_p, stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+    wait_for_primary(WAIT_PRIMARY)
 
 
 def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int) -> None:

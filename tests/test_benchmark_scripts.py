@@ -2,6 +2,7 @@
 so their flow and record schema are checked between GPU sessions."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -70,10 +71,14 @@ def test_gluon_fold_probes_compile_for_sm90():
     """``probe_gluon_folds.py --compile-only``: the Gluon folds (GPU-only, no interpreter)
     still compile for sm_90, so the probe is ready to run on the device."""
     pytest.importorskip("triton.experimental.gluon.language.nvidia.ampere", reason="this Triton has no Gluon")
+    # Compiled by Triton's compiler, not the interpreter (under TRITON_INTERPRET=1 Gluon's
+    # reductions reference interpreted functions; a warm Triton cache had hidden that).
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     run = subprocess.run([sys.executable, str(REPO / "benchmarks/probe_gluon_folds.py"), "--compile-only"],
-                         capture_output=True, text=True, timeout=900)
+                         capture_output=True, text=True, timeout=900, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.count("regs") == 17
+    lines = [line for line in run.stdout.splitlines() if "regs" in line]  # (a variant that fails raises)
+    assert {line.split()[0] for line in lines} == {"mamba2", "gdn"} and len(lines) >= 10, run.stdout
 
 
 def test_bench_gapped_pools_dry_run(tmp_path):

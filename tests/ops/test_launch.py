@@ -97,3 +97,24 @@ def test_tables_from_another_folder(tmp_path, monkeypatch):
         monkeypatch.undo()
         launch._load_table.cache_clear()
     assert launch.select_route("sm90", torch.float32, torch.bfloat16, 64, 128, 128) == "output_only"
+
+
+def test_fold_programmatic_launch_only_on_a_gpu_under_the_jit(monkeypatch):
+    """``FOLD_PDL`` takes effect on a GPU of sm_90 or later, up to its head rows, under
+    Triton's JIT only (not in the interpreter, nor where a launcher such as the AOT
+    backend or recorder stands in front: its cubins carry no griddepcontrol); and the
+    launch options follow it (none where it is off, so AOT specs never carry them)."""
+    monkeypatch.setattr(launch, "FOLD_PDL", True)
+    limit = launch.FOLD_PDL_MAX_HEAD_ROWS
+    assert not launch.fold_programmatic_launch(torch.device("cpu"), 1)
+    assert launch.pdl_options(False, primary=True) == {} == launch.pdl_options(False, primary=False)
+    assert launch.pdl_options(True, primary=True) == {"LAUNCH_DEPENDENTS": True}
+    assert launch.pdl_options(True, primary=False) == {"WAIT_PRIMARY": True, "launch_pdl": True}
+    if torch.cuda.is_available():
+        cuda = torch.device("cuda")
+        assert launch.fold_programmatic_launch(cuda, limit) == (torch.cuda.get_device_capability()[0] >= 9)
+        assert not launch.fold_programmatic_launch(cuda, limit + 1)
+        with launch.launcher_in_front(lambda kernel, grid, kwargs: False):
+            assert not launch.fold_programmatic_launch(cuda, 1)
+        monkeypatch.setattr(launch, "FOLD_PDL", False)
+        assert not launch.fold_programmatic_launch(cuda, 1)

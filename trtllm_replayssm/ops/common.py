@@ -59,10 +59,19 @@ def let_dependents_launch(ON: tl.constexpr):
 @triton.jit
 def wait_for_primary(WAIT: tl.constexpr):
     """Under a programmatic dependent launch, wait until the launch before this one has
-    completed and its writes are visible (griddepcontrol.wait). Called before a program
-    exits, it makes this launch's completion imply that one's."""
+    completed and its writes are visible (griddepcontrol.wait)."""
     if WAIT:
         gdc_wait()
+
+
+@triton.jit
+def complete_after_primary(WAIT: tl.constexpr):
+    """Called before a program exits: under a programmatic dependent launch, the first
+    program waits for the launch before this one (:func:`wait_for_primary`), so that this
+    launch completes only after it; the others exit at once and free their SM."""
+    if WAIT:
+        if (tl.program_id(0) == 0) & (tl.program_id(1) == 0) & (tl.program_id(2) == 0):
+            gdc_wait()
 
 
 @triton.jit

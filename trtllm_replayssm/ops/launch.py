@@ -190,6 +190,43 @@ def jit_only() -> bool:
     return not _launchers
 
 
+def programmatic_launch_allowed(device: torch.device, head_rows: int, enabled: bool, max_head_rows: int) -> bool:
+    """Whether a launch is made as a programmatic dependent launch (PDL) of the launch before
+    it: where ``enabled``, up to ``max_head_rows`` (batch rows x heads), on a GPU of sm_90 or
+    later, launched by Triton's JIT (the AOT build records plain launches, and its cubins
+    carry no griddepcontrol, which sm_80 lacks)."""
+    return (enabled and head_rows <= max_head_rows and device.type == "cuda" and jit_only()
+            and torch.cuda.get_device_capability(device)[0] >= 9)
+
+
+# The output_only route's fold launch (both families) as a programmatic dependent launch of
+# its non-flush launch: every non-flush program lets it launch as it starts, so the fold's
+# programs (on most steps they only find that no row of theirs flushes) run in the SMs the
+# non-flush launch's last wave leaves idle, not after it; the fold's first program waits
+# for the non-flush launch before it exits, so that the fold completes only after it. The
+# two launches serve disjoint rows. Up to FOLD_PDL_MAX_HEAD_ROWS (batch rows x heads):
+# beyond, the fold's early programs take SMs the non-flush launch's later waves need.
+# H200, fp32 state, L = 16, speedup of the cycle plain -> PDL (``python
+# benchmarks/probe_fold_launch.py``, ``benchmarks/results/fold_launch_pdl.json``): see the
+# README's "Open performance work".
+FOLD_PDL = True
+FOLD_PDL_MAX_HEAD_ROWS = 4096
+
+
+def fold_programmatic_launch(device: torch.device, head_rows: int) -> bool:
+    """Whether this step's fold launch is a programmatic dependent launch (:data:`FOLD_PDL`)."""
+    return programmatic_launch_allowed(device, head_rows, FOLD_PDL, FOLD_PDL_MAX_HEAD_ROWS)
+
+
+def pdl_options(pdl: bool, primary: bool) -> dict:
+    """A launch's PDL constexprs and option: the non-flush launch (``primary``) lets its
+    dependent launch start; the fold launch is made with ``launch_pdl`` and completes after
+    it. Nothing where ``pdl`` is off (the AOT build never sees these)."""
+    if not pdl:
+        return {}
+    return {"LAUNCH_DEPENDENTS": True} if primary else {"WAIT_PRIMARY": True, "launch_pdl": True}
+
+
 def launch_kernel(kernel, grid: Sequence[int], *args, **kwargs) -> None:
     """Launch ``kernel`` over ``grid`` with its arguments and constexprs (positional ones
     bound to their names) and launch options (``num_warps``)."""

@@ -28,10 +28,11 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
-from ..common import (DOT_PRECISION, dim_mask, even_tile, let_dependents_launch, load_slot, row_in_block,
-                      step_flush_rows, store_nan_heads, wait_for_primary)
+from ..common import (DOT_PRECISION, complete_after_primary, dim_mask, even_tile, let_dependents_launch, load_slot,
+                      row_in_block, step_flush_rows, store_nan_heads)
 from ..cursors import FLUSH_EVERY_STEP
-from ..launch import LaunchConfig, clamp_loop_blocks, launch_kernel, select_config, select_route
+from ..launch import (LaunchConfig, clamp_loop_blocks, fold_programmatic_launch, launch_kernel, pdl_options,
+                      select_config, select_route)
 from ._common import delta_rule_step, load_gates, load_qk, ring_args, state_tile_ptrs
 from .standard import launch_standard_step
 from .step_inputs import GDNStep, check_gdn_state_pool, parse_gdn_step
@@ -105,7 +106,7 @@ def _gdn_replay_kernel(
         selected = step_flush_rows(slot_idx_ptr, write_pos_ptr, force_flush_ptr, tl.program_id(2), batch,
                                    num_slots, buffer_len, pad_slot_id, HAS_SLOT_IDX, HAS_FORCE_FLUSH, ROW_BLOCK)
         if tl.max(selected, axis=0) == 0:
-            wait_for_primary(WAIT_PRIMARY)
+            complete_after_primary(WAIT_PRIMARY)
             return
         for i in range(0, ROW_BLOCK):
             if row_in_block(selected, i, ROW_BLOCK):
@@ -122,37 +123,37 @@ def _gdn_replay_kernel(
                            scale, softplus_beta, softplus_threshold, USE_QK_L2NORM, MODE, BLOCK_V, CHUNKS,
                            BLOCK_L, FOLD_CHUNK, FOLD_DOT, DOT_PRECISION, HEADS_PER_PROG, EVEN_TILE, V_INNER,
                            LOOP_STAGES, PREFETCH)
-        wait_for_primary(WAIT_PRIMARY)
+        complete_after_primary(WAIT_PRIMARY)
         return
 
     pid_b = tl.program_id(2)
     slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
     if is_pad:
-        wait_for_primary(WAIT_PRIMARY)
+        complete_after_primary(WAIT_PRIMARY)
         return
     if is_bad:
         if REPORTS:
             _store_nan_rows(out_ptr, offs_v0, pid_b, pid_hg, num_v_heads, head_v_dim, stride_out_b, stride_out_h,
                             HEADS_PER_PROG, BLOCK_V, CHUNKS)
-        wait_for_primary(WAIT_PRIMARY)
+        complete_after_primary(WAIT_PRIMARY)
         return
     w = tl.load(write_pos_ptr + slot)
     if (w < 0) | (w >= buffer_len):
         if REPORTS:
             _store_nan_rows(out_ptr, offs_v0, pid_b, pid_hg, num_v_heads, head_v_dim, stride_out_b, stride_out_h,
                             HEADS_PER_PROG, BLOCK_V, CHUNKS)
-        wait_for_primary(WAIT_PRIMARY)
+        complete_after_primary(WAIT_PRIMARY)
         return
     is_flush = w == buffer_len - 1
     if HAS_FORCE_FLUSH:
         is_flush = is_flush | (tl.load(force_flush_ptr + pid_b) != 0)
     if MODE == NONFLUSH:
         if is_flush:
-            wait_for_primary(WAIT_PRIMARY)
+            complete_after_primary(WAIT_PRIMARY)
             return
     if MODE == FOLD:
         if not is_flush:
-            wait_for_primary(WAIT_PRIMARY)
+            complete_after_primary(WAIT_PRIMARY)
             return
     _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
                state_ptr, d_cache_ptr, k_cache_ptr, g_cache_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr,
@@ -164,7 +165,7 @@ def _gdn_replay_kernel(
                scale, softplus_beta, softplus_threshold, USE_QK_L2NORM, MODE, BLOCK_V, CHUNKS,
                BLOCK_L, FOLD_CHUNK, FOLD_DOT, DOT_PRECISION, HEADS_PER_PROG, EVEN_TILE, V_INNER,
                LOOP_STAGES, PREFETCH)
-    wait_for_primary(WAIT_PRIMARY)
+    complete_after_primary(WAIT_PRIMARY)
 
 
 @triton.jit
@@ -396,6 +397,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
     # Ring tiles of at least 16 (masked past w): small tiles along the ring gave wrong
     # results on the GPU in the speculative kernels (see common.ring_positions).
     block_l, block_k = max(16, triton.next_power_of_2(L)), triton.next_power_of_2(step.head_k_dim)
+    pdl = fold_programmatic_launch(q.device, step.batch * step.num_v_heads)
     for mode, cfg in launches:
         # Heads and row blocks of a program: the fold launch's (the non-flush launch takes one of each).
         hpp, rows = (cfg.heads_per_prog, cfg.row_block) if mode == FOLD.value else (1, 1)
@@ -417,5 +419,6 @@ def fused_recurrent_gated_delta_rule_replayssm(
             HEADS_PER_PROG=hpp, EVEN_TILE=even_tile(step.head_v_dim, cfg.block_p * chunks, step.head_k_dim, block_k),
             V_INNER=layout.v_inner, LOOP_STAGES=LOOP_STAGES[mode] if state.dtype in LOOP_STAGES_STATES else None,
             ROW_BLOCK=rows, PREFETCH=bool(cfg.prefetch) and mode == NONFLUSH.value, num_warps=cfg.num_warps,
+            **pdl_options(pdl, primary=mode == NONFLUSH.value),
         )
     return step.out

@@ -45,7 +45,8 @@ from ..._validation import check_buffer_len, check_contiguous, check_slot_major,
 from ..common import even_tile, let_dependents_launch, load_slot, store_nan_output, tile_masks
 from ._common import finish_output, load_dt, ring_args
 from ..cursors import FLUSH_EVERY_STEP
-from ..launch import LaunchConfig, grid, launch_kernel, select_config, select_route
+from ..launch import (LaunchConfig, fold_programmatic_launch, grid, launch_kernel, pdl_options, select_config,
+                      select_route)
 from .replay_fold import launch_fold
 from .standard import launch_standard_step
 from .step_inputs import Mamba2Step, check_state_pool, parse_mamba2_step
@@ -295,16 +296,17 @@ def selective_state_update_replayssm(
         **step.kernel_args(), HAS_FORCE_FLUSH=force_flush is not None,
     )
     block_n, block_l = triton.next_power_of_2(step.dstate), max(2, triton.next_power_of_2(L))
+    pdl = route == "output_only" and fold_programmatic_launch(x.device, step.batch * step.nheads)
     for mode, cfg in launches:
         if mode == "fold":
-            launch_fold(args, step, cfg, block_n, block_l)
+            launch_fold(args, step, cfg, block_n, block_l, pdl=pdl)
         else:
             launch_kernel(_replay_step_kernel, grid(step.batch, step.nheads, step.headdim, cfg), **args,
                           MODE=mode, BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_L=block_l,
                           # 0: the non-flush launch walks the ring as whole tiles (no chunks)
                           FOLD_CHUNK=min(cfg.fold_chunk, block_l) if mode == NONFLUSH.value else max(1, min(cfg.fold_chunk, block_l)),
                           EVEN_TILE=even_tile(step.headdim, cfg.block_p, step.dstate, block_n),
-                          num_warps=cfg.num_warps)
+                          num_warps=cfg.num_warps, **pdl_options(pdl, primary=True))
     return step.out
 
 

@@ -26,9 +26,9 @@ from dataclasses import replace
 import triton
 import triton.language as tl
 
-from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, load_slot,
-                      row_in_block, small_matmul, step_flush_rows, wait_for_primary)
-from ..launch import LaunchConfig, clamp_loop_blocks, launch_kernel
+from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, complete_after_primary, dim_mask, even_tile, exact_in_tf32,
+                      load_slot, row_in_block, small_matmul, step_flush_rows)
+from ..launch import LaunchConfig, clamp_loop_blocks, launch_kernel, pdl_options
 from ._common import finish_output, load_dt
 
 
@@ -101,7 +101,7 @@ def _replay_fold_kernel(
     selected = step_flush_rows(slot_idx_ptr, write_pos_ptr, force_flush_ptr, tl.program_id(2), batch, num_slots,
                                buffer_len, pad_slot_id, HAS_SLOT_IDX, HAS_FORCE_FLUSH, ROW_BLOCK)
     if tl.max(selected, axis=0) == 0:
-        wait_for_primary(WAIT_PRIMARY)
+        complete_after_primary(WAIT_PRIMARY)
         return
 
     offs_p0 = pid_p * (BLOCK_P * CHUNKS) + tl.arange(0, BLOCK_P)
@@ -149,13 +149,14 @@ def _replay_fold_kernel(
                         y = tl.sum(S * C[None, :], axis=1)
                         finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h,
                                       stride_D_p, stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
-    wait_for_primary(WAIT_PRIMARY)
+    complete_after_primary(WAIT_PRIMARY)
 
 
-def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int) -> None:
+def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int, pdl: bool = False) -> None:
     """Launch the fold over ``step``'s batch with the replay step's pointer/stride ``args``
     (:func:`~.replay.selective_state_update_replayssm` builds them). The matmul needs
-    tiles of at least 16, so ``block_p`` is raised to 16 where the config asks for less."""
+    tiles of at least 16, so ``block_p`` is raised to 16 where the config asks for less.
+    ``pdl``: as a programmatic dependent launch of the non-flush launch (``ops.launch.FOLD_PDL``)."""
     cfg = clamp_loop_blocks(replace(cfg, block_p=max(16, cfg.block_p)), step.headdim)
     block_n = max(16, block_n)
     hpp = cfg.heads_per_prog
@@ -168,4 +169,4 @@ def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int)
                   EXACT_B=exact_in_tf32(args["B_cache_ptr"].dtype),
                   DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, HEADS_PER_PROG=hpp,
                   CHUNKS=cfg.loop_blocks, EVEN_HEADS=step.nheads % hpp == 0, ROW_BLOCK=cfg.row_block,
-                  LOOP_STAGES=LOOP_STAGES, num_warps=cfg.num_warps)
+                  LOOP_STAGES=LOOP_STAGES, num_warps=cfg.num_warps, **pdl_options(pdl, primary=False))

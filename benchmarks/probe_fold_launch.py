@@ -5,7 +5,7 @@ programmatic dependent launch (PDL) of it gains (``ops.launch.FOLD_PDL``).
 The fold launch runs on every step; on the 15 steps in 16 where no row flushes its
 programs only find that out. This times the cycle, the flush step and a non-flush step
 (same method as the benchmarks, tuned configs) with the fold launched plainly, as the
-package launches it (PDL up to ``FOLD_PDL_MAX_HEAD_ROWS``), as a PDL at every batch size,
+package launches it (PDL up to ``FOLD_PDL_MAX_HEAD_ROWS`` of the family), as a PDL at every batch size,
 and skipped (a non-flush step's bound: no fold launch; the cycle and the flush step are
 then wrong and not reported). Mamba2 and GDN, fp32 state, L = 16.
 
@@ -42,10 +42,10 @@ class SkipFold:
 def fold_launch(mode: str):
     """The fold launched ``"plain"`` (no PDL), as the package launches it (``"package"``),
     as a programmatic dependent launch at every batch size (``"pdl_all"``), or skipped."""
-    saved = launch.FOLD_PDL, launch.FOLD_PDL_MAX_HEAD_ROWS
+    saved = launch.FOLD_PDL, dict(launch.FOLD_PDL_MAX_HEAD_ROWS)
     launch.FOLD_PDL = mode != "plain"
     if mode == "pdl_all":
-        launch.FOLD_PDL_MAX_HEAD_ROWS = 1 << 62
+        launch.FOLD_PDL_MAX_HEAD_ROWS = {family: 1 << 62 for family in saved[1]}
     try:
         with launcher_in_front(SkipFold() if mode == "skip" else None):
             yield

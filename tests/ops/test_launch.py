@@ -105,16 +105,18 @@ def test_fold_programmatic_launch_only_on_a_gpu_under_the_jit(monkeypatch):
     backend or recorder stands in front: its cubins carry no griddepcontrol); and the
     launch options follow it (none where it is off, so AOT specs never carry them)."""
     monkeypatch.setattr(launch, "FOLD_PDL", True)
-    limit = launch.FOLD_PDL_MAX_HEAD_ROWS
-    assert not launch.fold_programmatic_launch(torch.device("cpu"), 1)
+    limit = launch.FOLD_PDL_MAX_HEAD_ROWS["mamba2"]
+    assert not launch.fold_programmatic_launch(torch.device("cpu"), 1, "mamba2")
     assert launch.pdl_options(False, primary=True) == {} == launch.pdl_options(False, primary=False)
     assert launch.pdl_options(True, primary=True) == {"LAUNCH_DEPENDENTS": True}
     assert launch.pdl_options(True, primary=False) == {"WAIT_PRIMARY": True, "launch_pdl": True}
     if torch.cuda.is_available():
         cuda = torch.device("cuda")
-        assert launch.fold_programmatic_launch(cuda, limit) == (torch.cuda.get_device_capability()[0] >= 9)
-        assert not launch.fold_programmatic_launch(cuda, limit + 1)
+        on_gpu = torch.cuda.get_device_capability()[0] >= 9
+        assert launch.fold_programmatic_launch(cuda, limit, "mamba2") == on_gpu
+        assert not launch.fold_programmatic_launch(cuda, limit + 1, "mamba2")
+        assert launch.fold_programmatic_launch(cuda, limit + 1, "gdn") == on_gpu
         with launch.launcher_in_front(lambda kernel, grid, kwargs: False):
-            assert not launch.fold_programmatic_launch(cuda, 1)
+            assert not launch.fold_programmatic_launch(cuda, 1, "gdn")
         monkeypatch.setattr(launch, "FOLD_PDL", False)
-        assert not launch.fold_programmatic_launch(cuda, 1)
+        assert not launch.fold_programmatic_launch(cuda, 1, "gdn")

@@ -204,18 +204,20 @@ def programmatic_launch_allowed(device: torch.device, head_rows: int, enabled: b
 # programs (on most steps they only find that no row of theirs flushes) run in the SMs the
 # non-flush launch's last wave leaves idle, not after it; the fold's first program waits
 # for the non-flush launch before it exits, so that the fold completes only after it. The
-# two launches serve disjoint rows. Up to FOLD_PDL_MAX_HEAD_ROWS (batch rows x heads):
-# beyond, the fold's early programs take SMs the non-flush launch's later waves need.
-# H200, fp32 state, L = 16, speedup of the cycle plain -> PDL (``python
-# benchmarks/probe_fold_launch.py``, ``benchmarks/results/fold_launch_pdl.json``): see the
-# README's "Open performance work".
+# two launches serve disjoint rows. Up to FOLD_PDL_MAX_HEAD_ROWS[family] (batch rows x
+# heads): on Mamba2 beyond, the fold's early programs take SMs that the non-flush launch's
+# later waves need. H200, fp32 state, L = 16, cycle speedup plain -> PDL (commit 8f961f9,
+# ``python benchmarks/probe_fold_launch.py``, ``benchmarks/results/fold_launch_pdl_first.json``):
+# Nemotron-3-Super at batch 8 / 32 / 128 / 512 1.19 -> 1.28x, 1.34 -> 1.42x, 1.64 -> 1.64x,
+# 1.69 -> 1.68x; Nano-4B 1.06 -> 1.16x, 1.33 -> 1.39x, 1.58 -> 1.59x, 1.67 -> 1.66x;
+# Qwen3.5-122B 1.19 -> 1.28x, 1.37 -> 1.44x, 1.49 -> 1.50x, 1.55 -> 1.58x.
 FOLD_PDL = True
-FOLD_PDL_MAX_HEAD_ROWS = 4096
+FOLD_PDL_MAX_HEAD_ROWS = {"mamba2": 4096, "gdn": 1 << 62}
 
 
-def fold_programmatic_launch(device: torch.device, head_rows: int) -> bool:
+def fold_programmatic_launch(device: torch.device, head_rows: int, family: str) -> bool:
     """Whether this step's fold launch is a programmatic dependent launch (:data:`FOLD_PDL`)."""
-    return programmatic_launch_allowed(device, head_rows, FOLD_PDL, FOLD_PDL_MAX_HEAD_ROWS)
+    return programmatic_launch_allowed(device, head_rows, FOLD_PDL, FOLD_PDL_MAX_HEAD_ROWS[family])
 
 
 def pdl_options(pdl: bool, primary: bool) -> dict:

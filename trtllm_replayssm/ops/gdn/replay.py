@@ -397,7 +397,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
     # Ring tiles of at least 16 (masked past w): small tiles along the ring gave wrong
     # results on the GPU in the speculative kernels (see common.ring_positions).
     block_l, block_k = max(16, triton.next_power_of_2(L)), triton.next_power_of_2(step.head_k_dim)
-    pdl = fold_programmatic_launch(q.device, step.batch * step.num_v_heads)
+    pdl = fold_programmatic_launch(q.device, step.batch * step.num_v_heads, "gdn")
     for mode, cfg in launches:
         # Heads and row blocks of a program: the fold launch's (the non-flush launch takes one of each).
         hpp, rows = (cfg.heads_per_prog, cfg.row_block) if mode == FOLD.value else (1, 1)

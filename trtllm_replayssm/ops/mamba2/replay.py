@@ -296,7 +296,7 @@ def selective_state_update_replayssm(
         **step.kernel_args(), HAS_FORCE_FLUSH=force_flush is not None,
     )
     block_n, block_l = triton.next_power_of_2(step.dstate), max(2, triton.next_power_of_2(L))
-    pdl = route == "output_only" and fold_programmatic_launch(x.device, step.batch * step.nheads)
+    pdl = route == "output_only" and fold_programmatic_launch(x.device, step.batch * step.nheads, "mamba2")
     for mode, cfg in launches:
         if mode == "fold":
             launch_fold(args, step, cfg, block_n, block_l, pdl=pdl)

@@ -115,7 +115,7 @@ def test_fold_programmatic_launch_only_on_a_gpu_under_the_jit(monkeypatch):
         on_gpu = torch.cuda.get_device_capability()[0] >= 9
         assert launch.fold_programmatic_launch(cuda, limit, "mamba2") == on_gpu
         assert not launch.fold_programmatic_launch(cuda, limit + 1, "mamba2")
-        assert launch.fold_programmatic_launch(cuda, limit + 1, "gdn") == on_gpu
+        assert launch.fold_programmatic_launch(cuda, launch.FOLD_PDL_MAX_HEAD_ROWS["gdn"], "gdn") == on_gpu
         with launch.launcher_in_front(lambda kernel, grid, kwargs: False):
             assert not launch.fold_programmatic_launch(cuda, 1, "gdn")
         monkeypatch.setattr(launch, "FOLD_PDL", False)

@@ -210,9 +210,9 @@ def programmatic_launch_allowed(device: torch.device, head_rows: int, enabled: b
 # fp32 state, L = 16, cycle speedup plain -> PDL (``python benchmarks/probe_fold_launch.py``;
 # ``benchmarks/results/fold_launch_pdl_first.json``, commit 8f961f9, and
 # ``fold_launch_package.json``, 52257e7):
-# - Nemotron-3-Super, batch 8 / 32 / 64 / 128 / 512 (PDL at every batch): 1.19 -> 1.28x,
-#   1.34 -> 1.42x, 1.49x (not measured), 1.64 -> 1.64x, 1.69 -> 1.68x; Nano-4B at 8 / 32 /
-#   128 / 512: 1.06 -> 1.16x, 1.33 -> 1.39x, 1.58 -> 1.59x, 1.67 -> 1.66x;
+# - Nemotron-3-Super at batch 8 / 32 / 128 / 512: 1.19 -> 1.28x, 1.34 -> 1.42x,
+#   1.64 -> 1.64x, 1.69 -> 1.68x; Nano-4B: 1.06 -> 1.16x, 1.33 -> 1.39x, 1.58 -> 1.59x,
+#   1.67 -> 1.66x (PDL at every batch size in that run);
 # - Qwen3.5-122B at 8 / 32 / 64 / 128 / 512: 1.20 -> 1.29x, 1.36 -> 1.44x, 1.43 -> 1.44x,
 #   1.49 -> 1.50x, 1.54 -> 1.56x; Qwen3.5-4B: 0.87 -> 0.96x, 1.27 -> 1.36x, 1.35 -> 1.43x,
 #   1.42 -> 1.44x, 1.51 -> 1.47x.

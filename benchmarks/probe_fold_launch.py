@@ -19,11 +19,9 @@ from contextlib import contextmanager
 
 import torch
 
-from trtllm_replayssm.benchmarking.gdn_ar import GDNCase, make_gdn_rig
-from trtllm_replayssm.benchmarking.mamba2_ar import Mamba2Case, make_rig
 from trtllm_replayssm.benchmarking.records import REPO, ProbeLog
 from trtllm_replayssm.benchmarking.rig import Launch, time_cycle_and_steps
-from trtllm_replayssm.models import GDNGeometry, model
+from trtllm_replayssm.benchmarking.rigs import make_model_rig
 from trtllm_replayssm.ops.gdn import replay as gdn_replay
 from trtllm_replayssm.ops import launch
 from trtllm_replayssm.ops.launch import launcher_in_front
@@ -64,14 +62,9 @@ def main() -> None:
     args = ap.parse_args()
     log = ProbeLog(args.out)
     for name in args.models:
-        geom = model(name).geom
         for batch in args.batches:
-            if isinstance(geom, GDNGeometry):
-                rig = make_gdn_rig(GDNCase(name, geom, batch, 16, torch.float32))
-                base = rig.time_cycle_us(Launch("fla" if rig.fla is not None else "standard"), args.replays)
-            else:
-                rig = make_rig(Mamba2Case(name, geom, batch, 16, torch.float32))
-                base = rig.time_cycle_us(Launch("standard"), args.replays)
+            rig = make_model_rig(name, batch, 16, torch.float32)
+            base = rig.time_cycle_us(rig.baseline_launch(), args.replays)
             for mode in args.modes:
                 with fold_launch(mode):
                     cycle, flush, nonflush = time_cycle_and_steps(rig, Launch("output_only"), args.replays)

@@ -49,11 +49,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
-from trtllm_replayssm.benchmarking.gdn_ar import GDNCase, make_gdn_rig
-from trtllm_replayssm.benchmarking.mamba2_ar import Mamba2Case, make_rig
 from trtllm_replayssm.benchmarking.records import REPO, ProbeLog
 from trtllm_replayssm.benchmarking.rig import Launch, time_cycle_and_steps
-from trtllm_replayssm.models import GDNGeometry, model
+from trtllm_replayssm.benchmarking.rigs import make_model_rig
 from trtllm_replayssm.ops.gdn import replay as gdn_replay
 from trtllm_replayssm.ops.launch import launcher_in_front
 from trtllm_replayssm.ops.mamba2 import replay_fold
@@ -463,13 +461,6 @@ def compile_for_sm90(family: str, fold) -> str:
     return kernel_registers.registers(fn, cx, fold.num_warps, "fp32")
 
 
-def make_family_rig(name: str, batch: int, state_dtype: torch.dtype):
-    geom = model(name).geom
-    if isinstance(geom, GDNGeometry):
-        return make_gdn_rig(GDNCase(name, geom, batch, 16, state_dtype))
-    return make_rig(Mamba2Case(name, geom, batch, 16, state_dtype))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
@@ -497,10 +488,8 @@ def main() -> None:
         for name in fam["models"]:
             for spec in args.cases:
                 sd, batch = spec.split(":")
-                rig = make_family_rig(name, int(batch), dtypes[sd])
-                # The faster baseline's cycle: fla-core where installed (GDN), else the tuned standard kernel.
-                base = rig.time_cycle_us(Launch("fla" if getattr(rig, "fla", None) is not None else "standard"),
-                                         args.replays)
+                rig = make_model_rig(name, int(batch), 16, dtypes[sd])
+                base = rig.time_cycle_us(rig.baseline_launch(), args.replays)  # the faster baseline
                 for fold in [None] + fam["variants"]:
                     label = fold.label() if fold else "package fold (tuned)"
                     try:

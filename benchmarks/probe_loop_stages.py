@@ -20,10 +20,9 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from trtllm_replayssm.benchmarking.gdn_ar import GDNCase, make_gdn_rig
-from trtllm_replayssm.benchmarking.mamba2_ar import Mamba2Case, make_rig
 from trtllm_replayssm.benchmarking.records import REPO, git_commit
 from trtllm_replayssm.benchmarking.rig import Launch, time_cycle_and_steps
+from trtllm_replayssm.benchmarking.rigs import make_model_rig
 from trtllm_replayssm.models import GDNGeometry, model
 from trtllm_replayssm.ops.gdn import replay as gdn_replay
 from trtllm_replayssm.ops.mamba2 import replay_fold as m2_fold
@@ -53,8 +52,7 @@ def main() -> None:
         geom = model(name).geom
         family = "gdn" if isinstance(geom, GDNGeometry) else "mamba2"
         for batch in args.batches:
-            rig = (make_gdn_rig(GDNCase(name, geom, batch, 16, sd)) if family == "gdn"
-                   else make_rig(Mamba2Case(name, geom, batch, 16, sd)))
+            rig = make_model_rig(name, batch, 16, sd)
             std = rig.time_cycle_us(Launch("standard"))
             for launch in (["fold", "nonflush"] if family == "gdn" else ["fold"]):
                 for stages in stage_list:

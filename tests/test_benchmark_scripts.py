@@ -119,3 +119,19 @@ def test_plot_e2e(tmp_path):
     subprocess.run([sys.executable, str(REPO / "benchmarks/plot_e2e.py"), str(tmp_path / "e2e.json"), "--out",
                     str(tmp_path / "e2e.png")], check=True, capture_output=True, text=True, timeout=300)
     assert (tmp_path / "e2e.png").stat().st_size > 1000
+
+
+def test_model_rig_by_family_and_its_faster_baseline():
+    """``benchmarking.rigs.make_model_rig``: the family's rig of a model by name, and the
+    baseline it times against (fla-core for GDN where it is installed)."""
+    import torch
+
+    from trtllm_replayssm.benchmarking.gdn_ar import GDNRig
+    from trtllm_replayssm.benchmarking.mamba2_ar import Mamba2Rig
+    from trtllm_replayssm.benchmarking.rigs import make_model_rig
+
+    mamba2 = make_model_rig("nemotron-3-nano-4b", 2, 4, torch.float32)
+    gdn = make_model_rig("qwen3.5-4b", 2, 4, torch.float32)
+    assert isinstance(mamba2, Mamba2Rig) and isinstance(gdn, GDNRig) and gdn.case.buffer_len == 4
+    assert mamba2.baseline_launch().kernel == "standard"
+    assert gdn.baseline_launch().kernel == ("fla" if gdn.fla is not None else "standard")

@@ -106,6 +106,10 @@ class GDNRig(CycleRig):
         )
         self.fla = fla_fused_recurrent()
 
+    def baseline_launch(self) -> Launch:
+        """fla-core's fused recurrent kernel where it is installed (faster at batch >= 128)."""
+        return Launch("fla") if self.fla is not None else Launch("standard")
+
     def layer_step(self, launch: Launch, layer: int) -> None:
         state = self.cache.ssm_state[layer]
         if launch.kernel == "standard":

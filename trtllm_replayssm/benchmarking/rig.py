@@ -32,6 +32,11 @@ class CycleRig:
     def layer_step(self, launch: Launch, layer: int) -> None:
         raise NotImplementedError
 
+    def baseline_launch(self) -> Launch:
+        """The faster standard baseline this rig has (a family may have more than the
+        in-tree standard kernel)."""
+        return Launch("standard")
+
     def cycle_fn(self, launch: Launch) -> Callable[[], None]:
         """L steps x all layers (+ one cursor advance per step for replay routes)."""
         def run():

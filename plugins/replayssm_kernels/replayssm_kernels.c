@@ -66,11 +66,25 @@ typedef struct {
   CUresult (*FuncSetAttribute)(CUfunction, CUfunction_attribute, int);
   CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                            CUstream, void**, void**);
+  /* CUDA 12.0+; NULL on an older driver, where programmatic launches are made plainly */
+  CUresult (*LaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**);
   CUresult (*GetErrorString)(CUresult, const char**);
 } driver_api;
 
 static driver_api g_cu;
 static int g_driver_status = -1; /* -1: not tried */
+/* Kernels the build marks programmatic (rs_kernel_desc.programmatic) are launched as
+ * programmatic dependent launches of the launch before them, as Triton's JIT does with
+ * launch_pdl; TRTLLM_REPLAYSSM_PDL=0 (read at driver load) or
+ * rs_set_programmatic_launches(0) launches them plainly. Either way is correct: such a
+ * kernel waits for its primary (griddepcontrol.wait) where it must, and the wait returns at
+ * once after a plain launch. -1: not decided yet. */
+static int g_programmatic = -1;
+
+static int programmatic_from_env(void) {
+  const char* pdl = getenv("TRTLLM_REPLAYSSM_PDL");
+  return !(pdl && strcmp(pdl, "0") == 0);
+}
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int load_driver_locked(void) {
@@ -93,6 +107,8 @@ static int load_driver_locked(void) {
   SYM(LaunchKernel, "cuLaunchKernel")
   SYM(GetErrorString, "cuGetErrorString")
 #undef SYM
+  *(void**)(&g_cu.LaunchKernelEx) = dlsym(h, "cuLaunchKernelEx");
+  if (g_programmatic < 0) g_programmatic = programmatic_from_env();
   if (g_cu.Init(0) != CUDA_SUCCESS) return g_driver_status = RS_ERR_NO_DRIVER;
   return g_driver_status = RS_SUCCESS;
 }
@@ -234,8 +250,29 @@ static int launch_values(int k, unsigned gx, unsigned gy, unsigned gz, const rs_
   if (status == RS_SUCCESS) status = function_for(slot, k, &fn);
   pthread_mutex_unlock(&g_lock);
   if (status != RS_SUCCESS) return status;
-  CUresult r = g_cu.LaunchKernel(fn, gx, gy, gz, 32u * (unsigned)d->num_warps, 1, 1, (unsigned)d->shared, stream,
-                                 params, NULL);
+  CUresult r;
+  if (d->programmatic && g_programmatic > 0 && g_cu.LaunchKernelEx) {
+    CUlaunchAttribute attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config;
+    memset(&config, 0, sizeof config);
+    config.gridDimX = gx;
+    config.gridDimY = gy;
+    config.gridDimZ = gz;
+    config.blockDimX = 32u * (unsigned)d->num_warps;
+    config.blockDimY = 1;
+    config.blockDimZ = 1;
+    config.sharedMemBytes = (unsigned)d->shared;
+    config.hStream = stream;
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    r = g_cu.LaunchKernelEx(&config, fn, params, NULL);
+    return r == CUDA_SUCCESS ? RS_SUCCESS : cuda_fail(r, "cuLaunchKernelEx");
+  }
+  r = g_cu.LaunchKernel(fn, gx, gy, gz, 32u * (unsigned)d->num_warps, 1, 1, (unsigned)d->shared, stream, params,
+                        NULL);
   return r == CUDA_SUCCESS ? RS_SUCCESS : cuda_fail(r, "cuLaunchKernel");
 }
 
@@ -652,6 +689,15 @@ int rs_reset_spec(int32_t* write_pos, int32_t* origin, int8_t* is_flush, int64_t
 int rs_num_kernels(void) { return rs_num_kernels_built; }
 const char* rs_kernel_key(int i) { return i >= 0 && i < rs_num_kernels_built ? rs_kernels[i].key : NULL; }
 int rs_kernel_arch(int i) { return i >= 0 && i < rs_num_kernels_built ? rs_kernels[i].arch : -1; }
+int rs_kernel_programmatic(int i) { return i >= 0 && i < rs_num_kernels_built ? rs_kernels[i].programmatic : 0; }
+
+int rs_set_programmatic_launches(int enabled) {
+  pthread_mutex_lock(&g_lock);
+  int previous = g_programmatic < 0 ? programmatic_from_env() : g_programmatic;
+  g_programmatic = enabled ? 1 : 0;
+  pthread_mutex_unlock(&g_lock);
+  return previous;
+}
 int rs_has_arch(int arch) {
   for (int i = 0; i < rs_num_kernels_built; ++i)
     if (rs_kernels[i].arch == arch) return 1;

@@ -7,6 +7,9 @@
  * returns RS_SUCCESS or an error code (never exits, never synchronises: calls can be
  * captured in CUDA graphs). Modules are loaded once per CUDA context, thread-safely.
  * The library loads the CUDA driver (libcuda.so.1) itself at the first call.
+ * On sm_90+ an op may launch a kernel as a programmatic dependent launch of the one before
+ * it (the build marks which, as Triton's JIT launches them); TRTLLM_REPLAYSSM_PDL=0 in the
+ * environment at the first call launches every kernel plainly.
  */
 #ifndef REPLAYSSM_KERNELS_H
 #define REPLAYSSM_KERNELS_H
@@ -204,6 +207,11 @@ RS_API int rs_num_kernels(void);
 RS_API const char* rs_kernel_key(int i);
 RS_API int rs_kernel_arch(int i);
 RS_API int rs_has_arch(int arch);  /* 1 if kernels were built for this compute capability (e.g. 90) */
+RS_API int rs_kernel_programmatic(int i); /* 1 if kernel i is a programmatic dependent launch */
+
+/* Launch the kernels built as programmatic dependent launches so (1, the default unless
+ * TRTLLM_REPLAYSSM_PDL=0) or plainly (0); returns the previous setting. For all threads. */
+RS_API int rs_set_programmatic_launches(int enabled);
 
 #ifdef __cplusplus
 }

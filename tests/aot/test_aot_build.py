@@ -95,13 +95,20 @@ def test_mamba2_spec_cases_serve_each_default_config(manifest):
 
 EVERY_BATCH_CHECK = """
 import json, sys, torch
-from trtllm_replayssm.aot.specs import Recorder, _spec_calls, spec_of
+from trtllm_replayssm.aot.specs import Recorder, _gdn_calls, _mamba2_calls, _spec_calls, spec_of
 from trtllm_replayssm.models import model
+from trtllm_replayssm.ops.launch import recording_for_arch
 built = {k["key"] for k in json.load(open(sys.argv[1]))["kernels"]}
 family, name = sys.argv[2:4]
-for batch in list(range(1, 140)) + [200, 256, 511, 512, 1024]:
-    with Recorder() as rec:
-        _spec_calls(family, model(name).geom, torch.float32, torch.bfloat16, batch, 4, 16, False)()
+geom = model(name).geom
+for batch in list(range(1, 400)) + [511, 512, 1024]:
+    with Recorder() as rec, recording_for_arch(90):  # (as the AOT backend launches on an H200)
+        _spec_calls(family, geom, torch.float32, torch.bfloat16, batch, 4, 16, False)()
+        for state in (torch.float32, torch.bfloat16):
+            if family == "mamba2":
+                _mamba2_calls(geom, state, torch.bfloat16, batch, 16, False, False, "output_only", "sm90")()
+            else:
+                _gdn_calls(geom, state, torch.bfloat16, batch, 16, False, "output_only", "sm90")()
     missing = sorted({spec_of(l.kernel, l.kwargs).key for l in rec.launches} - built)
     if missing:
         sys.exit(f"batch {batch}: {missing}")
@@ -109,16 +116,51 @@ for batch in list(range(1, 140)) + [200, 256, 511, 512, 1024]:
 
 
 @pytest.mark.parametrize("family,name", [("mamba2", "nemotron-3-super"), ("mamba2", "nemotron-3-nano-4b"),
-                                         ("gdn", "qwen3.5-122b")])
+                                         ("gdn", "qwen3.5-122b"), ("gdn", "qwen3.5-4b")])
 def test_every_batch_meets_the_kernels_its_jit_path_launches(aot_build, family, name):
     """The AOT backend looks each launch's kernel up exactly: the verify's kernels at every
-    batch (its default config and the flush rows' row block change with the batch) are
-    built, including those of batches that are no point of the C library's. (Out of the
-    interpreter, whose launches take other precisions, as the build does.)"""
+    batch (its default config and the flush rows' row block change with the batch), and
+    the output_only step's at every batch (its fold is a programmatic dependent launch up
+    to a number of batch rows x heads that falls between batch points: Super at 33-64),
+    are built, including those of batches that are no point of the C library's. (Out of
+    the interpreter, whose launches take other precisions, as the build does.)"""
     env = {**os.environ, "TRITON_INTERPRET": "0"}
     run = subprocess.run([sys.executable, "-c", EVERY_BATCH_CHECK, str(aot_build / "manifest.json"), family, name],
                          capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
+
+
+def test_sm90_build_makes_the_jits_programmatic_launches(manifest):
+    """On sm_90 the fold launch is a programmatic dependent launch of the non-flush launch
+    at small batches, as under the JIT (ops.launch.FOLD_PDL): the case launches the
+    non-flush kernel that lets it start, then the fold kernel marked ``programmatic`` that
+    waits for it; at batch 512 (beyond the limit) both launch plainly."""
+    kernels = {k["key"]: k for k in manifest["kernels"]}
+
+    def launches(batch):
+        case = next(c for c in manifest["cases"] if c["op"] == "mamba2_step" and c["batch"] == batch
+                    and "|H=128|" in c["key"] and "route=output_only" in c["key"] and "state=fp32" in c["key"])
+        return [(kernels[l["spec"]].get("programmatic", False), dict(map(tuple, kernels[l["spec"]]["constexprs"])))
+                for l in case["launches"]]
+
+    (p0, c0), (p1, c1) = launches(8)
+    assert not p0 and c0.get("LAUNCH_DEPENDENTS") and p1 and c1.get("WAIT_PRIMARY")
+    assert all(not p and not c.get("LAUNCH_DEPENDENTS") and not c.get("WAIT_PRIMARY") for p, c in launches(512))
+    assert all(dict(map(tuple, k["constexprs"])).get("WAIT_PRIMARY") or dict(map(tuple, k["constexprs"])).get(
+        "WAIT_RING_PART") for k in manifest["kernels"] if k.get("programmatic"))
+
+
+def test_pdl_flip_batches():
+    """The batch served from a batch point but launched otherwise as to PDL: Super (128
+    heads, PDL up to 4096 rows x heads, so batch <= 32) at 33 (point 32); none where the
+    flip falls between two points' batches; the batch with PDL where the point has none."""
+    from trtllm_replayssm.aot.specs import BATCH_POINTS, pdl_flip_batches
+
+    assert pdl_flip_batches(BATCH_POINTS, 128, 4096) == [33]
+    assert pdl_flip_batches(BATCH_POINTS, 96, 4096) == [43]  # Nano: <= 42
+    assert pdl_flip_batches((8, 32, 128), 8, 128) == []  # 16 | 17: 16 is 8's, 17 is 32's
+    assert pdl_flip_batches(BATCH_POINTS, 1, 100) == [100]  # 100 is point 128's, which has no PDL
+    assert pdl_flip_batches(BATCH_POINTS, 128, 64) == []  # (no batch has PDL)
 
 
 def test_generated_tables_embed_every_cubin(aot_build, manifest):

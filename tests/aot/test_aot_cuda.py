@@ -72,8 +72,11 @@ def _mamba2_run(cache, slots, steps, params, route):
 
 @pytest.mark.parametrize("route", ["output_only", "standard_step", "always_flush", "standard"])
 @pytest.mark.parametrize("state", ["fp32", "bf16"])
-@pytest.mark.parametrize("batch", [128, 5])
+@pytest.mark.parametrize("batch", [128, 5, 40])
 def test_mamba2_aot_equals_jit_bit_for_bit(lib, route, state, batch):
+    """Batch 5 takes the library's batch-8 kernels, with the fold as a programmatic
+    dependent launch (Super: up to 32 rows); 40 those built for the batches that point 32
+    serves without it (``aot/specs.py: pdl_flip_batches``)."""
     runs = {}
     for backend in ("jit", "aot"):
         cache, slots, steps, params = _mamba2_setup(batch, DT[state], route)
@@ -81,6 +84,8 @@ def test_mamba2_aot_equals_jit_bit_for_bit(lib, route, state, batch):
         with launcher_in_front(launcher):
             runs[backend] = (_mamba2_run(cache, slots, steps, params, route), cache)
         assert launcher is None or launcher.launches > 0
+        if launcher is not None:
+            assert (launcher.programmatic_launches_made > 0) == (route == "output_only" and batch == 5)
     (o_jit, c_jit), (o_aot, c_aot) = runs["jit"], runs["aot"]
     for t, (a, b) in enumerate(zip(o_jit, o_aot)):
         assert torch.equal(a, b), f"step {t}: outputs differ"
@@ -126,6 +131,26 @@ def test_gdn_aot_equals_jit_bit_for_bit(lib, route, state):
         assert torch.equal(a, b), f"step {t}: outputs differ"
     for name in ("ssm_state", "d_cache", "k_cache", "g_cache", "write_pos"):
         assert torch.equal(getattr(c_jit, name), getattr(c_aot, name)), name
+
+
+def test_programmatic_launches_switched_off_give_the_same_bits(lib):
+    """``rs_set_programmatic_launches(0)`` (or TRTLLM_REPLAYSSM_PDL=0) launches the fold
+    plainly: the same results, since its wait then returns at once."""
+    runs = []
+    for programmatic in (True, False):
+        previous = lib.set_programmatic_launches(programmatic)
+        try:
+            cache, slots, steps, params = _mamba2_setup(8, torch.float32, "output_only")
+            launcher = AOTLauncher(lib, strict=True)
+            with launcher_in_front(launcher):
+                runs.append((_mamba2_run(cache, slots, steps, params, "output_only"), cache))
+            assert launcher.programmatic_launches_made > 0  # (built so; launched as set)
+        finally:
+            lib.set_programmatic_launches(previous)
+    (o_pdl, c_pdl), (o_plain, c_plain) = runs
+    for t, (a, b) in enumerate(zip(o_pdl, o_plain)):
+        assert torch.equal(a, b), f"step {t}: outputs differ"
+    assert torch.equal(c_pdl.ssm_state, c_plain.ssm_state)
 
 
 def _c_args(cache, slots, s, params, out, route) -> Mamba2StepArgs:
@@ -227,11 +252,12 @@ def test_aot_launches_inside_a_cuda_graph(aot):
                              cache_g.write_pos), snapshot):
             t.copy_(saved)
     torch.cuda.current_stream().wait_stream(s)
-    launches_before = aot.launches
+    launches_before, programmatic_before = aot.launches, aot.programmatic_launches_made
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
     assert aot.launches > launches_before
+    assert aot.programmatic_launches_made > programmatic_before  # (the fold, at batch 32)
     for t in range(3):
         for k in inputs:
             inputs[k].copy_(steps[t][k])

@@ -29,10 +29,15 @@ class AOTLauncher:
     """A launcher (see :func:`~trtllm_replayssm.ops.launch.push_launcher`) that hands CUDA
     launches to the AOT library. ``strict``: a launch without a built specialisation raises."""
 
+    # The library launches a kernel the build recorded with ``launch_pdl`` as a programmatic
+    # dependent launch too (ops.launch.programmatic_launch_allowed).
+    programmatic_launches = True
+
     def __init__(self, lib: KernelLibrary, strict: bool):
         self.lib, self.strict = lib, strict
         self._keys: Dict[int, set] = {}  # kernel keys the library holds, per arch (read once)
         self.launches = 0  # AOT launches made (tests read it)
+        self.programmatic_launches_made = 0  # of which kernels built as programmatic dependent launches
         self._warned = False
 
     def _arch(self, device: torch.device) -> int:
@@ -76,6 +81,7 @@ class AOTLauncher:
                                                    ctypes.c_void_p(stream))
         self.lib.check(status, f"AOT launch of {key}")
         self.launches += 1
+        self.programmatic_launches_made += spec.programmatic
         return True
 
 

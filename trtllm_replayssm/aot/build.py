@@ -83,7 +83,8 @@ def build(archs: Sequence[int], out_dir: Path, workers: int = 2, buffer_lens=(16
         specs = unique_specs(arch_cases)
         spec_dicts = {k: dict(key=k, kernel=s.kernel, constexprs=[list(c) for c in s.constexprs],
                               num_warps=s.num_warps, params=[vars(p) for p in s.params],
-                              **({"maxnreg": s.maxnreg} if s.maxnreg else {})) for k, s in specs.items()}
+                              **({"maxnreg": s.maxnreg} if s.maxnreg else {}),
+                              **({"programmatic": True} if s.programmatic else {})) for k, s in specs.items()}
         jobs = [(d, arch, str(out_dir)) for d in spec_dicts.values()]
         with ProcessPoolExecutor(max_workers=workers) as pool:
             for i, facts in enumerate(pool.map(_compile_one, jobs, chunksize=4)):

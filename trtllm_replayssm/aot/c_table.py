@@ -1,7 +1,7 @@
 """Write the C library's tables from an AOT manifest: kernel descriptors (name, arch,
-launch block, shared memory, parameter names and types, divisibility hints, cubin
-symbols), op cases (which kernels a call shape launches, in order), and an assembly
-file that embeds the cubins with ``.incbin``. Generated data only: the logic lives in
+launch block, shared memory, whether it is a programmatic dependent launch, parameter
+names and types, divisibility hints, cubin symbols), op cases (which kernels a call
+shape launches, in order), and an assembly file that embeds the cubins with ``.incbin``. Generated data only: the logic lives in
 ``plugins/replayssm_kernels/replayssm_kernels.c``.
 """
 
@@ -47,7 +47,8 @@ def write(manifest: dict, out_dir: Path) -> None:
         row_block = cx.get("ROW_BLOCK", 1)
         assert k["global_scratch_size"] == 0 and k["profile_scratch_size"] == 0, k["key"]
         c.append(f"  {{{_c_str(k['key'])}, {k['arch']}, {_c_str(k['name'])}, {k['num_warps']}, {k['shared']}, "
-                 f"{block}, {hpp}, {row_block}, {len(k['params'])}, rs_params_{i}, rs_cubin_{i}, rs_cubin_{i}_end}},")
+                 f"{block}, {hpp}, {row_block}, {int(k.get('programmatic', False))}, {len(k['params'])}, rs_params_{i}, "
+                 f"rs_cubin_{i}, rs_cubin_{i}_end}},")
     c += ["};", f"const int rs_num_kernels_built = {len(kernels)};", ""]
     for j, case in enumerate(manifest["cases"]):
         ids = ", ".join(str(index[(case["arch"], l["spec"])]) for l in case["launches"])

@@ -122,10 +122,21 @@ class KernelLibrary:
         lib.rs_kernel_key.restype = ctypes.c_char_p
         lib.rs_kernel_arch.argtypes = lib.rs_has_arch.argtypes = [ctypes.c_int]
         lib.rs_kernel_key.argtypes = [ctypes.c_int]
+        lib.rs_kernel_programmatic.argtypes = lib.rs_set_programmatic_launches.argtypes = [ctypes.c_int]
 
     def kernel_keys(self, arch: int) -> set:
         return {self.lib.rs_kernel_key(i).decode() for i in range(self.lib.rs_num_kernels())
                 if self.lib.rs_kernel_arch(i) == arch}
+
+    def programmatic_keys(self, arch: int) -> set:
+        """Keys of the kernels the library launches as programmatic dependent launches."""
+        return {self.lib.rs_kernel_key(i).decode() for i in range(self.lib.rs_num_kernels())
+                if self.lib.rs_kernel_arch(i) == arch and self.lib.rs_kernel_programmatic(i)}
+
+    def set_programmatic_launches(self, enabled: bool) -> bool:
+        """Launch the programmatic kernels as such (True) or plainly; returns the previous
+        setting (``rs_set_programmatic_launches``)."""
+        return bool(self.lib.rs_set_programmatic_launches(int(enabled)))
 
     def has_arch(self, arch: int) -> bool:
         return bool(self.lib.rs_has_arch(arch))

@@ -21,7 +21,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import torch
 
 from ..models import GDN_MODELS, MAMBA2_MODELS
-from ..ops.launch import nearest_batch_point, pop_launcher, push_launcher, select_config
+from ..ops.launch import nearest_batch_point, pop_launcher, push_launcher, recording_for_arch, select_config
 
 META = torch.device("meta")
 BATCH_POINTS = (1, 8, 32, 128, 256, 512)  # the tuned table's batch sizes
@@ -74,6 +74,9 @@ class KernelSpec:
     num_warps: int
     params: Tuple[Param, ...]  # the runtime arguments, in declaration order
     maxnreg: Optional[int] = None  # ptxas's cap on registers a thread (None: its choice)
+    # Launched as a programmatic dependent launch of the launch before it (Triton's
+    # ``launch_pdl``; the C library sets CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION).
+    programmatic: bool = False
 
     @property
     def key(self) -> str:
@@ -87,7 +90,8 @@ def _spec_key(spec: KernelSpec) -> str:
     # Cached: the AOT backend asks for the key of every launch, mostly of the same few specs.
     body = json.dumps([spec.kernel, list(spec.constexprs), spec.num_warps,
                        [(p.name, p.type, p.div16) for p in spec.params]]
-                      + ([spec.maxnreg] if spec.maxnreg else []), default=str)
+                      + ([spec.maxnreg] if spec.maxnreg else []) + (["programmatic"] if spec.programmatic else []),
+                      default=str)
     short = spec.kernel.rsplit(".", 1)[-1].strip("_")
     return f"{short}_{hashlib.sha1(body.encode()).hexdigest()[:12]}"
 
@@ -106,7 +110,7 @@ def spec_of(kernel, kwargs: dict) -> KernelSpec:
         else:
             params.append(Param(p.name, arg_type(v), divisible_by_16(v) and not p.do_not_specialize))
     return KernelSpec(kernel_name(kernel), tuple(constexprs), int(kwargs.get("num_warps", 4)), tuple(params),
-                      kwargs.get("maxnreg"))
+                      kwargs.get("maxnreg"), bool(kwargs.get("launch_pdl", False)))
 
 
 @dataclass
@@ -118,6 +122,8 @@ class RecordedLaunch:
 
 class Recorder:
     """Records launches instead of running them (``with Recorder() as rec: ...``)."""
+
+    programmatic_launches = True  # (ops.launch: the AOT library carries them)
 
     def __init__(self):
         self.launches: List[RecordedLaunch] = []
@@ -320,6 +326,23 @@ def _spec_cursor_calls(op, T, history_len):
     return lambda: reset_replayssm_spec_cursors(*c, rows, T, history_len)
 
 
+def pdl_flip_batches(points: Sequence[int], heads: int, max_head_rows: int) -> List[int]:
+    """The batch, if any, served from a batch point (the nearest in log scale: the tuned
+    table's entry, the C library's case) but launched otherwise than that point as to
+    programmatic dependent launch, which applies while batch x ``heads`` <= ``max_head_rows``
+    (:func:`~trtllm_replayssm.ops.launch.programmatic_launch_allowed`). The decision is
+    monotone in the batch, so a point's batches take both forms only across ``last``, the
+    largest batch with PDL, and one batch of the other form stands for them all. Recorded
+    for its kernels only, so that the AOT backend finds a kernel at every batch."""
+    last = max_head_rows // heads
+    if last < 1:
+        return []
+    point = nearest_batch_point(points, last)
+    if nearest_batch_point(points, last + 1) != point:
+        return []
+    return [last + 1 if point <= last else last]
+
+
 STEP_ROUTES = ("output_only", "standard_step", "always_flush", "standard")
 SPEC_TOKENS = (2, 3, 4, 6)  # T = 1 + drafts (MTP with 1-3 drafts, and 5)
 SPEC_HISTORY = 16
@@ -331,17 +354,26 @@ def op_cases(arch: str, buffer_lens: Sequence[int] = DEFAULT_BUFFER_LENS,
     """Every call shape the supported models make (TensorRT-LLM's layouts: D, dt_bias,
     softplus and slot indices on; z and force-flush both ways), at every batch point; the
     speculative verify for ``T`` in :data:`SPEC_TOKENS` (history 16) and its cursor ops."""
-    from ..ops.gdn.spec import gdn_spec_batches
+    from ..ops.gdn.spec import GDN_SPEC_PDL, GDN_SPEC_PDL_MAX_HEAD_ROWS, gdn_spec_batches
+    from ..ops.launch import FOLD_PDL, FOLD_PDL_MAX_HEAD_ROWS
 
     cases: List[OpCase] = []
+    capability = int(arch.replace("sm_", "").replace("sm", ""))
 
     def add(op, key, batch, thunk, kernels_only=False):
-        with Recorder() as rec:
+        # (as launched on such a GPU: programmatic dependent launches on sm_90+)
+        with Recorder() as rec, recording_for_arch(capability):
             thunk()
         case = OpCase(op, key, batch, kernels_only=kernels_only)
         for launch in rec.launches:
             case.launches.append((spec_of(launch.kernel, launch.kwargs), launch.grid))
         cases.append(case)
+
+    def pdl_flips(points, point, heads, enabled, max_head_rows) -> List[int]:
+        """The batch served from ``point`` whose launches differ from it in PDL (if any)."""
+        if capability < 90 or not enabled:
+            return []
+        return [b for b in pdl_flip_batches(points, heads, max_head_rows) if nearest_batch_point(points, b) == point]
 
     # Every model's geometry, head counts included: the tuned table's configs and the
     # kernels' heads a program depend on them, so two models that share a head shape
@@ -363,12 +395,20 @@ def op_cases(arch: str, buffer_lens: Sequence[int] = DEFAULT_BUFFER_LENS,
                                                L=L if route != "standard" else 0, route=route, z=int(has_z),
                                                ff=int(ff))
                                     add("mamba2_step", key, b, _mamba2_calls(g, s, a, b, L, has_z, ff, route, arch))
+                                    for f in (pdl_flips(batches, b, H, FOLD_PDL, FOLD_PDL_MAX_HEAD_ROWS["mamba2"])
+                                              if route == "output_only" else ()):
+                                        add("mamba2_step", key, f,
+                                            _mamba2_calls(g, s, a, f, L, has_z, ff, route, arch), kernels_only=True)
                     for (V, K, HV, H), g in sorted(gdn_geoms.items()):
                         for route in STEP_ROUTES:
                             for ff in ((False,) if route == "standard" else (False, True)):
                                 key = dict(state=sd, act=ad, V=V, K=K, HV=HV, H=H,
                                            L=L if route != "standard" else 0, route=route, ff=int(ff))
                                 add("gdn_step", key, b, _gdn_calls(g, s, a, b, L, ff, route, arch))
+                                for f in (pdl_flips(batches, b, HV, FOLD_PDL, FOLD_PDL_MAX_HEAD_ROWS["gdn"])
+                                          if route == "output_only" else ()):
+                                    add("gdn_step", key, f, _gdn_calls(g, s, a, f, L, ff, route, arch),
+                                        kernels_only=True)
     # Speculative verify (Mamba2: a case per flush row block; GDN: a case per batch point
     # of its plans, split_fold and register caps) and its cursor ops.
     for T in SPEC_TOKENS:
@@ -383,9 +423,13 @@ def op_cases(arch: str, buffer_lens: Sequence[int] = DEFAULT_BUFFER_LENS,
                                                     z=int(has_z)), b,
                                 _spec_calls("mamba2", g, s, a, b, T, SPEC_HISTORY, has_z), b in kernels_only)
                 for (V, K, HV, H), g in sorted(gdn_geoms.items()):
-                    for b in gdn_spec_batches():
-                        add("gdn_spec", dict(state=sd, act=ad, V=V, K=K, HV=HV, H=H, T=T, Bh=SPEC_HISTORY), b,
-                            _spec_calls("gdn", g, s, a, b, T, SPEC_HISTORY, False))
+                    points = gdn_spec_batches()
+                    for b in points:
+                        key = dict(state=sd, act=ad, V=V, K=K, HV=HV, H=H, T=T, Bh=SPEC_HISTORY)
+                        add("gdn_spec", key, b, _spec_calls("gdn", g, s, a, b, T, SPEC_HISTORY, False))
+                        for f in pdl_flips(points, b, HV, GDN_SPEC_PDL, GDN_SPEC_PDL_MAX_HEAD_ROWS):
+                            add("gdn_spec", key, f, _spec_calls("gdn", g, s, a, f, T, SPEC_HISTORY, False),
+                                kernels_only=True)
         for op in ("commit_spec", "reset_spec"):
             add(op, dict(T=T, Bh=SPEC_HISTORY), 1, _spec_cursor_calls(op, T, SPEC_HISTORY))
     for L in buffer_lens:

@@ -184,19 +184,48 @@ def launcher_in_front(fn: Optional[Launcher]):
         pop_launcher(fn)
 
 
-def jit_only() -> bool:
-    """Whether every launch goes to Triton's JIT (no AOT backend or recorder in front): a
-    launch option the AOT library does not carry is safe only then."""
-    return not _launchers
+def _launchers_take_programmatic() -> bool:
+    """Whether the launchers in front (if any) carry a programmatic dependent launch: the
+    AOT backend and the AOT build's recorder do (``programmatic_launches = True``), since
+    the C library launches such a kernel with the same attribute Triton's JIT sets."""
+    return all(getattr(fn, "programmatic_launches", False) for fn in _launchers)
+
+
+# The compute capability the AOT build records launches for (on ``meta`` tensors, which
+# have none): see :func:`recording_for_arch`.
+_recording_arch: Optional[int] = None
+
+
+@contextmanager
+def recording_for_arch(arch: int):
+    """Within the block, a launch on ``meta`` tensors decides as on a GPU of compute
+    capability ``arch`` (e.g. 90) where the decision depends on the GPU (programmatic
+    dependent launch: sm_90+). The AOT build records each architecture's cases so."""
+    global _recording_arch
+    previous, _recording_arch = _recording_arch, arch
+    try:
+        yield
+    finally:
+        _recording_arch = previous
+
+
+def _major_capability(device: torch.device) -> Optional[int]:
+    if device.type == "cuda":
+        return torch.cuda.get_device_capability(device)[0]
+    if device.type == "meta" and _recording_arch is not None:
+        return _recording_arch // 10
+    return None
 
 
 def programmatic_launch_allowed(device: torch.device, head_rows: int, enabled: bool, max_head_rows: int) -> bool:
     """Whether a launch is made as a programmatic dependent launch (PDL) of the launch before
     it: where ``enabled``, up to ``max_head_rows`` (batch rows x heads), on a GPU of sm_90 or
-    later, launched by Triton's JIT (the AOT build records plain launches, and its cubins
-    carry no griddepcontrol, which sm_80 lacks)."""
-    return (enabled and head_rows <= max_head_rows and device.type == "cuda" and jit_only()
-            and torch.cuda.get_device_capability(device)[0] >= 9)
+    later (griddepcontrol, which sm_80 lacks), launched by Triton's JIT or by the AOT
+    library (whose build records the same decision per architecture)."""
+    if not (enabled and head_rows <= max_head_rows and _launchers_take_programmatic()):
+        return False
+    major = _major_capability(device)
+    return major is not None and major >= 9
 
 
 # The output_only route's fold launch (both families) as a programmatic dependent launch of
@@ -227,8 +256,9 @@ def fold_programmatic_launch(device: torch.device, head_rows: int, family: str) 
 
 def pdl_options(pdl: bool, primary: bool) -> dict:
     """A launch's PDL constexprs and option: the non-flush launch (``primary``) lets its
-    dependent launch start; the fold launch is made with ``launch_pdl`` and completes after
-    it. Nothing where ``pdl`` is off (the AOT build never sees these)."""
+    dependent launch start; the fold launch is made with ``launch_pdl`` (the AOT build
+    records it as the kernel's ``programmatic`` flag) and completes after it. Nothing where
+    ``pdl`` is off."""
     if not pdl:
         return {}
     return {"LAUNCH_DEPENDENTS": True} if primary else {"WAIT_PRIMARY": True, "launch_pdl": True}

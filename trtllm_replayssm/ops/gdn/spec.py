@@ -146,8 +146,7 @@ GDN_SPEC_PDL_MAX_HEAD_ROWS = 320 * 64
 def programmatic_launch(device: torch.device, head_rows: int) -> bool:
     """Whether split_fold 3's state product is launched as a programmatic dependent of the
     ring part here (:data:`GDN_SPEC_PDL`, up to :data:`GDN_SPEC_PDL_MAX_HEAD_ROWS` (batch
-    rows x value heads), on a GPU of sm_90 or later, launched by Triton's JIT: the AOT
-    build records plain launches, and its cubins carry no griddepcontrol)."""
+    rows x value heads), on a GPU of sm_90 or later; Triton's JIT and the AOT library alike)."""
     return programmatic_launch_allowed(device, head_rows, GDN_SPEC_PDL, GDN_SPEC_PDL_MAX_HEAD_ROWS)
 
 

@@ -19,6 +19,15 @@ def test_replay_real_shapes(model, state_dtype, ring_dtype):
 
 
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("model", ["qwen3.5-4b", "qwen3.5-122b"])
+def test_flush_every_step_routes_real_shapes(model, state_dtype):
+    """``always_flush`` drains the staggered rings, then ``standard_step`` on the empty ones
+    (the standard kernel with the cursor check, as the dispatcher runs them at small batches)."""
+    run_gdn_replay(GDNScenario(GDN_MODELS[model].geom, 16, state_dtype, torch.bfloat16), 6,
+                   route=lambda t: "always_flush" if t < 2 else "standard_step")
+
+
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
 def test_standard_real_shapes(state_dtype):
     run_gdn_standard(GDNScenario(GDN_MODELS["qwen3.5-122b"].geom, 1, state_dtype, torch.bfloat16), 8)
 

@@ -21,6 +21,15 @@ def test_replay_real_shapes(model, state_dtype, route):
 
 
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("model", MODELS)
+def test_flush_every_step_routes_real_shapes(model, state_dtype):
+    """``always_flush`` drains the staggered rings, then ``standard_step`` on the empty ones
+    (the standard kernel with the cursor check, as the dispatcher runs them at small batches)."""
+    sc = Scenario(MAMBA2_MODELS[model].geom, 16, state_dtype, torch.bfloat16, tied_params=True)
+    run_replay(sc, 6, route=lambda t: "always_flush" if t < 2 else "standard_step")
+
+
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
 def test_fold_with_matmul_real_shapes(state_dtype):
     """tf32x3 matmul fold (GPU only) stays within the fp32 tolerance over 3 cycles."""
     from trtllm_replayssm.ops.launch import LaunchConfig

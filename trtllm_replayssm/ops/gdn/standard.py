@@ -76,11 +76,7 @@ def _gdn_update_kernel(
                     k_j = tl.load(kc_base + j * stride_kc_l + offs_k, mask=mask_k, other=0.0).to(tl.float32)
                     S = S * tl.exp(tl.load(gc_base + j)) + d_j[:, None] * k_j[None, :]
     S, o = delta_rule_step(S, q, k, v, tl.exp(g), beta)
-    # An error row's store is masked through its columns' bound (a scalar select), not by
-    # and-ing a broadcast flag into the tile's mask: that form held 15-40 more registers a
-    # thread (95 -> 134 at 8 rows on one warp) and cost the cursor-checked routes occupancy.
-    store_k = offs_k < tl.where(bad_cursor, 0, head_k_dim)
-    tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_v[:, None] & store_k[None, :])
+    tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_vk & ~bad_cursor)
     o = tl.where(bad_cursor, float("nan"), o)
     tl.store(out_ptr + pid_b * stride_out_b + hv * stride_out_h + offs_v, o.to(out_ptr.dtype.element_ty), mask=mask_v)
 

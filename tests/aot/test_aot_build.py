@@ -213,6 +213,8 @@ def test_c_library_lists_the_built_kernels(lib, manifest):
     assert lib.lib.rs_num_kernels() == len(manifest["kernels"])
     assert lib.has_arch(90) and not lib.has_arch(80)
     assert lib.kernel_keys(90) == {k["key"] for k in manifest["kernels"]}
+    # the C table carries which kernels are programmatic dependent launches
+    assert lib.programmatic_keys(90) == {k["key"] for k in manifest["kernels"] if k.get("programmatic")} != set()
 
 
 def _mamba2_args(**over):

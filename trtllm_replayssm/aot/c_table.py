@@ -1,8 +1,8 @@
 """Write the C library's tables from an AOT manifest: kernel descriptors (name, arch,
 launch block, shared memory, whether it is a programmatic dependent launch, parameter
 names and types, divisibility hints, cubin symbols), op cases (which kernels a call
-shape launches, in order), and an assembly file that embeds the cubins with ``.incbin``. Generated data only: the logic lives in
-``plugins/replayssm_kernels/replayssm_kernels.c``.
+shape launches, in order), and an assembly file that embeds the cubins with ``.incbin``.
+Generated data only: the logic lives in ``plugins/replayssm_kernels/replayssm_kernels.c``.
 """
 
 from __future__ import annotations

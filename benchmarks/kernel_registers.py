@@ -81,7 +81,8 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
             if kernel in ("standard", "always_flush"):  # always_flush: the standard kernel, draining in-kernel
                 fn, c = m2_standard._selective_state_update_kernel, dict(common, BLOCK_P=cfg.block_p, BLOCK_N=dstate,
                                                                         HAS_CURSOR=kernel == "always_flush",
-                                                                        DRAIN=kernel == "always_flush", BLOCK_L=L)
+                                                                        DRAIN=kernel == "always_flush", BLOCK_L=L,
+                                                                        EARLY_TERMS=bool(cfg.prefetch))
             elif kernel == "fold":
                 fn, c = m2_replay_fold._replay_fold_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, BLOCK_P=max(16, cfg.block_p), BLOCK_N=dstate,

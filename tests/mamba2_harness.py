@@ -189,8 +189,9 @@ def run_replay(sc: Scenario, steps: int, route="output_only",
     return RunResult(max_err=max_err, flushes_per_row=flushes)
 
 
-def run_standard(sc: Scenario, steps: int) -> RunResult:
-    """The same scenario (padding row, unused slots) with the standard kernel."""
+def run_standard(sc: Scenario, steps: int, config=None) -> RunResult:
+    """The same scenario (padding row, unused slots) with the standard kernel (``config``:
+    its launch config, by default the table's)."""
     batch = len(SLOTS)
     H, P, N = sc.geom.nheads, sc.geom.headdim, sc.geom.dstate
     state = torch.randn(NUM_SLOTS, H, P, N, generator=sc.gen).to(sc.state_dtype).to(DEVICE)
@@ -205,7 +206,8 @@ def run_standard(sc: Scenario, steps: int) -> RunResult:
     max_err = 0.0
     for t in range(steps):
         inp = sc.step_inputs(batch)
-        rs.selective_state_update(state, **sc.kernel_kwargs(inp), state_batch_indices=slot_idx, pad_slot_id=PAD, out=out)
+        rs.selective_state_update(state, **sc.kernel_kwargs(inp), state_batch_indices=slot_idx, pad_slot_id=PAD, out=out,
+                                  config=config)
         for r, s in enumerate(SLOTS):
             if s == PAD:
                 assert same_bits(out[r], sentinel[r]), f"step {t}: padding row {r} output was written"

@@ -23,10 +23,21 @@ from .timing import layers_for_cold_l2
 ROUTES = ("output_only", "state_and_output", "standard_step", "always_flush")
 KERNELS = ("standard",) + ROUTES
 
-# Tuning candidates: (block_p, num_warps, fold_chunk). Pruned with ptxas's register
-# counts (sm_90): tiles that need > ~170 registers a thread lose on occupancy.
+# Tuning candidates: (block_p, num_warps, fold_chunk, ...) in LaunchConfig's field order,
+# or LaunchConfigs. Pruned with ptxas's register counts (sm_90): tiles that need > ~170
+# registers a thread lose on occupancy.
+_STANDARD_TILES = [(4, 1), (8, 1), (16, 1), (32, 1), (8, 2), (16, 2), (16, 4), (32, 4)]
+_ALWAYS_FLUSH_TILES = [(4, 1), (8, 1), (16, 1), (8, 2), (16, 2), (32, 4)]
+
+
+def _with_early_terms(tiles) -> list:
+    """The standard kernel's tiles in both forms: ``D`` and ``z`` loaded late, and early
+    (``prefetch``: faster at small batches, more registers at large ones; both measured)."""
+    return [LaunchConfig(*t) for t in tiles] + [LaunchConfig(*t, prefetch=1) for t in tiles]
+
+
 CANDIDATES = {
-    "standard": [(4, 1), (8, 1), (16, 1), (32, 1), (8, 2), (16, 2), (16, 4), (32, 4)],
+    "standard": _with_early_terms(_STANDARD_TILES),
     # fold_chunk 0: the ring as whole tiles
     "output_only": [(16, 1), (16, 1, 4), (32, 1), (32, 1, 4), (32, 2), (32, 4), (32, 4, 4), (64, 2, 4),
                     (64, 4), (64, 4, 4), (16, 1, 0), (32, 1, 0), (32, 2, 0), (32, 4, 0), (64, 4, 0), (64, 2, 0)],
@@ -41,7 +52,7 @@ CANDIDATES = {
             [(16, 2, 1, 1, heads, 0, 8, 0, rows) for heads, rows in
              [(4, 4), (8, 2), (4, 8), (8, 4), (16, 2), (32, 1), (8, 8), (16, 4)]],
     "state_and_output": [(8, 1), (8, 1, 2), (16, 1), (32, 2), (32, 4), (32, 4, 2)],
-    "always_flush": [(4, 1), (8, 1), (16, 1), (8, 2), (16, 2), (32, 4)],
+    "always_flush": _with_early_terms(_ALWAYS_FLUSH_TILES),
 }
 
 
@@ -49,7 +60,8 @@ def candidate_configs(kernel: str, headdim: int, limit: Optional[int] = None) ->
     """The launch configs a tuning sweep tries for ``kernel`` at this headdim (the first
     ``limit`` of them, if given)."""
     cap = 1 << (headdim - 1).bit_length()
-    return [LaunchConfig(*c) for c in CANDIDATES[kernel] if c[0] <= cap][:limit]
+    configs = [c if isinstance(c, LaunchConfig) else LaunchConfig(*c) for c in CANDIDATES[kernel]]
+    return [c for c in configs if c.block_p <= cap][:limit]
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,9 @@ class LaunchConfig:
     for all of them), and how many batch rows one program of a fold launch
     looks through with one vector load of their cursors (``row_block``), and whether the
     GDN non-flush launch's loop over those blocks loads the next block's tiles into
-    registers one block ahead (``prefetch``) instead of Triton's staging."""
+    registers one block ahead (``prefetch``) instead of Triton's staging, or the Mamba2
+    standard kernel loads ``D`` and ``z`` with the step's inputs (``prefetch``; early
+    they overlap the state's load, late they hold no registers over the step)."""
 
     block_p: int
     num_warps: int
@@ -51,7 +53,7 @@ class LaunchConfig:
     loop_blocks: int = 1  # headdim blocks one program runs one after another
     key_chunk: int = 0  # speculative verify: state columns (keys, dstate) a step of its loop takes (0: all)
     row_block: int = 1  # fold launches: batch rows one program looks through, folding those that flush
-    prefetch: int = 0  # GDN non-flush launch: the next block's tiles loaded into registers one block ahead
+    prefetch: int = 0  # GDN non-flush: next block's tiles one block ahead; Mamba2 standard: D, z loaded early
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -28,15 +28,41 @@ def load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_
 
 
 @triton.jit
-def finish_output(y, x, offs_p, mask_p, pid_b, pid_h,
-                  D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p, stride_z_b, stride_z_h,
-                  stride_out_b, stride_out_h, HAS_D: tl.constexpr, HAS_Z: tl.constexpr):
-    """``y += D x``; ``y *= silu(z)``; store ``y`` in the output dtype."""
+def load_output_terms(offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, stride_D_h, stride_D_p, stride_z_b, stride_z_h,
+                      HAS_D: tl.constexpr, HAS_Z: tl.constexpr):
+    """The output's skip ``D`` and gate ``z`` of one head ``[BLOCK_P]`` (fp32; zeros where
+    absent). Loaded with the step's other inputs they overlap the state's load: below a
+    store (the state's, the ring's) the compiler cannot move a load up, since it cannot
+    tell the pointers apart, and they add a round trip to memory at the end of the program
+    (what a latency-bound small batch pays). The price is their registers over the step."""
+    D = tl.zeros(offs_p.shape, tl.float32)
+    z = tl.zeros(offs_p.shape, tl.float32)
     if HAS_D:
         D = tl.load(D_ptr + pid_h * stride_D_h + offs_p * stride_D_p, mask=mask_p, other=0.0).to(tl.float32)
-        y += x * D
     if HAS_Z:
         z = tl.load(z_ptr + pid_b * stride_z_b + pid_h * stride_z_h + offs_p, mask=mask_p, other=0.0).to(tl.float32)
+    return D, z
+
+
+@triton.jit
+def store_output(y, x, D, z, offs_p, mask_p, pid_b, pid_h, out_ptr, stride_out_b, stride_out_h,
+                 HAS_D: tl.constexpr, HAS_Z: tl.constexpr):
+    """``y += D x``; ``y *= silu(z)`` (``D``, ``z`` from :func:`load_output_terms`); store
+    ``y`` in the output dtype."""
+    if HAS_D:
+        y += x * D
+    if HAS_Z:
         y *= z * tl.sigmoid(z)
     out_ptrs = out_ptr + pid_b * stride_out_b + pid_h * stride_out_h + offs_p
     tl.store(out_ptrs, y.to(out_ptr.dtype.element_ty), mask=mask_p)
+
+
+@triton.jit
+def finish_output(y, x, offs_p, mask_p, pid_b, pid_h,
+                  D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p, stride_z_b, stride_z_h,
+                  stride_out_b, stride_out_h, HAS_D: tl.constexpr, HAS_Z: tl.constexpr):
+    """``y += D x``; ``y *= silu(z)``; store ``y`` in the output dtype, loading ``D`` and
+    ``z`` here (late: no registers held for them over the step)."""
+    D, z = load_output_terms(offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, stride_D_h, stride_D_p, stride_z_b,
+                             stride_z_h, HAS_D, HAS_Z)
+    store_output(y, x, D, z, offs_p, mask_p, pid_b, pid_h, out_ptr, stride_out_b, stride_out_h, HAS_D, HAS_Z)

@@ -43,7 +43,7 @@ import triton.language as tl
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
 from ..common import even_tile, let_dependents_launch, load_slot, store_nan_output, tile_masks
-from ._common import finish_output, load_dt, ring_args
+from ._common import load_dt, load_output_terms, ring_args, store_output
 from ..cursors import FLUSH_EVERY_STEP
 from ..launch import (LaunchConfig, fold_programmatic_launch, grid, launch_kernel, pdl_options, select_config,
                       select_route)
@@ -133,6 +133,9 @@ def _replay_step_kernel(
     A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
     B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n, other=0.0)
     Bf = B.to(tl.float32)
+    # Before the ring's appends, which would keep them at the program's end (load_output_terms).
+    D, z = load_output_terms(offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, stride_D_h, stride_D_p, stride_z_b,
+                             stride_z_h, HAS_D, HAS_Z)
     dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
     xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
     Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
@@ -189,8 +192,7 @@ def _replay_step_kernel(
             if pid_h % heads_per_group == 0:  # one head per group appends the shared B
                 tl.store(Bc_base + w * stride_Bc_l + offs_n, B.to(B_cache_ptr.dtype.element_ty), mask=mask_n)
 
-    finish_output(y, xf, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
-                  stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+    store_output(y, xf, D, z, offs_p, mask_p, pid_b, pid_h, out_ptr, stride_out_b, stride_out_h, HAS_D, HAS_Z)
 
 
 def check_ring(step: Mamba2Step, state: torch.Tensor, x_cache: torch.Tensor, dt_cache: torch.Tensor,

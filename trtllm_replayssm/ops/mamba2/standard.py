@@ -15,7 +15,7 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..common import load_cursor, load_slot, store_nan_output
-from ._common import finish_output, load_dt, ring_args
+from ._common import finish_output, load_dt, load_output_terms, ring_args, store_output
 from ..launch import LaunchConfig, grid, launch_kernel, select_config
 from .step_inputs import check_state_pool, parse_mamba2_step
 
@@ -36,7 +36,7 @@ def _selective_state_update_kernel(
     # compiled kernel, and the standard route's C call keeps its signature).
     x_cache_ptr=None, dt_cache_ptr=None, B_cache_ptr=None, stride_xc_slot=None, stride_xc_h=None, stride_xc_l=None,
     stride_dtc_slot=None, stride_dtc_h=None, stride_Bc_slot=None, stride_Bc_g=None, stride_Bc_l=None,
-    DRAIN: tl.constexpr = False, BLOCK_L: tl.constexpr = 1,
+    DRAIN: tl.constexpr = False, BLOCK_L: tl.constexpr = 1, EARLY_TERMS: tl.constexpr = False,
 ):
     pid_p = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -65,6 +65,9 @@ def _selective_state_update_kernel(
     A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
     B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
     C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    if EARLY_TERMS:  # the launch config's choice (``prefetch``): see load_output_terms
+        D, z = load_output_terms(offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, stride_D_h, stride_D_p, stride_z_b,
+                                 stride_z_h, HAS_D, HAS_Z)
 
     if DRAIN:
         # A slot that arrives from a replay route with a non-empty ring (cursor w > 0)
@@ -84,8 +87,11 @@ def _selective_state_update_kernel(
     S = S * tl.exp(A * dt) + (dt * x)[:, None] * B[None, :]
     tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn & ~bad_cursor)
     y = tl.where(bad_cursor, float("nan"), tl.sum(S * C[None, :], axis=1))
-    finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
-                  stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+    if EARLY_TERMS:
+        store_output(y, x, D, z, offs_p, mask_p, pid_b, pid_h, out_ptr, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+    else:
+        finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
+                      stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
 
 
 def selective_state_update(
@@ -143,5 +149,5 @@ def launch_standard_step(state: torch.Tensor, step, config: LaunchConfig,
         stride_state_slot=state.stride(0), stride_state_h=state.stride(1), stride_state_p=state.stride(2),
         **step.kernel_args(),
         BLOCK_P=config.block_p, BLOCK_N=triton.next_power_of_2(step.dstate), HAS_CURSOR=write_pos is not None,
-        num_warps=config.num_warps, **drain,
+        EARLY_TERMS=bool(config.prefetch), num_warps=config.num_warps, **drain,
     )

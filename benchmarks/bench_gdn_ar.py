@@ -10,6 +10,10 @@ dispatcher's table ``tuned/gdn_<arch>.json``.
     python benchmarks/bench_gdn_ar.py                         # H200
     python benchmarks/bench_gdn_ar.py --dry-run --models tiny-gdn --batches 2 --buffer-len 2 \\
         --max-candidates 1 --out /tmp/gdn.json --table-dir /tmp  # CPU: the flow only
+    python benchmarks/bench_gdn_ar.py --from-table             # the table's configs, measured again
+
+The compared launches take turns over ``--rounds`` rounds, a capture each, and each
+reports its median (see ``benchmarking.rig.time_side_by_side``).
 """
 
 from __future__ import annotations
@@ -24,9 +28,9 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from trtllm_replayssm.benchmarking.gdn_ar import ROUTES, GDNCase, make_gdn_rig, tune_gdn_case
+from trtllm_replayssm.benchmarking.gdn_ar import ROUTES, GDNCase, make_gdn_rig, table_gdn_configs, tune_gdn_case
 from trtllm_replayssm.benchmarking.records import REPO, git_commit, update_table
-from trtllm_replayssm.benchmarking.rig import Launch
+from trtllm_replayssm.benchmarking.rig import Launch, time_side_by_side
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.models import model
 from trtllm_replayssm.ops import launch as launch_table
@@ -42,6 +46,9 @@ def main() -> None:
     ap.add_argument("--ring-dtype", default="fp32", choices=list(DTYPES), help="d and k ring dtype (drift study)")
     ap.add_argument("--buffer-len", type=int, default=16)
     ap.add_argument("--replays", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of the final side-by-side timing")
+    ap.add_argument("--from-table", action="store_true",
+                    help="no tuning: measure the configs of the table in --table-dir (left as it is)")
     ap.add_argument("--max-candidates", type=int, default=None)
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/gdn_ar.json"))
     ap.add_argument("--table-dir", default=str(REPO / "trtllm_replayssm/tuned"))
@@ -69,25 +76,28 @@ def main() -> None:
                 case = GDNCase(name, m.geom, batch, L, DTYPES[sd], ring_dtype=DTYPES[args.ring_dtype])
                 rig = make_gdn_rig(case)
                 t0 = time.time()
-                best = tune_gdn_case(rig, limit=args.max_candidates)
+                best = (table_gdn_configs(case, arch) if args.from_table
+                        else tune_gdn_case(rig, limit=args.max_candidates))
                 launches = {"standard": Launch("standard", best["standard"]["config"]),
                             "output_only": Launch("output_only", best["output_only"]["config"], best["fold"]["config"]),
                             "standard_step": Launch("standard_step", best["always_flush"]["config"]),
                             "always_flush": Launch("always_flush", best["always_flush"]["config"])}
                 if rig.fla is not None and torch.cuda.is_available():
                     launches["fla"] = Launch("fla")
-                us = {k: rig.time_cycle_us(lc, args.replays) for k, lc in launches.items()}
+                us = time_side_by_side(rig, launches, args.replays, args.rounds)
                 baseline = min(("standard", "fla"), key=lambda k: us.get(k, float("inf")))
                 route = min(ROUTES, key=us.__getitem__)
-                update_table(table, batch, m.geom.num_v_heads,
-                             lambda k: launch_table.table_key(k, case.state_dtype, case.act_dtype, m.geom.head_v_dim,
-                                                              m.geom.head_k_dim), best, route)
-                table_path.parent.mkdir(parents=True, exist_ok=True)
-                table_path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
-                launch_table._load_table.cache_clear()
+                if not args.from_table:
+                    update_table(table, batch, m.geom.num_v_heads,
+                                 lambda k: launch_table.table_key(k, case.state_dtype, case.act_dtype,
+                                                                  m.geom.head_v_dim, m.geom.head_k_dim), best, route)
+                    table_path.parent.mkdir(parents=True, exist_ok=True)
+                    table_path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+                    launch_table._load_table.cache_clear()
                 auto = launch_table.select_route(arch, case.state_dtype, case.act_dtype, m.geom.head_v_dim,
                                                  m.geom.head_k_dim, batch, family="gdn", nheads=m.geom.num_v_heads)
-                us["auto"], launches["auto"] = rig.time_cycle_us(Launch(auto), args.replays), Launch(auto)
+                launches["auto"] = Launch(auto)
+                us["auto"] = time_side_by_side(rig, {"auto": launches["auto"]}, args.replays, args.rounds)["auto"]
                 for k, t in us.items():
                     lc = launches[k]
                     records.append(dict(

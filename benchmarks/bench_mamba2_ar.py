@@ -8,6 +8,10 @@ and the ``auto`` rows time the dispatcher itself, reading that table.
 
     python benchmarks/bench_mamba2_ar.py                      # full run (H200: ~8 min)
     python benchmarks/bench_mamba2_ar.py --models nemotron-3-super --batches 128 --state-dtypes fp32
+    python benchmarks/bench_mamba2_ar.py --from-table --l-sweep   # the table's configs, measured again
+
+The compared launches take turns over ``--rounds`` rounds, a capture each, and each
+reports its median (see ``benchmarking.rig.time_side_by_side``).
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ import torch
 from tabulate import tabulate
 
 from trtllm_replayssm.benchmarking.mamba2_ar import (CANDIDATES, ROUTES, Launch, Mamba2Case, Mamba2Rig,
-                                                     candidate_configs, make_rig, tune_case)
+                                                     candidate_configs, make_rig, table_configs, tune_case)
+from trtllm_replayssm.benchmarking.rig import time_side_by_side
 from trtllm_replayssm.benchmarking.records import REPO, git_commit, update_table
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.models import mamba2_model
@@ -70,6 +75,9 @@ def main() -> None:
     ap.add_argument("--l-sweep", nargs="*", type=int, default=[8, 16, 32], help="L values swept at --l-sweep-batch")
     ap.add_argument("--l-sweep-batch", type=int, default=128)
     ap.add_argument("--replays", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of the final side-by-side timing")
+    ap.add_argument("--from-table", action="store_true",
+                    help="no tuning: measure the configs of the table in --table-dir (left as it is)")
     ap.add_argument("--warm-workers", type=int, default=min(14, os.cpu_count() or 1))
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/mamba2_ar.json"))
     ap.add_argument("--dry-run", action="store_true",
@@ -94,7 +102,7 @@ def main() -> None:
 
     cases = [(m, sd, b, args.buffer_len) for sd in args.state_dtypes for m in args.models for b in args.batches]
     cases += [(m, "fp32", args.l_sweep_batch, L) for m in args.models for L in args.l_sweep if L != args.buffer_len]
-    if args.warm_workers > 1:
+    if args.warm_workers > 1 and not args.from_table:
         warm_compile(sorted({(m, sd, L) for m, sd, _, L in cases}), args.warm_workers)
 
     copy_gbps = copy_bandwidth_gbps()
@@ -107,26 +115,27 @@ def main() -> None:
         case = Mamba2Case(model, mamba2_model(model).geom, batch, L, DTYPES[sd])
         rig = make_rig(case)
         t0 = time.time()
-        best = tune_case(rig, limit=args.max_candidates)
+        best = table_configs(case, arch) if args.from_table else tune_case(rig, limit=args.max_candidates)
         launches = {"standard": Launch("standard", best["standard"]["config"]),
                     "output_only": Launch("output_only", best["output_only"]["config"], best["fold"]["config"]),
                     "state_and_output": Launch("state_and_output", best["state_and_output"]["config"]),
                     "standard_step": Launch("standard_step", best["always_flush"]["config"]),
                     "always_flush": Launch("always_flush", best["always_flush"]["config"])}
-        cycle_us = {k: rig.time_cycle_us(lc, args.replays) for k, lc in launches.items()}
+        cycle_us = time_side_by_side(rig, launches, args.replays, args.rounds)
         base_us = cycle_us["standard"]
         route = min(ROUTES, key=cycle_us.__getitem__)
         if L == args.buffer_len:  # the dispatcher's table is for the default L
-            update_table(table, batch, case.geom.nheads,
-                         lambda k: launch_table.table_key(k, case.state_dtype, case.act_dtype, case.geom.headdim,
-                                                          case.geom.dstate), best, route)
-            table_path.parent.mkdir(parents=True, exist_ok=True)
-            table_path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
-            launch_table._load_table.cache_clear()
+            if not args.from_table:
+                update_table(table, batch, case.geom.nheads,
+                             lambda k: launch_table.table_key(k, case.state_dtype, case.act_dtype, case.geom.headdim,
+                                                              case.geom.dstate), best, route)
+                table_path.parent.mkdir(parents=True, exist_ok=True)
+                table_path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+                launch_table._load_table.cache_clear()
             auto_route = launch_table.select_route(arch, case.state_dtype, case.act_dtype, case.geom.headdim,
                                                    case.geom.dstate, batch, nheads=case.geom.nheads)
-            cycle_us["auto"] = rig.time_cycle_us(Launch(auto_route), args.replays)
             launches["auto"] = Launch(auto_route)
+            cycle_us["auto"] = time_side_by_side(rig, {"auto": launches["auto"]}, args.replays, args.rounds)["auto"]
 
         for k, us in cycle_us.items():
             lc = launches[k]
@@ -155,7 +164,7 @@ def main() -> None:
         torch.cuda.empty_cache()
 
     print(tabulate(rows, headers=["model", "state", "batch", "L", "standard us", *ROUTES, "auto"]))
-    print(f"wrote {out_path} and {table_path}")
+    print(f"wrote {out_path}" + ("" if args.from_table else f" and {table_path}"))
 
 
 if __name__ == "__main__":

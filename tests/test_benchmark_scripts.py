@@ -30,6 +30,18 @@ def test_bench_mamba2_ar_dry_run(tmp_path):
     # the dispatcher was timed on the table this run wrote (--table-dir), not the package's
     assert next(r for r in records if r["route"] == "auto")["chosen_route"] == routes[0][0]["route"]
 
+    # --from-table: the same table's configs measured again (in rounds), the table left alone
+    table_text = (tmp_path / "mamba2_cpu.json").read_text()
+    again = tmp_path / "again.json"
+    subprocess.run([sys.executable, str(REPO / "benchmarks/bench_mamba2_ar.py"), "--dry-run", "--models", "tiny",
+                    "--batches", "2", "--state-dtypes", "fp32", "--buffer-len", "2", "--l-sweep", "--replays", "1",
+                    "--rounds", "2", "--from-table", "--out", str(again), "--table-dir", str(tmp_path)],
+                   check=True, capture_output=True, text=True, timeout=900)
+    assert (tmp_path / "mamba2_cpu.json").read_text() == table_text
+    measured = {r["route"]: r["config"] for r in json.loads(again.read_text())}
+    standard = next(rows for key, rows in table.items() if key.startswith("standard|"))[0]
+    assert all(measured["standard"][k] == v for k, v in standard.items() if k in measured["standard"])
+
 
 def test_bench_gdn_ar_dry_run(tmp_path):
     out = tmp_path / "gdn.json"

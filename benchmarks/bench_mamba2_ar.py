@@ -6,7 +6,7 @@ copy bandwidth in the same run). Every kernel is tuned over its launch configs f
 case; the winners become the dispatcher's table (the package's ``tuned/mamba2_<arch>.json``)
 and the ``auto`` rows time the dispatcher itself, reading that table.
 
-    python benchmarks/bench_mamba2_ar.py                      # full run (H200: ~8 min)
+    python benchmarks/bench_mamba2_ar.py                      # full run (H200: ~9 min)
     python benchmarks/bench_mamba2_ar.py --models nemotron-3-super --batches 128 --state-dtypes fp32
     python benchmarks/bench_mamba2_ar.py --from-table --l-sweep   # the table's configs, measured again
 

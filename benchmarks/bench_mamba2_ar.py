@@ -6,7 +6,7 @@ copy bandwidth in the same run). Every kernel is tuned over its launch configs f
 case; the winners become the dispatcher's table (the package's ``tuned/mamba2_<arch>.json``)
 and the ``auto`` rows time the dispatcher itself, reading that table.
 
-    python benchmarks/bench_mamba2_ar.py                      # full run (H200: ~9 min)
+    python benchmarks/bench_mamba2_ar.py                      # full run (H200: ~14 min)
     python benchmarks/bench_mamba2_ar.py --models nemotron-3-super --batches 128 --state-dtypes fp32
     python benchmarks/bench_mamba2_ar.py --from-table --l-sweep   # the table's configs, measured again
 
@@ -77,7 +77,8 @@ def main() -> None:
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5, help="rounds of the final side-by-side timing")
     ap.add_argument("--from-table", action="store_true",
-                    help="no tuning: measure the configs of the table in --table-dir (left as it is)")
+                    help="no tuning: measure the configs of the table in --table-dir (left as it is; "
+                         "the L sweep runs the default L's configs)")
     ap.add_argument("--warm-workers", type=int, default=min(14, os.cpu_count() or 1))
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/mamba2_ar.json"))
     ap.add_argument("--dry-run", action="store_true",

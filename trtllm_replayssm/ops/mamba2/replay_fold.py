@@ -29,7 +29,7 @@ import triton.language as tl
 from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, complete_after_primary, dim_mask, even_tile, exact_in_tf32,
                       load_slot, row_in_block, small_matmul, step_flush_rows)
 from ..launch import LaunchConfig, clamp_loop_blocks, launch_kernel, pdl_options
-from ._common import load_dt, load_output_terms, store_output
+from ._common import finish_output, load_dt
 
 
 # Pipeline stages of the loop over a head's blocks of rows (None: Triton's default, which
@@ -140,10 +140,6 @@ def _replay_fold_kernel(
                         mask_pn = mask_p[:, None] & mask_n[None, :]
                         x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p,
                                     other=0.0).to(tl.float32)
-                        # Before the state's store, where they overlap the block's loads (below it
-                        # each block would wait a round trip for them: load_output_terms).
-                        D, z = load_output_terms(offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, stride_D_h, stride_D_p,
-                                                 stride_z_b, stride_z_h, HAS_D, HAS_Z)
                         state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
                                       + offs_p[:, None] * stride_state_p + offs_n[None, :])
                         S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
@@ -151,8 +147,8 @@ def _replay_fold_kernel(
                                       EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
                         tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
                         y = tl.sum(S * C[None, :], axis=1)
-                        store_output(y, x, D, z, offs_p, mask_p, pid_b, pid_h, out_ptr, stride_out_b, stride_out_h,
-                                     HAS_D, HAS_Z)
+                        finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h,
+                                      stride_D_p, stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
     complete_after_primary(WAIT_PRIMARY)
 
 

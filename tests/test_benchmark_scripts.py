@@ -18,7 +18,7 @@ def test_bench_mamba2_ar_dry_run(tmp_path):
     out = tmp_path / "mamba2.json"
     subprocess.run([sys.executable, str(REPO / "benchmarks/bench_mamba2_ar.py"), "--dry-run", "--models", "tiny",
                     "--batches", "2", "--state-dtypes", "fp32", "--buffer-len", "2", "--l-sweep", "--replays", "1",
-                    "--max-candidates", "1", "--out", str(out), "--table-dir", str(tmp_path)],
+                    "--rounds", "1", "--max-candidates", "1", "--out", str(out), "--table-dir", str(tmp_path)],
                    check=True, capture_output=True, text=True, timeout=900)
     records = json.loads(out.read_text())
     assert {r["route"] for r in records} == {"standard", "output_only", "state_and_output", "standard_step", "always_flush",
@@ -47,7 +47,7 @@ def test_bench_gdn_ar_dry_run(tmp_path):
     out = tmp_path / "gdn.json"
     subprocess.run([sys.executable, str(REPO / "benchmarks/bench_gdn_ar.py"), "--dry-run", "--models", "tiny-gdn",
                     "--batches", "2", "--state-dtypes", "fp32", "--buffer-len", "2", "--replays", "1",
-                    "--max-candidates", "1", "--out", str(out), "--table-dir", str(tmp_path)],
+                    "--rounds", "1", "--max-candidates", "1", "--out", str(out), "--table-dir", str(tmp_path)],
                    check=True, capture_output=True, text=True, timeout=900)
     records = json.loads(out.read_text())
     assert {r["route"] for r in records} >= {"standard", "output_only", "standard_step", "always_flush", "auto"}

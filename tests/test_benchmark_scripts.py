@@ -55,6 +55,26 @@ def test_bench_gdn_ar_dry_run(tmp_path):
     assert (tmp_path / "gdn_cpu.json").exists()
 
 
+def test_side_by_side_timing_alternates_and_takes_medians():
+    """``time_side_by_side``: the launches take turns in every round (a capture each) and
+    each reports the median of its rounds, so one slow capture does not decide a ratio."""
+    from trtllm_replayssm.benchmarking.rig import Launch, time_side_by_side
+
+    class FakeRig:
+        def __init__(self):
+            self.calls = []
+            self.times = {"a": iter([5.0, 1.0, 3.0]), "b": iter([2.0, 9.0, 4.0])}
+
+        def time_cycle_us(self, launch, replays):
+            self.calls.append(launch.kernel)
+            return next(self.times[launch.kernel])
+
+    rig = FakeRig()
+    us = time_side_by_side(rig, {"a": Launch("a"), "b": Launch("b")}, replays=1, rounds=3)
+    assert rig.calls == ["a", "b"] * 3
+    assert us == {"a": 3.0, "b": 4.0}
+
+
 @pytest.mark.parametrize("tuning", [[], ["--tune-batch", "2", "--max-candidates", "1"]], ids=["default", "tuned"])
 def test_bench_spec_dry_run(tmp_path, tuning):
     out = tmp_path / "spec.json"

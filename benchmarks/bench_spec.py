@@ -9,7 +9,10 @@ steps with a fixed acceptance (flushes included, cursors reset at its start).
         --steps 3 --out /tmp/spec.json   # CPU: the flow only
 
 The verify runs on the op's default launch config at each batch (``default_verify_config``:
-what a caller gets), or on one tuned at ``--tune-batch`` and kept for every batch.
+what a caller gets), or on one tuned at ``--tune-batch`` and kept for every batch. The
+replay, standard and autoregressive runs take turns over ``--rounds`` rounds, a capture
+each, and each reports its median (``benchmarking.rig.median_of_rounds``; the committed
+``spec.json`` at 64d14a3 predates the rounds: one capture each).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -24,6 +28,7 @@ from tabulate import tabulate
 
 from trtllm_replayssm.benchmarking.spec import SpecCase, default_verify_config, make_spec_rig, tune_verify_config
 from trtllm_replayssm.benchmarking.records import REPO, git_commit
+from trtllm_replayssm.benchmarking.rig import median_of_rounds
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.models import model
 
@@ -38,6 +43,7 @@ def main() -> None:
                     help="tokens accepted per step (bonus included); 'all' = T")
     ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--replays", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of the side-by-side timing (a capture each)")
     ap.add_argument("--tune-batch", type=int, default=None,
                     help="tune the verify kernel's launch config at this batch (all drafts accepted) per model and T, "
                          "then keep it for every case (default: the op's default config at each batch)")
@@ -67,9 +73,11 @@ def main() -> None:
                     rig = make_spec_rig(case)
                     rig.config = tuned["config"] if tuned else None
                     config = rig.config or default_verify_config(case.geom, batch)
-                    rep = rig.time_us(rig.replay_fn(args.steps), args.steps, args.replays)
-                    std = rig.time_us(rig.standard_fn(args.steps), args.steps, args.replays)
-                    ar = rig.time_us(rig.ar_fn(args.steps), args.steps, args.replays)
+                    runs = {"rep": rig.replay_fn(args.steps), "std": rig.standard_fn(args.steps),
+                            "ar": rig.ar_fn(args.steps)}
+                    us = median_of_rounds({k: partial(rig.time_us, fn, args.steps, args.replays)
+                                           for k, fn in runs.items()}, args.rounds)
+                    rep, std, ar = us["rep"], us["std"], us["ar"]
                     base = dict(gpu=gpu, model=name, state_dtype="fp32", act_dtype="bf16", batch=batch,
                                 L=args.history_len + T, T=T, B=args.history_len, acceptance=c,
                                 baseline_us_per_step=round(std, 3), copy_gbps=round(copy_gbps, 1), commit=commit,

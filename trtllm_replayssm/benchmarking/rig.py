@@ -70,18 +70,26 @@ class CycleRig:
         return ms * 1e3 / self.n_layers
 
 
+def median_of_rounds(timers: Dict[str, Callable[[], float]], rounds: int = 1) -> Dict[str, float]:
+    """Each timer's median over ``rounds`` rounds in which the timers take turns. A timer
+    captures a fresh graph each call: at large batches a replay route's cycle moves by up
+    to ~6% from one capture to the next while the standard kernel's holds within 0.1%
+    (H200, Nano-4B fp32 at batch 512: 581-620 us over six captures of one config;
+    ``benchmarks/probe_capture_spread.py``), so one capture each compares noise."""
+    times: Dict[str, list] = {k: [] for k in timers}
+    for _ in range(rounds):
+        for k, timer in timers.items():
+            times[k].append(timer())
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
 def time_side_by_side(rig: CycleRig, launches: Dict[str, Launch], replays: int = 20,
                       rounds: int = 1) -> Dict[str, float]:
-    """Microseconds a layer-step of each launch's cycle (:meth:`CycleRig.time_cycle_us`):
-    the median over ``rounds`` rounds in which the launches take turns, each a capture of
-    its own. At large batches a replay route's cycle moves by up to ~6% from one capture
-    to the next while the standard kernel's holds within 0.1% (H200, Nano-4B fp32 at batch
-    512: 581-620 us over six captures of one config), so one capture each compares noise."""
-    times: Dict[str, list] = {k: [] for k in launches}
-    for _ in range(rounds):
-        for k, launch in launches.items():
-            times[k].append(rig.time_cycle_us(launch, replays))
-    return {k: statistics.median(v) for k, v in times.items()}
+    """Microseconds a layer-step of each launch's cycle (:meth:`CycleRig.time_cycle_us`),
+    the median of ``rounds`` rounds in which the launches take turns
+    (:func:`median_of_rounds`)."""
+    return median_of_rounds({k: (lambda launch=launch: rig.time_cycle_us(launch, replays))
+                             for k, launch in launches.items()}, rounds)
 
 
 def time_cycle_and_steps(rig: CycleRig, launch: Launch, replays: int = 20) -> tuple:

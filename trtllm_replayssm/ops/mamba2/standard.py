@@ -15,7 +15,7 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..common import load_cursor, load_slot, store_nan_output
-from ._common import finish_output, load_dt, load_output_terms, ring_args, store_output
+from ._common import load_dt, load_output_terms, ring_args, store_output
 from ..launch import LaunchConfig, grid, launch_kernel, select_config
 from .step_inputs import check_state_pool, parse_mamba2_step
 
@@ -87,11 +87,10 @@ def _selective_state_update_kernel(
     S = S * tl.exp(A * dt) + (dt * x)[:, None] * B[None, :]
     tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn & ~bad_cursor)
     y = tl.where(bad_cursor, float("nan"), tl.sum(S * C[None, :], axis=1))
-    if EARLY_TERMS:
-        store_output(y, x, D, z, offs_p, mask_p, pid_b, pid_h, out_ptr, stride_out_b, stride_out_h, HAS_D, HAS_Z)
-    else:
-        finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p,
-                      stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+    if not EARLY_TERMS:  # late: no registers held for them over the step
+        D, z = load_output_terms(offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, stride_D_h, stride_D_p, stride_z_b,
+                                 stride_z_h, HAS_D, HAS_Z)
+    store_output(y, x, D, z, offs_p, mask_p, pid_b, pid_h, out_ptr, stride_out_b, stride_out_h, HAS_D, HAS_Z)
 
 
 def selective_state_update(

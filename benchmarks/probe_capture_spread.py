@@ -16,10 +16,9 @@ import argparse
 
 import torch
 
-from trtllm_replayssm.benchmarking.mamba2_ar import Mamba2Case, make_rig
 from trtllm_replayssm.benchmarking.records import REPO, ProbeLog
 from trtllm_replayssm.benchmarking.rig import Launch
-from trtllm_replayssm.models import mamba2_model
+from trtllm_replayssm.benchmarking.rigs import make_model_rig
 from trtllm_replayssm.ops.launch import select_config
 
 
@@ -35,8 +34,8 @@ def main() -> None:
     arch = f"sm{''.join(map(str, torch.cuda.get_device_capability()))}"
     for spec in args.cases:
         name, batch = spec.split(":")
-        case = Mamba2Case(name, mamba2_model(name).geom, int(batch), 16, torch.float32)
-        g, rig = case.geom, make_rig(case)
+        rig = make_model_rig(name, int(batch), 16, torch.float32)
+        case, g = rig.case, rig.case.geom
         cfg = {k: select_config(k, arch, torch.float32, case.act_dtype, g.headdim, g.dstate, case.batch,
                                 nheads=g.nheads) for k in ("output_only", "fold")}
         launches = {"explicit": Launch("output_only", cfg["output_only"], cfg["fold"]),

@@ -11,6 +11,7 @@ dispatcher's table ``tuned/gdn_<arch>.json``.
     python benchmarks/bench_gdn_ar.py --dry-run --models tiny-gdn --batches 2 --buffer-len 2 \\
         --max-candidates 1 --out /tmp/gdn.json --table-dir /tmp  # CPU: the flow only
     python benchmarks/bench_gdn_ar.py --from-table             # the table's configs, measured again
+    python benchmarks/bench_gdn_ar.py --tune standard always_flush  # tune those; the rest as in the table
 
 The compared launches take turns over ``--rounds`` rounds, a capture each, and each
 reports its median (see ``benchmarking.rig.time_side_by_side``).
@@ -28,7 +29,7 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from trtllm_replayssm.benchmarking.gdn_ar import ROUTES, GDNCase, make_gdn_rig, table_gdn_configs, tune_gdn_case
+from trtllm_replayssm.benchmarking.gdn_ar import ROUTES, TUNABLE, GDNCase, make_gdn_rig, table_gdn_configs, tune_gdn_case
 from trtllm_replayssm.benchmarking.records import REPO, git_commit, update_table
 from trtllm_replayssm.benchmarking.rig import Launch, time_side_by_side
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
@@ -49,6 +50,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="rounds of the final side-by-side timing")
     ap.add_argument("--from-table", action="store_true",
                     help="no tuning: measure the configs of the table in --table-dir (left as it is)")
+    ap.add_argument("--tune", nargs="+", default=list(TUNABLE), choices=TUNABLE,
+                    help="launches to tune (replay: the fold and the non-flush launch); the others keep the table's")
     ap.add_argument("--max-candidates", type=int, default=None)
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/gdn_ar.json"))
     ap.add_argument("--table-dir", default=str(REPO / "trtllm_replayssm/tuned"))
@@ -76,8 +79,8 @@ def main() -> None:
                 case = GDNCase(name, m.geom, batch, L, DTYPES[sd], ring_dtype=DTYPES[args.ring_dtype])
                 rig = make_gdn_rig(case)
                 t0 = time.time()
-                best = (table_gdn_configs(case, arch) if args.from_table
-                        else tune_gdn_case(rig, limit=args.max_candidates))
+                tuned = {} if args.from_table else tune_gdn_case(rig, limit=args.max_candidates, kernels=args.tune)
+                best = {**table_gdn_configs(case, arch), **tuned}
                 launches = {"standard": Launch("standard", best["standard"]["config"]),
                             "output_only": Launch("output_only", best["output_only"]["config"], best["fold"]["config"]),
                             "standard_step": Launch("standard_step", best["always_flush"]["config"]),
@@ -90,7 +93,7 @@ def main() -> None:
                 if not args.from_table:
                     update_table(table, batch, m.geom.num_v_heads,
                                  lambda k: launch_table.table_key(k, case.state_dtype, case.act_dtype,
-                                                                  m.geom.head_v_dim, m.geom.head_k_dim), best, route)
+                                                                  m.geom.head_v_dim, m.geom.head_k_dim), tuned, route)
                     table_path.parent.mkdir(parents=True, exist_ok=True)
                     table_path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
                     launch_table._load_table.cache_clear()

@@ -27,7 +27,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from trtllm_replayssm.aot.build import source_type  # noqa: E402
 from trtllm_replayssm.benchmarking import gdn_ar, mamba2_ar  # noqa: E402
 from trtllm_replayssm.benchmarking.spec import GDN_SPEC_CANDIDATES, MAMBA2_SPEC_CANDIDATES  # noqa: E402
-from trtllm_replayssm.ops.launch import clamp_loop_blocks  # noqa: E402
+from trtllm_replayssm.ops.launch import clamp_loop_blocks, maxnreg_option  # noqa: E402
 from trtllm_replayssm.ops.gdn import replay as gdn_replay, spec as gdn_spec, standard as gdn_standard  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import replay as m2_replay, replay_fold as m2_replay_fold  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import spec as m2_spec, standard as m2_standard  # noqa: E402
@@ -62,7 +62,7 @@ def registers(fn, constexprs: dict, num_warps: int, state_dtype: str, maxnreg=No
         if name.endswith("_ptr") or (name.startswith("stride") and name not in NOT_ALIGNED):
             attrs[(i,)] = [["tt.divisibility", 16]]
     k = triton.compile(source_type(fn)(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs),
-                       target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, **gdn_spec.maxnreg_option(maxnreg)})
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, **maxnreg_option(maxnreg)})
     with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
         f.write(k.asm["ptx"])
         f.flush()
@@ -114,7 +114,7 @@ def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16):
                     LOOP_STAGES=gdn_replay.LOOP_STAGES[modes[kernel]] if state_dtype == "fp32" else None,
                     ROW_BLOCK=cfg.row_block if kernel == "fold" else 1,
                     PREFETCH=bool(cfg.prefetch) and kernel == "output_only")
-            yield ["gdn", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype)]
+            yield ["gdn", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype, cfg.maxnreg)]
 
 
 def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):

@@ -9,7 +9,7 @@ new state to a fresh tensor: the same read + write of the state.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import torch
 
@@ -27,8 +27,12 @@ ROUTES = ("output_only", "standard_step", "always_flush")
 # another (the head's ring products once for all: ``benchmarks/probe_gdn_nonflush.py``).
 # Pruned with ptxas's register counts (sm_90, K = 128, ``benchmarks/kernel_registers.py``).
 _C = LaunchConfig
+# The standard kernel on one warp, also under a register cap (which changes ptxas's schedule:
+# LaunchConfig.maxnreg): at batch 8 with a bf16 state 16 rows on one warp took 6.5 against
+# 6.6 us, and the always_flush route's drain 6.6 against 7.0 us capped (probe of session 22).
+_ONE_WARP = [_C(rows, 1, maxnreg=cap) for cap in (0, 128) for rows in (4, 8, 16)]
 CANDIDATES = {
-    "standard": [_C(4, 1), _C(8, 1), _C(8, 2), _C(16, 2), _C(16, 4), _C(32, 4)],
+    "standard": _ONE_WARP + [_C(8, 2), _C(16, 2), _C(16, 4), _C(32, 4)],
     "output_only": [_C(8, 1), _C(32, 4), _C(8, 1, loop_blocks=16), _C(8, 2, loop_blocks=16), _C(16, 2, loop_blocks=8),
                     _C(16, 2, loop_blocks=4), _C(16, 4, loop_blocks=8), _C(32, 4, loop_blocks=4), _C(8, 1, loop_blocks=4)] +
                    # the loop's next block loaded into registers one block ahead
@@ -40,7 +44,7 @@ CANDIDATES = {
             # a block of batch rows a program looks through (one vector load of their cursors)
             [_C(16, 2, 1, 1, heads, loop_blocks=8, row_block=rows)
              for heads, rows in [(4, 4), (8, 2), (4, 8), (8, 4), (16, 2), (32, 1), (8, 8), (16, 4)]],
-    "always_flush": [_C(4, 1), _C(8, 1), _C(8, 2), _C(16, 2), _C(32, 4)],
+    "always_flush": _ONE_WARP + [_C(8, 2), _C(16, 2), _C(32, 4)],
 }
 
 
@@ -128,12 +132,22 @@ def make_gdn_rig(case: GDNCase) -> GDNRig:
     return GDNRig(case, layers_for_cold_l2(case.state_bytes) if torch.cuda.is_available() else 2)
 
 
-def tune_gdn_case(rig: GDNRig, replays: int = 5, limit: Optional[int] = None) -> Dict[str, Dict]:
+# What tune_gdn_case can tune: the standard kernel, the always_flush route's (the standard
+# kernel with the drain, which standard_step shares), and the replay launches (the fold and
+# the non-flush launch, tuned together).
+TUNABLE = ("standard", "always_flush", "replay")
+
+
+def tune_gdn_case(rig: GDNRig, replays: int = 5, limit: Optional[int] = None,
+                  kernels: Sequence[str] = TUNABLE) -> Dict[str, Dict]:
     """Fastest launch configs of the in-tree kernels for this case, on whole cycles (the
-    fold launch first, then the non-flush launch with it, as for Mamba2)."""
+    fold launch first, then the non-flush launch with it, as for Mamba2); only those of
+    ``kernels`` (of :data:`TUNABLE`)."""
     hv = rig.case.geom.head_v_dim
-    best = {k: best_config(lambda c: rig.time_cycle_us(Launch(run, c), replays), candidate_configs(k, hv, limit))
-            for k, run in (("standard", "standard"), ("always_flush", "standard_step"))}
+    best = {k: best_config(lambda c: rig.time_cycle_us(Launch(k, c), replays), candidate_configs(k, hv, limit))
+            for k in ("standard", "always_flush") if k in kernels}
+    if "replay" not in kernels:
+        return best
     nonflush0 = LaunchConfig(8, 1, loop_blocks=16)  # a good non-flush launch while the fold is tuned
     best["fold"] = best_config(lambda c: rig.time_cycle_us(Launch("output_only", nonflush0, c), replays),
                                candidate_configs("fold", hv, limit))

@@ -42,7 +42,8 @@ class LaunchConfig:
     GDN non-flush launch's loop over those blocks loads the next block's tiles into
     registers one block ahead (``prefetch``) instead of Triton's staging, or the Mamba2
     standard kernel loads ``D`` and ``z`` with the step's inputs (``prefetch``; early
-    they overlap the state's load, late they hold no registers over the step)."""
+    they overlap the state's load, late they hold no registers over the step), and the
+    register cap ptxas compiles the GDN standard kernel under (``maxnreg``; 0: none)."""
 
     block_p: int
     num_warps: int
@@ -54,13 +55,17 @@ class LaunchConfig:
     key_chunk: int = 0  # speculative verify: state columns (keys, dstate) a step of its loop takes (0: all)
     row_block: int = 1  # fold launches: batch rows one program looks through, folding those that flush
     prefetch: int = 0  # GDN non-flush: next block's tiles one block ahead; Mamba2 standard: D, z loaded early
+    # GDN standard kernel: ptxas's register cap (0: none). Any cap changes its schedule: on one
+    # warp, uncapped, ptxas holds a bf16 state's program to 64 registers and issues the
+    # tile's last load only after the q/k norms; capped it takes 80 and issues it earlier.
+    maxnreg: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 CONFIG_FIELDS = ("block_p", "num_warps", "fold_chunk", "fold_dot", "heads_per_prog", "split_fold", "loop_blocks",
-                 "key_chunk", "row_block", "prefetch")
+                 "key_chunk", "row_block", "prefetch", "maxnreg")
 
 
 def grid(batch: int, nheads: int, headdim: int, cfg: LaunchConfig) -> tuple:
@@ -124,6 +129,11 @@ def _lookup(arch: str, key: str, batch: int, family: str = "mamba2", nheads: Opt
         size, of = batch, (lambda r: r["batch"])
     point = nearest_batch_point([of(r) for r in rows], size)
     return next(r for r in rows if of(r) == point)
+
+
+def maxnreg_option(cap: int) -> dict:
+    """A launch's ``maxnreg`` option where ``cap`` is set (the AOT build compiles it in)."""
+    return {"maxnreg": cap} if cap else {}
 
 
 def default_config(kernel: str, headdim: int, batch: int) -> LaunchConfig:

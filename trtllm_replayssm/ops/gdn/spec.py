@@ -45,7 +45,7 @@ import triton
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_last_dim_contiguous, check_slot_major, check_tensor
 from ..common import DOT_PRECISION, ONE_PASS_PRECISION, even_tile, exact_in_tf32
-from ..launch import LaunchConfig, launch_kernel, nearest_batch_point, programmatic_launch_allowed
+from ..launch import LaunchConfig, launch_kernel, maxnreg_option, nearest_batch_point, programmatic_launch_allowed
 from ..mamba2.spec import (AFTER_FOLD, BOTH, FLUSH_ROWS, FOLD_ONLY, MAX_T, NONFLUSH_ROWS, STATE_APART,
                            _check_cursors, _check_spec_sizes, check_split_fold, commit_replayssm_spec, history_tile,
                            reset_replayssm_spec_cursors, ring_capacity, spec_workspace)
@@ -148,11 +148,6 @@ def programmatic_launch(device: torch.device, head_rows: int) -> bool:
     ring part here (:data:`GDN_SPEC_PDL`, up to :data:`GDN_SPEC_PDL_MAX_HEAD_ROWS` (batch
     rows x value heads), on a GPU of sm_90 or later; Triton's JIT and the AOT library alike)."""
     return programmatic_launch_allowed(device, head_rows, GDN_SPEC_PDL, GDN_SPEC_PDL_MAX_HEAD_ROWS)
-
-
-def maxnreg_option(cap) -> dict:
-    """A launch's ``maxnreg`` option where ``cap`` is set (the AOT build compiles it in)."""
-    return {"maxnreg": cap} if cap else {}
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..common import load_cursor, load_slot, store_nan_output
-from ..launch import LaunchConfig, grid, launch_kernel, select_config
+from ..launch import LaunchConfig, grid, launch_kernel, maxnreg_option, select_config
 from ._common import delta_rule_step, load_gates, load_qk, ring_args, state_tile_ptrs
 from .step_inputs import GDNStateLayout, check_gdn_state_pool, parse_gdn_step
 
@@ -142,5 +142,5 @@ def launch_standard_step(state: torch.Tensor, step, config: LaunchConfig,
         **step.kernel_args(),
         BLOCK_V=config.block_p, BLOCK_K=triton.next_power_of_2(step.head_k_dim), HAS_CURSOR=write_pos is not None,
         V_INNER=layout.v_inner,
-        num_warps=config.num_warps, **drain,
+        num_warps=config.num_warps, **maxnreg_option(config.maxnreg), **drain,
     )

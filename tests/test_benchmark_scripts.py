@@ -23,7 +23,7 @@ def test_bench_mamba2_ar_dry_run(tmp_path):
     records = json.loads(out.read_text())
     assert {r["route"] for r in records} == {"standard", "output_only", "state_and_output", "standard_step", "always_flush",
                                            "auto"}
-    assert all(SCHEMA <= set(r) for r in records)
+    assert all(SCHEMA | {"baseline"} <= set(r) for r in records)
     table = json.loads((tmp_path / "mamba2_cpu.json").read_text())
     routes = [rows for key, rows in table.items() if key.startswith("route|")]
     assert routes
@@ -52,7 +52,15 @@ def test_bench_gdn_ar_dry_run(tmp_path):
     records = json.loads(out.read_text())
     assert {r["route"] for r in records} >= {"standard", "output_only", "standard_step", "always_flush", "auto"}
     assert all(SCHEMA | {"baseline", "ring_dtype"} <= set(r) for r in records)
-    assert (tmp_path / "gdn_cpu.json").exists()
+    table = json.loads((tmp_path / "gdn_cpu.json").read_text())
+    # --tune standard: the other launches keep the table's entries
+    subprocess.run([sys.executable, str(REPO / "benchmarks/bench_gdn_ar.py"), "--dry-run", "--models", "tiny-gdn",
+                    "--batches", "2", "--state-dtypes", "fp32", "--buffer-len", "2", "--replays", "1",
+                    "--rounds", "1", "--max-candidates", "2", "--tune", "standard", "--out", str(out),
+                    "--table-dir", str(tmp_path)], check=True, capture_output=True, text=True, timeout=900)
+    again = json.loads((tmp_path / "gdn_cpu.json").read_text())
+    assert {k: v for k, v in again.items() if not k.startswith(("standard|", "route|"))} == \
+        {k: v for k, v in table.items() if not k.startswith(("standard|", "route|"))}
 
 
 def test_side_by_side_timing_alternates_and_takes_medians():
@@ -73,6 +81,17 @@ def test_side_by_side_timing_alternates_and_takes_medians():
     us = time_side_by_side(rig, {"a": Launch("a"), "b": Launch("b")}, replays=1, rounds=3)
     assert rig.calls == ["a", "b"] * 3
     assert us == {"a": 3.0, "b": 4.0}
+
+
+def test_baseline_is_the_fastest_launch_that_writes_the_state_every_step():
+    """A speedup is against the fastest standard launch measured, never against a replay
+    route that skips state writes, and not against a slower standard kernel."""
+    from trtllm_replayssm.benchmarking.rig import fastest_baseline
+
+    us = {"standard": 10.0, "output_only": 6.0, "state_and_output": 5.0, "always_flush": 9.5, "auto": 6.0}
+    assert fastest_baseline(us) == "always_flush"
+    assert fastest_baseline({**us, "fla": 9.0}) == "fla"
+    assert fastest_baseline({"standard": 10.0, "output_only": 6.0}) == "standard"
 
 
 @pytest.mark.parametrize("tuning", [[], ["--tune-batch", "2", "--max-candidates", "1"]], ids=["default", "tuned"])

@@ -70,6 +70,19 @@ class CycleRig:
         return ms * 1e3 / self.n_layers
 
 
+# Launches that write the state every step: the standard kernels (the in-tree one, fla-core's)
+# and the replay kernels' flush-every-step routes, which with every ring empty (as in their
+# cycles) take a standard step. A speedup is against the fastest of them measured: with a
+# bf16 GDN state the always_flush route's compile (the standard kernel with the cursor check
+# and the drain) measured up to 4% faster than the plain one on the same tile.
+BASELINES = ("standard", "fla", "standard_step", "always_flush")
+
+
+def fastest_baseline(cycle_us: Dict[str, float]) -> str:
+    """Name of the fastest of :data:`BASELINES` among the measured launches ``cycle_us``."""
+    return min((k for k in BASELINES if k in cycle_us), key=cycle_us.__getitem__)
+
+
 def median_of_rounds(timers: Dict[str, Callable[[], float]], rounds: int = 1) -> Dict[str, float]:
     """Each timer's median over ``rounds`` rounds in which the timers take turns. A timer
     captures a fresh graph each call: at large batches a replay route's cycle moves by up

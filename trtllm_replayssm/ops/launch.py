@@ -43,7 +43,7 @@ class LaunchConfig:
     registers one block ahead (``prefetch``) instead of Triton's staging, or the Mamba2
     standard kernel loads ``D`` and ``z`` with the step's inputs (``prefetch``; early
     they overlap the state's load, late they hold no registers over the step), and the
-    register cap ptxas compiles the GDN standard kernel under (``maxnreg``; 0: none)."""
+    register cap ptxas compiles the standard kernels under (``maxnreg``; 0: none)."""
 
     block_p: int
     num_warps: int
@@ -55,9 +55,9 @@ class LaunchConfig:
     key_chunk: int = 0  # speculative verify: state columns (keys, dstate) a step of its loop takes (0: all)
     row_block: int = 1  # fold launches: batch rows one program looks through, folding those that flush
     prefetch: int = 0  # GDN non-flush: next block's tiles one block ahead; Mamba2 standard: D, z loaded early
-    # GDN standard kernel: ptxas's register cap (0: none). Any cap changes its schedule: on one
-    # warp, uncapped, ptxas holds a bf16 state's program to 64 registers and issues the
-    # tile's last load only after the q/k norms; capped it takes 80 and issues it earlier.
+    # Standard kernels: ptxas's register cap (0: none). Any cap changes the schedule: on one
+    # warp, uncapped, ptxas holds a GDN program with a bf16 state to 64 registers and issues
+    # the tile's last load only after the q/k norms; capped it takes 80 and issues it earlier.
     maxnreg: int = 0
 
     def to_dict(self) -> dict:

@@ -16,7 +16,7 @@ import triton.language as tl
 from ..._runtime import device_arch
 from ..common import load_cursor, load_slot, store_nan_output
 from ._common import load_dt, load_output_terms, ring_args, store_output
-from ..launch import LaunchConfig, grid, launch_kernel, select_config
+from ..launch import LaunchConfig, grid, launch_kernel, maxnreg_option, select_config
 from .step_inputs import check_state_pool, parse_mamba2_step
 
 
@@ -148,5 +148,5 @@ def launch_standard_step(state: torch.Tensor, step, config: LaunchConfig,
         stride_state_slot=state.stride(0), stride_state_h=state.stride(1), stride_state_p=state.stride(2),
         **step.kernel_args(),
         BLOCK_P=config.block_p, BLOCK_N=triton.next_power_of_2(step.dstate), HAS_CURSOR=write_pos is not None,
-        EARLY_TERMS=bool(config.prefetch), num_warps=config.num_warps, **drain,
+        EARLY_TERMS=bool(config.prefetch), num_warps=config.num_warps, **maxnreg_option(config.maxnreg), **drain,
     )

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""The standard kernels' tiles with and without a ptxas register cap
+(``LaunchConfig.maxnreg``), on the routes that run them: the standard step, and the
+replay kernel's ``standard_step`` (cursor checked) and ``always_flush`` (cursor checked,
+ring drained); fla-core beside them where it is installed (GDN). Tiles: ``--rows`` on
+one warp, or with ``--table-tiles`` the tuned table's configs of each route (Mamba2's
+with their early-terms form). Whole cycles, cold L2, CUDA graphs; the launches take
+turns over ``--rounds`` rounds and each reports its median
+(``benchmarking.rig.median_of_rounds``).
+
+    python benchmarks/probe_standard_tiles.py --out benchmarks/results/standard_tiles.json
+    python benchmarks/probe_standard_tiles.py --models nemotron-3-nano-4b nemotron-3-super --table-tiles \\
+        --batches 8 128 512 --out benchmarks/results/standard_tiles_mamba2.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+from dataclasses import replace
+
+import torch
+
+from trtllm_replayssm.benchmarking.gdn_ar import table_gdn_configs
+from trtllm_replayssm.benchmarking.mamba2_ar import table_configs
+from trtllm_replayssm.benchmarking.records import REPO, ProbeLog
+from trtllm_replayssm.benchmarking.rig import Launch, median_of_rounds
+from trtllm_replayssm.benchmarking.rigs import make_model_rig
+from trtllm_replayssm.models import GDNGeometry
+from trtllm_replayssm.ops.launch import LaunchConfig
+
+# route -> the table's kernel whose config it launches
+ROUTES = {"standard": "standard", "standard_step": "always_flush", "always_flush": "always_flush"}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def tiles(rig, route: str, args) -> list:
+    if not args.table_tiles:
+        return [LaunchConfig(rows, 1) for rows in args.rows]
+    arch = "sm" + "".join(map(str, torch.cuda.get_device_capability()))
+    table = (table_gdn_configs if isinstance(rig.case.geom, GDNGeometry) else table_configs)(rig.case, arch)
+    return [table[ROUTES[route]]["config"]]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=["qwen3.5-4b", "qwen3.5-122b"])
+    ap.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
+    ap.add_argument("--state-dtypes", nargs="+", default=["bf16", "fp32"], choices=sorted(DTYPES))
+    ap.add_argument("--rows", nargs="+", type=int, default=[4, 8, 16], help="state rows a one-warp program takes")
+    ap.add_argument("--table-tiles", action="store_true", help="the tuned table's configs instead of --rows")
+    ap.add_argument("--caps", nargs="+", type=int, default=[0, 128], help="maxnreg values (0: no cap)")
+    ap.add_argument("--replays", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", default=str(REPO / "benchmarks/results/standard_tiles.json"))
+    args = ap.parse_args()
+    log = ProbeLog(args.out)
+    for name, dtype, batch in itertools.product(args.models, args.state_dtypes, args.batches):
+        rig = make_model_rig(name, batch, 16, DTYPES[dtype])
+        launches = [Launch(route, replace(tile, maxnreg=cap))
+                    for route in ROUTES for tile in tiles(rig, route, args) for cap in args.caps]
+        if getattr(rig, "fla", None) is not None:
+            launches.append(Launch("fla"))
+        timers = {(lc.kernel, lc.config): (lambda lc=lc, rig=rig: rig.time_cycle_us(lc, args.replays))
+                  for lc in launches}
+        us = median_of_rounds(timers, args.rounds)
+        for (route, cfg), t in us.items():
+            log.add(model=name, state_dtype=dtype, batch=batch, L=16, route=route,
+                    rows=cfg.block_p if cfg else None, maxnreg=cfg.maxnreg if cfg else None,
+                    config=cfg.to_dict() if cfg and args.table_tiles else None, us_per_step=round(t, 3))
+        del launches, timers, rig
+        torch.cuda.empty_cache()
+    log.print_table()
+
+
+if __name__ == "__main__":
+    main()

@@ -82,7 +82,7 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
                 fn, c = m2_standard._selective_state_update_kernel, dict(common, BLOCK_P=cfg.block_p, BLOCK_N=dstate,
                                                                         HAS_CURSOR=kernel == "always_flush",
                                                                         DRAIN=kernel == "always_flush", BLOCK_L=L,
-                                                                        EARLY_TERMS=bool(cfg.prefetch))
+                                                                        EARLY_TERMS=bool(cfg.early_terms))
             elif kernel == "fold":
                 fn, c = m2_replay_fold._replay_fold_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, BLOCK_P=max(16, cfg.block_p), BLOCK_N=dstate,

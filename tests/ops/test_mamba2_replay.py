@@ -59,10 +59,10 @@ def test_headdim_not_power_of_two_and_tied_parameters():
 @pytest.mark.parametrize("early_terms", [0, 1], ids=["late_D_z", "early_D_z"])
 def test_always_flush_route_equals_recurrence(early_terms):
     """Staggered non-empty rings drained in the standard kernel, with ``D`` and ``z``
-    loaded after the state's store or (``prefetch``) with the step's inputs."""
+    loaded after the state's store or (``early_terms``) with the step's inputs."""
     from trtllm_replayssm.ops.launch import LaunchConfig
 
-    run_replay(Scenario(GEOM, 4, seed=5), 6, route="always_flush", config=LaunchConfig(8, 1, prefetch=early_terms))
+    run_replay(Scenario(GEOM, 4, seed=5), 6, route="always_flush", config=LaunchConfig(8, 1, early_terms=early_terms))
 
 
 def test_force_flush_rows():

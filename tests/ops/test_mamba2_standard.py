@@ -20,10 +20,10 @@ def test_standard_dtype_pairs(state_dtype, act_dtype):
 @pytest.mark.parametrize("has_terms", [True, False], ids=["D_z", "no_D_z"])
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
 def test_standard_output_terms_loaded_early(state_dtype, has_terms):
-    """``prefetch``: the kernel loads ``D`` and ``z`` with the step's inputs (before the
+    """``early_terms``: the kernel loads ``D`` and ``z`` with the step's inputs (before the
     state's store); outputs and states still follow the recurrence."""
     run_standard(Scenario(GEOM, 1, state_dtype, torch.bfloat16, has_d=has_terms, has_z=has_terms, seed=13), 6,
-                 config=LaunchConfig(8, 1, prefetch=1))
+                 config=LaunchConfig(8, 1, early_terms=1))
 
 
 def test_standard_headdim_80_tied_no_z():

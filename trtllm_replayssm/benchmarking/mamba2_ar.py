@@ -32,8 +32,8 @@ _ALWAYS_FLUSH_TILES = [(4, 1), (8, 1), (16, 1), (8, 2), (16, 2), (32, 4)]
 
 def _with_early_terms(tiles) -> list:
     """The standard kernel's tiles in both forms: ``D`` and ``z`` loaded late, and early
-    (``prefetch``: faster at small batches, more registers at large ones; both measured)."""
-    return [LaunchConfig(*t) for t in tiles] + [LaunchConfig(*t, prefetch=1) for t in tiles]
+    (``early_terms``: faster at small batches, more registers at large ones; both measured)."""
+    return [LaunchConfig(*t) for t in tiles] + [LaunchConfig(*t, early_terms=1) for t in tiles]
 
 
 CANDIDATES = {

@@ -40,10 +40,10 @@ class LaunchConfig:
     for all of them), and how many batch rows one program of a fold launch
     looks through with one vector load of their cursors (``row_block``), and whether the
     GDN non-flush launch's loop over those blocks loads the next block's tiles into
-    registers one block ahead (``prefetch``) instead of Triton's staging, or the Mamba2
-    standard kernel loads ``D`` and ``z`` with the step's inputs (``prefetch``; early
-    they overlap the state's load, late they hold no registers over the step), and the
-    register cap ptxas compiles the standard kernels under (``maxnreg``; 0: none)."""
+    registers one block ahead (``prefetch``) instead of Triton's staging, whether the
+    Mamba2 standard kernel loads ``D`` and ``z`` with the step's inputs (``early_terms``;
+    early they overlap the state's load, late they hold no registers over the step), and
+    the register cap ptxas compiles the standard kernels under (``maxnreg``; 0: none)."""
 
     block_p: int
     num_warps: int
@@ -54,7 +54,8 @@ class LaunchConfig:
     loop_blocks: int = 1  # headdim blocks one program runs one after another
     key_chunk: int = 0  # speculative verify: state columns (keys, dstate) a step of its loop takes (0: all)
     row_block: int = 1  # fold launches: batch rows one program looks through, folding those that flush
-    prefetch: int = 0  # GDN non-flush: next block's tiles one block ahead; Mamba2 standard: D, z loaded early
+    prefetch: int = 0  # GDN non-flush launch: the next block's tiles loaded one block ahead
+    early_terms: int = 0  # Mamba2 standard kernel: D and z loaded with the step's inputs
     # Standard kernels: ptxas's register cap (0: none). Any cap changes the schedule: on one
     # warp, uncapped, ptxas holds a GDN program with a bf16 state to 64 registers and issues
     # the tile's last load only after the q/k norms; capped it takes 80 and issues it earlier.
@@ -65,7 +66,7 @@ class LaunchConfig:
 
 
 CONFIG_FIELDS = ("block_p", "num_warps", "fold_chunk", "fold_dot", "heads_per_prog", "split_fold", "loop_blocks",
-                 "key_chunk", "row_block", "prefetch", "maxnreg")
+                 "key_chunk", "row_block", "prefetch", "early_terms", "maxnreg")
 
 
 def grid(batch: int, nheads: int, headdim: int, cfg: LaunchConfig) -> tuple:

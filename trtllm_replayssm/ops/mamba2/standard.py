@@ -65,7 +65,7 @@ def _selective_state_update_kernel(
     A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
     B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
     C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-    if EARLY_TERMS:  # the launch config's choice (``prefetch``): see load_output_terms
+    if EARLY_TERMS:  # the launch config's choice (``early_terms``): see load_output_terms
         D, z = load_output_terms(offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, stride_D_h, stride_D_p, stride_z_b,
                                  stride_z_h, HAS_D, HAS_Z)
 
@@ -148,5 +148,5 @@ def launch_standard_step(state: torch.Tensor, step, config: LaunchConfig,
         stride_state_slot=state.stride(0), stride_state_h=state.stride(1), stride_state_p=state.stride(2),
         **step.kernel_args(),
         BLOCK_P=config.block_p, BLOCK_N=triton.next_power_of_2(step.dstate), HAS_CURSOR=write_pos is not None,
-        EARLY_TERMS=bool(config.prefetch), num_warps=config.num_warps, **maxnreg_option(config.maxnreg), **drain,
+        EARLY_TERMS=bool(config.early_terms), num_warps=config.num_warps, **maxnreg_option(config.maxnreg), **drain,
     )

@@ -4,7 +4,9 @@
 replay kernel's ``standard_step`` (cursor checked) and ``always_flush`` (cursor checked,
 ring drained); fla-core beside them where it is installed (GDN). Tiles: ``--rows`` on
 one warp, or with ``--table-tiles`` the tuned table's configs of each route (Mamba2's
-with their early-terms form). Whole cycles, cold L2, CUDA graphs; the launches take
+with their early-terms form). ``--without-slot-indices`` also times the standard step
+with no slot indices (rows read in batch order, as the benchmarks call fla-core: one
+dependent load fewer a program). Whole cycles, cold L2, CUDA graphs; the launches take
 turns over ``--rounds`` rounds and each reports its median
 (``benchmarking.rig.median_of_rounds``).
 
@@ -42,6 +44,16 @@ def tiles(rig, route: str, args) -> list:
     return [table[ROUTES[route]]["config"]]
 
 
+def time_without_slot_indices(rig, launch: Launch, replays: int) -> float:
+    """A cycle of ``launch`` with the rig's step taking no slot indices."""
+    key = "initial_state_indices" if "initial_state_indices" in rig.step else "state_batch_indices"
+    kept, rig.step[key] = rig.step[key], None
+    try:
+        return rig.time_cycle_us(launch, replays)
+    finally:
+        rig.step[key] = kept
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["qwen3.5-4b", "qwen3.5-122b"])
@@ -49,7 +61,10 @@ def main() -> None:
     ap.add_argument("--state-dtypes", nargs="+", default=["bf16", "fp32"], choices=sorted(DTYPES))
     ap.add_argument("--rows", nargs="+", type=int, default=[4, 8, 16], help="state rows a one-warp program takes")
     ap.add_argument("--table-tiles", action="store_true", help="the tuned table's configs instead of --rows")
-    ap.add_argument("--caps", nargs="+", type=int, default=[0, 128], help="maxnreg values (0: no cap)")
+    ap.add_argument("--caps", nargs="+", type=int, default=[0, 128],
+                    help="maxnreg values (0: no cap; -1: the tile's own, as the table holds it)")
+    ap.add_argument("--without-slot-indices", action="store_true",
+                    help="also time the standard step without slot indices")
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/standard_tiles.json"))
@@ -57,15 +72,19 @@ def main() -> None:
     log = ProbeLog(args.out)
     for name, dtype, batch in itertools.product(args.models, args.state_dtypes, args.batches):
         rig = make_model_rig(name, batch, 16, DTYPES[dtype])
-        launches = [Launch(route, replace(tile, maxnreg=cap))
+        launches = [Launch(route, tile if cap < 0 else replace(tile, maxnreg=cap))
                     for route in ROUTES for tile in tiles(rig, route, args) for cap in args.caps]
         if getattr(rig, "fla", None) is not None:
             launches.append(Launch("fla"))
-        timers = {(lc.kernel, lc.config): (lambda lc=lc, rig=rig: rig.time_cycle_us(lc, args.replays))
+        timers = {(lc.kernel, lc.config, True): (lambda lc=lc, rig=rig: rig.time_cycle_us(lc, args.replays))
                   for lc in launches}
+        if args.without_slot_indices:
+            timers.update({(lc.kernel, lc.config, False):
+                           (lambda lc=lc, rig=rig: time_without_slot_indices(rig, lc, args.replays))
+                           for lc in launches if lc.kernel == "standard"})
         us = median_of_rounds(timers, args.rounds)
-        for (route, cfg), t in us.items():
-            log.add(model=name, state_dtype=dtype, batch=batch, L=16, route=route,
+        for (route, cfg, slot_indices), t in us.items():
+            log.add(model=name, state_dtype=dtype, batch=batch, L=16, route=route, slot_indices=slot_indices,
                     rows=cfg.block_p if cfg else None, maxnreg=cfg.maxnreg if cfg else None,
                     config=cfg.to_dict() if cfg and args.table_tiles else None, us_per_step=round(t, 3))
         del launches, timers, rig

@@ -16,9 +16,8 @@ from tabulate import tabulate
 
 from trtllm_replayssm.benchmarking.mamba2_ar import CANDIDATES, Launch, Mamba2Case, make_rig
 from trtllm_replayssm.models import mamba2_model
-from trtllm_replayssm.ops.launch import LaunchConfig
 
-FOLD_OPTIONS = [LaunchConfig(*c) for c in CANDIDATES["fold"]]
+FOLD_OPTIONS = CANDIDATES["fold"]
 
 
 def main() -> None:

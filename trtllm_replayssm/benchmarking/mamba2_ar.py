@@ -23,9 +23,9 @@ from .timing import layers_for_cold_l2
 ROUTES = ("output_only", "state_and_output", "standard_step", "always_flush")
 KERNELS = ("standard",) + ROUTES
 
-# Tuning candidates: (block_p, num_warps, fold_chunk, ...) in LaunchConfig's field order,
-# or LaunchConfigs. Pruned with ptxas's register counts (sm_90): tiles that need > ~170
-# registers a thread lose on occupancy.
+# Tuning candidates, pruned with ptxas's register counts (sm_90): tiles that need > ~170
+# registers a thread lose on occupancy. (block_p, num_warps) tiles of the standard kernel:
+_C = LaunchConfig
 _STANDARD_TILES = [(4, 1), (8, 1), (16, 1), (32, 1), (8, 2), (16, 2), (16, 4), (32, 4)]
 _ALWAYS_FLUSH_TILES = [(4, 1), (8, 1), (16, 1), (8, 2), (16, 2), (32, 4)]
 
@@ -33,25 +33,26 @@ _ALWAYS_FLUSH_TILES = [(4, 1), (8, 1), (16, 1), (8, 2), (16, 2), (32, 4)]
 def _with_early_terms(tiles) -> list:
     """The standard kernel's tiles in both forms: ``D`` and ``z`` loaded late, and early
     (``early_terms``: faster at small batches, more registers at large ones; both measured)."""
-    return [LaunchConfig(*t) for t in tiles] + [LaunchConfig(*t, early_terms=1) for t in tiles]
+    return [_C(*t) for t in tiles] + [_C(*t, early_terms=1) for t in tiles]
 
 
 CANDIDATES = {
     "standard": _with_early_terms(_STANDARD_TILES),
-    # fold_chunk 0: the ring as whole tiles
-    "output_only": [(16, 1), (16, 1, 4), (32, 1), (32, 1, 4), (32, 2), (32, 4), (32, 4, 4), (64, 2, 4),
-                    (64, 4), (64, 4, 4), (16, 1, 0), (32, 1, 0), (32, 2, 0), (32, 4, 0), (64, 4, 0), (64, 2, 0)],
+    # fold_chunk: ring entries loaded together (0: the ring as whole tiles)
+    "output_only": [_C(16, 1), _C(16, 1, 4), _C(32, 1), _C(32, 1, 4), _C(32, 2), _C(32, 4), _C(32, 4, 4),
+                    _C(64, 2, 4), _C(64, 4), _C(64, 4, 4), _C(16, 1, 0), _C(32, 1, 0), _C(32, 2, 0), _C(32, 4, 0),
+                    _C(64, 4, 0), _C(64, 2, 0)],
     # The fold launch (a kernel of its own, one tf32x3 matmul over the ring; tiles of at
     # least 16 rows) also runs, and returns at once, on every non-flush step, so fewer,
-    # larger programs can win over the fastest flush step: the fifth entry is the heads
-    # one fold program loops over, the seventh the blocks of a head's rows it runs one
-    # after another (the head's B tile and ring scalars loaded once; 8: all of them), the
-    # ninth the batch rows it looks through with one vector load of their cursors.
-    "fold": [(16, 2, 1, 1), (32, 4, 1, 1), (32, 8, 1, 1), (16, 2, 1, 1, 1, 0, 4), (16, 2, 1, 1, 2, 0, 4),
-             (16, 2, 1, 1, 1, 0, 8)] +
-            [(16, 2, 1, 1, heads, 0, 8, 0, rows) for heads, rows in
+    # larger programs can win over the fastest flush step: heads_per_prog is the heads one
+    # fold program loops over, loop_blocks the blocks of a head's rows it runs one after
+    # another (the head's B tile and ring scalars loaded once; 8: all of them), row_block
+    # the batch rows it looks through with one vector load of their cursors.
+    "fold": [_C(16, 2, 1, 1), _C(32, 4, 1, 1), _C(32, 8, 1, 1), _C(16, 2, 1, 1, loop_blocks=4),
+             _C(16, 2, 1, 1, heads_per_prog=2, loop_blocks=4), _C(16, 2, 1, 1, loop_blocks=8)] +
+            [_C(16, 2, 1, 1, heads_per_prog=heads, loop_blocks=8, row_block=rows) for heads, rows in
              [(4, 4), (8, 2), (4, 8), (8, 4), (16, 2), (32, 1), (8, 8), (16, 4)]],
-    "state_and_output": [(8, 1), (8, 1, 2), (16, 1), (32, 2), (32, 4), (32, 4, 2)],
+    "state_and_output": [_C(8, 1), _C(8, 1, 2), _C(16, 1), _C(32, 2), _C(32, 4), _C(32, 4, 2)],
     "always_flush": _with_early_terms(_ALWAYS_FLUSH_TILES),
 }
 
@@ -60,8 +61,7 @@ def candidate_configs(kernel: str, headdim: int, limit: Optional[int] = None) ->
     """The launch configs a tuning sweep tries for ``kernel`` at this headdim (the first
     ``limit`` of them, if given)."""
     cap = 1 << (headdim - 1).bit_length()
-    configs = [c if isinstance(c, LaunchConfig) else LaunchConfig(*c) for c in CANDIDATES[kernel]]
-    return [c for c in configs if c.block_p <= cap][:limit]
+    return [c for c in CANDIDATES[kernel] if c.block_p <= cap][:limit]
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from trtllm_replayssm.benchmarking.gdn_ar import ROUTES, TUNABLE, GDNCase, make_gdn_rig, table_gdn_configs, tune_gdn_case
+from trtllm_replayssm.benchmarking.gdn_ar import ROUTES, TUNABLE, GDNCase, make_gdn_rig, tune_gdn_case
 from trtllm_replayssm.benchmarking.records import REPO, git_commit, update_table
 from trtllm_replayssm.benchmarking.rig import Launch, fastest_baseline, time_side_by_side
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
@@ -81,7 +81,7 @@ def main() -> None:
                 rig = make_gdn_rig(case)
                 t0 = time.time()
                 tuned = {} if args.from_table else tune_gdn_case(rig, limit=args.max_candidates, kernels=args.tune)
-                best = {**table_gdn_configs(case, arch), **tuned}
+                best = {**rig.table_configs(arch), **tuned}
                 launches = {"standard": Launch("standard", best["standard"]["config"]),
                             "output_only": Launch("output_only", best["output_only"]["config"], best["fold"]["config"]),
                             "standard_step": Launch("standard_step", best["always_flush"]["config"]),

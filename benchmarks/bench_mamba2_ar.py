@@ -31,7 +31,7 @@ import torch
 from tabulate import tabulate
 
 from trtllm_replayssm.benchmarking.mamba2_ar import (CANDIDATES, ROUTES, Launch, Mamba2Case, Mamba2Rig,
-                                                     candidate_configs, make_rig, table_configs, tune_case)
+                                                     candidate_configs, make_rig, tune_case)
 from trtllm_replayssm.benchmarking.rig import fastest_baseline, time_side_by_side
 from trtllm_replayssm.benchmarking.records import REPO, git_commit, update_table
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
@@ -118,7 +118,7 @@ def main() -> None:
         case = Mamba2Case(model, mamba2_model(model).geom, batch, L, DTYPES[sd])
         rig = make_rig(case)
         t0 = time.time()
-        best = table_configs(case, arch) if args.from_table else tune_case(rig, limit=args.max_candidates)
+        best = rig.table_configs(arch) if args.from_table else tune_case(rig, limit=args.max_candidates)
         launches = {"standard": Launch("standard", best["standard"]["config"]),
                     "output_only": Launch("output_only", best["output_only"]["config"], best["fold"]["config"]),
                     "state_and_output": Launch("state_and_output", best["state_and_output"]["config"]),

@@ -23,12 +23,9 @@ from dataclasses import replace
 
 import torch
 
-from trtllm_replayssm.benchmarking.gdn_ar import table_gdn_configs
-from trtllm_replayssm.benchmarking.mamba2_ar import table_configs
 from trtllm_replayssm.benchmarking.records import REPO, ProbeLog
 from trtllm_replayssm.benchmarking.rig import Launch, median_of_rounds
 from trtllm_replayssm.benchmarking.rigs import make_model_rig
-from trtllm_replayssm.models import GDNGeometry
 from trtllm_replayssm.ops.launch import LaunchConfig
 
 # route -> the table's kernel whose config it launches
@@ -40,8 +37,7 @@ def tiles(rig, route: str, args) -> list:
     if not args.table_tiles:
         return [LaunchConfig(rows, 1) for rows in args.rows]
     arch = "sm" + "".join(map(str, torch.cuda.get_device_capability()))
-    table = (table_gdn_configs if isinstance(rig.case.geom, GDNGeometry) else table_configs)(rig.case, arch)
-    return [table[ROUTES[route]]["config"]]
+    return [rig.table_configs(arch)[ROUTES[route]]["config"]]
 
 
 def time_without_slot_indices(rig, launch: Launch, replays: int) -> float:

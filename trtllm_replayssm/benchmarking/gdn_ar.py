@@ -16,7 +16,7 @@ import torch
 from .._runtime import default_device
 from ..cache import GDNGeometry, GDNReplayCache
 from ..ops.gdn import fused_recurrent_gated_delta_rule_replayssm, fused_sigmoid_gating_delta_rule_update
-from ..ops.launch import LaunchConfig, select_config
+from ..ops.launch import LaunchConfig
 from .rig import CycleRig, Launch, best_config
 from .timing import layers_for_cold_l2
 
@@ -114,6 +114,12 @@ class GDNRig(CycleRig):
         """fla-core's fused recurrent kernel where it is installed (faster at batch >= 128)."""
         return Launch("fla") if self.fla is not None else Launch("standard")
 
+    TABLE_KERNELS = ("standard", "always_flush", "fold", "output_only")
+
+    def table_shape(self) -> dict:
+        g = self.case.geom
+        return dict(headdim=g.head_v_dim, dstate=g.head_k_dim, nheads=g.num_v_heads, family="gdn")
+
     def layer_step(self, launch: Launch, layer: int) -> None:
         state = self.cache.ssm_state[layer]
         if launch.kernel == "standard":
@@ -156,11 +162,3 @@ def tune_gdn_case(rig: GDNRig, replays: int = 5, limit: Optional[int] = None,
                                       candidate_configs("output_only", hv, limit))
     return best
 
-
-def table_gdn_configs(case: GDNCase, arch: str) -> Dict[str, Dict]:
-    """The dispatcher table's configs for this case, in :func:`tune_gdn_case`'s form
-    (without times)."""
-    g = case.geom
-    return {k: {"config": select_config(k, arch, case.state_dtype, case.act_dtype, g.head_v_dim, g.head_k_dim,
-                                        case.batch, family="gdn", nheads=g.num_v_heads)}
-            for k in ("standard", "always_flush", "fold", "output_only")}

@@ -16,7 +16,7 @@ from .._runtime import default_device
 from ..ops.cursors import FLUSH_EVERY_STEP
 from ..cache import Mamba2Geometry, Mamba2ReplayCache
 from ..ops.mamba2 import selective_state_update, selective_state_update_replayssm
-from ..ops.launch import LaunchConfig, select_config
+from ..ops.launch import LaunchConfig
 from .rig import CycleRig, Launch, best_config
 from .timing import layers_for_cold_l2
 
@@ -116,6 +116,12 @@ class Mamba2Rig(CycleRig):
             out=torch.empty(B, H, P, device=device, dtype=a),
         )
 
+    TABLE_KERNELS = ("standard", "state_and_output", "always_flush", "fold", "output_only")
+
+    def table_shape(self) -> dict:
+        g = self.case.geom
+        return dict(headdim=g.headdim, dstate=g.dstate, nheads=g.nheads, family="mamba2")
+
     def layer_step(self, launch: Launch, layer: int) -> None:
         if launch.kernel == "standard":
             selective_state_update(self.cache.ssm_state[layer], **self.step, config=launch.config)
@@ -152,11 +158,3 @@ def tune_case(rig: Mamba2Rig, replays: int = 5, limit: Optional[int] = None) -> 
                                 candidate_configs("output_only", hd, limit))
     return best
 
-
-def table_configs(case: Mamba2Case, arch: str) -> Dict[str, Dict]:
-    """The dispatcher table's configs for this case, in :func:`tune_case`'s form (without
-    times): a benchmark can measure a committed table without tuning again."""
-    g = case.geom
-    return {k: {"config": select_config(k, arch, case.state_dtype, case.act_dtype, g.headdim, g.dstate, case.batch,
-                                        nheads=g.nheads)}
-            for k in ("standard", "state_and_output", "always_flush", "fold", "output_only")}

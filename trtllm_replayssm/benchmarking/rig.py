@@ -10,7 +10,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, Optional
 
-from ..ops.launch import LaunchConfig
+from ..ops.launch import LaunchConfig, select_config
 from .timing import capture, time_graph_ms
 
 
@@ -25,13 +25,27 @@ class Launch:
 
 class CycleRig:
     """Subclasses set ``case`` (with ``buffer_len``), ``n_layers``, ``cache`` (with
-    ``write_pos`` and ``advance``), ``slot_idx`` and implement :meth:`layer_step`.
-    Kernels whose name is in ``STATELESS`` keep no ring, so cycles do not advance cursors."""
+    ``write_pos`` and ``advance``), ``slot_idx`` and implement :meth:`layer_step` and
+    :meth:`table_shape`. Kernels whose name is in ``STATELESS`` keep no ring, so cycles do
+    not advance cursors; ``TABLE_KERNELS`` are the launches the family's tuned table holds."""
 
     STATELESS = ("standard",)
+    TABLE_KERNELS: tuple = ()
 
     def layer_step(self, launch: Launch, layer: int) -> None:
         raise NotImplementedError
+
+    def table_shape(self) -> dict:
+        """The dispatcher table's look-up keys of this case: ``headdim``, ``dstate``,
+        ``nheads`` and ``family`` as :func:`~trtllm_replayssm.ops.launch.select_config` takes them."""
+        raise NotImplementedError
+
+    def table_configs(self, arch: str) -> Dict[str, Dict]:
+        """The dispatcher table's configs for this case, in the tuners' form (without
+        times): a benchmark can measure a committed table without tuning again."""
+        c, shape = self.case, self.table_shape()
+        return {k: {"config": select_config(k, arch, c.state_dtype, c.act_dtype, batch=c.batch, **shape)}
+                for k in self.TABLE_KERNELS}
 
     def baseline_launch(self) -> Launch:
         """The faster standard baseline this rig has (a family may have more than the

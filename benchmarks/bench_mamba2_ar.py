@@ -11,6 +11,7 @@ or a flush-every-step route: ``benchmarking.rig.fastest_baseline``), named in ``
     python benchmarks/bench_mamba2_ar.py                      # full run (H200: ~14 min)
     python benchmarks/bench_mamba2_ar.py --models nemotron-3-super --batches 128 --state-dtypes fp32
     python benchmarks/bench_mamba2_ar.py --from-table --l-sweep   # the table's configs, measured again
+    python benchmarks/bench_mamba2_ar.py --tune standard always_flush  # tune those; the rest as in the table
 
 The compared launches take turns over ``--rounds`` rounds, a capture each, and each
 reports its median (see ``benchmarking.rig.time_side_by_side``).
@@ -30,7 +31,7 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from trtllm_replayssm.benchmarking.mamba2_ar import (CANDIDATES, ROUTES, Launch, Mamba2Case, Mamba2Rig,
+from trtllm_replayssm.benchmarking.mamba2_ar import (CANDIDATES, ROUTES, TUNABLE, Launch, Mamba2Case, Mamba2Rig,
                                                      candidate_configs, make_rig, tune_case)
 from trtllm_replayssm.benchmarking.rig import fastest_baseline, time_side_by_side
 from trtllm_replayssm.benchmarking.records import REPO, git_commit, update_table
@@ -88,6 +89,8 @@ def main() -> None:
                          "use with --models tiny and --out/--table-dir in a scratch folder")
     ap.add_argument("--table-dir", default=str(REPO / "trtllm_replayssm/tuned"))
     ap.add_argument("--max-candidates", type=int, default=None, help="tune over the first N configs of each kernel")
+    ap.add_argument("--tune", nargs="+", default=list(TUNABLE), choices=TUNABLE,
+                    help="launches to tune (replay: the fold and the non-flush launch); the others keep the table's")
     args = ap.parse_args()
 
     if not torch.cuda.is_available() and not args.dry_run:
@@ -118,7 +121,8 @@ def main() -> None:
         case = Mamba2Case(model, mamba2_model(model).geom, batch, L, DTYPES[sd])
         rig = make_rig(case)
         t0 = time.time()
-        best = rig.table_configs(arch) if args.from_table else tune_case(rig, limit=args.max_candidates)
+        tuned = {} if args.from_table else tune_case(rig, limit=args.max_candidates, kernels=args.tune)
+        best = {**rig.table_configs(arch), **tuned}
         launches = {"standard": Launch("standard", best["standard"]["config"]),
                     "output_only": Launch("output_only", best["output_only"]["config"], best["fold"]["config"]),
                     "state_and_output": Launch("state_and_output", best["state_and_output"]["config"]),
@@ -132,7 +136,7 @@ def main() -> None:
             if not args.from_table:
                 update_table(table, batch, case.geom.nheads,
                              lambda k: launch_table.table_key(k, case.state_dtype, case.act_dtype, case.geom.headdim,
-                                                              case.geom.dstate), best, route)
+                                                              case.geom.dstate), tuned, route)
                 table_path.parent.mkdir(parents=True, exist_ok=True)
                 table_path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
                 launch_table._load_table.cache_clear()

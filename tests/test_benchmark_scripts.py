@@ -83,6 +83,34 @@ def test_side_by_side_timing_alternates_and_takes_medians():
     assert us == {"a": 3.0, "b": 4.0}
 
 
+def test_tuning_a_subset_times_only_those_launches():
+    """``tune_table_kernels``: each named launch on its own route; "replay" tunes the fold
+    first, then the non-flush launch with the fold it chose."""
+    from trtllm_replayssm.benchmarking.rig import tune_table_kernels
+    from trtllm_replayssm.ops.launch import LaunchConfig
+
+    class FakeRig:
+        def __init__(self):
+            self.timed = []
+
+        def time_cycle_us(self, launch, replays):
+            self.timed.append(launch)
+            return launch.config.block_p if launch.kernel != "output_only" or launch.fold_config is None \
+                else launch.config.block_p + launch.fold_config.block_p
+
+    candidates = {k: [LaunchConfig(8, 1), LaunchConfig(4, 1)] for k in ("standard", "always_flush", "fold", "output_only")}
+    rig = FakeRig()
+    best = tune_table_kernels(rig, candidates.__getitem__, ["always_flush"], LaunchConfig(32, 1))
+    assert set(best) == {"always_flush"} and best["always_flush"]["config"] == LaunchConfig(4, 1)
+    assert {lc.kernel for lc in rig.timed} == {"always_flush"}
+    rig = FakeRig()
+    best = tune_table_kernels(rig, candidates.__getitem__, ["replay"], LaunchConfig(32, 1))
+    assert set(best) == {"fold", "output_only"}
+    folds = [lc for lc in rig.timed if lc.config == LaunchConfig(32, 1)]
+    assert [lc.fold_config for lc in folds] == candidates["fold"]  # the fold tuned under the fixed non-flush launch
+    assert all(lc.fold_config == LaunchConfig(4, 1) for lc in rig.timed[len(folds):])
+
+
 def test_baseline_is_the_fastest_launch_that_writes_the_state_every_step():
     """A speedup is against the fastest standard launch measured, never against a replay
     route that skips state writes, and not against a slower standard kernel."""

@@ -17,7 +17,7 @@ from .._runtime import default_device
 from ..cache import GDNGeometry, GDNReplayCache
 from ..ops.gdn import fused_recurrent_gated_delta_rule_replayssm, fused_sigmoid_gating_delta_rule_update
 from ..ops.launch import LaunchConfig
-from .rig import CycleRig, Launch, best_config
+from .rig import CycleRig, Launch, tune_table_kernels
 from .timing import layers_for_cold_l2
 
 ROUTES = ("output_only", "standard_step", "always_flush")
@@ -146,19 +146,10 @@ TUNABLE = ("standard", "always_flush", "replay")
 
 def tune_gdn_case(rig: GDNRig, replays: int = 5, limit: Optional[int] = None,
                   kernels: Sequence[str] = TUNABLE) -> Dict[str, Dict]:
-    """Fastest launch configs of the in-tree kernels for this case, on whole cycles (the
-    fold launch first, then the non-flush launch with it, as for Mamba2); only those of
-    ``kernels`` (of :data:`TUNABLE`)."""
+    """Fastest launch configs of ``kernels`` (of :data:`TUNABLE`) for this case, on whole
+    cycles (:func:`~.rig.tune_table_kernels`; the non-flush launch on 8 rows over 16 blocks
+    while the fold is tuned)."""
     hv = rig.case.geom.head_v_dim
-    best = {k: best_config(lambda c: rig.time_cycle_us(Launch(k, c), replays), candidate_configs(k, hv, limit))
-            for k in ("standard", "always_flush") if k in kernels}
-    if "replay" not in kernels:
-        return best
-    nonflush0 = LaunchConfig(8, 1, loop_blocks=16)  # a good non-flush launch while the fold is tuned
-    best["fold"] = best_config(lambda c: rig.time_cycle_us(Launch("output_only", nonflush0, c), replays),
-                               candidate_configs("fold", hv, limit))
-    fold = best["fold"]["config"]
-    best["output_only"] = best_config(lambda c: rig.time_cycle_us(Launch("output_only", c, fold), replays),
-                                      candidate_configs("output_only", hv, limit))
-    return best
+    return tune_table_kernels(rig, lambda k: candidate_configs(k, hv, limit), kernels,
+                              LaunchConfig(8, 1, loop_blocks=16), replays)
 

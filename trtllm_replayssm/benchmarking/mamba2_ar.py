@@ -8,7 +8,7 @@ a model would. Results are per layer-step: cycle time / (L x layers).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import torch
 
@@ -17,7 +17,7 @@ from ..ops.cursors import FLUSH_EVERY_STEP
 from ..cache import Mamba2Geometry, Mamba2ReplayCache
 from ..ops.mamba2 import selective_state_update, selective_state_update_replayssm
 from ..ops.launch import LaunchConfig
-from .rig import CycleRig, Launch, best_config
+from .rig import CycleRig, Launch, tune_table_kernels
 from .timing import layers_for_cold_l2
 
 ROUTES = ("output_only", "state_and_output", "standard_step", "always_flush")
@@ -135,26 +135,18 @@ def make_rig(case: Mamba2Case) -> Mamba2Rig:
     return Mamba2Rig(case, layers_for_cold_l2(case.state_bytes) if torch.cuda.is_available() else 2)
 
 
-def tune_case(rig: Mamba2Rig, replays: int = 5, limit: Optional[int] = None) -> Dict[str, Dict]:
-    """Fastest launch configs of every kernel for this case.
+# What tune_case can tune: the standard kernel, the state_and_output route, the always_flush
+# route's launch (the standard kernel with the cursor check and the drain; standard_step
+# shares its config, and since session 22 it is tuned on its own route, which the
+# TensorRT-LLM glue runs where the table says standard_step) and the replay launches (the
+# fold and the non-flush launch, tuned together).
+TUNABLE = ("standard", "state_and_output", "always_flush", "replay")
 
-    Every kernel is tuned on whole cycles. ``output_only`` has two launches: its fold
-    launch is tuned first (with a fixed non-flush config), then its non-flush launch
-    with that fold config.
-    """
+
+def tune_case(rig: Mamba2Rig, replays: int = 5, limit: Optional[int] = None,
+              kernels: Sequence[str] = TUNABLE) -> Dict[str, Dict]:
+    """Fastest launch configs of ``kernels`` (of :data:`TUNABLE`) for this case, on whole
+    cycles (:func:`~.rig.tune_table_kernels`)."""
     hd = rig.case.geom.headdim
-    best = {}
-    for k in ("standard", "state_and_output"):
-        best[k] = best_config(lambda c: rig.time_cycle_us(Launch(k, c), replays), candidate_configs(k, hd, limit))
-    # The table's "always_flush" entry is the cursor-checked standard kernel that both
-    # flush-every-step routes launch; it is tuned where it runs alone (standard_step).
-    best["always_flush"] = best_config(lambda c: rig.time_cycle_us(Launch("standard_step", c), replays),
-                                       candidate_configs("always_flush", hd, limit))
-    nonflush0 = LaunchConfig(32, 1, 4)
-    best["fold"] = best_config(lambda c: rig.time_cycle_us(Launch("output_only", nonflush0, c), replays),
-                         candidate_configs("fold", hd, limit))
-    fold = best["fold"]["config"]
-    best["output_only"] = best_config(lambda c: rig.time_cycle_us(Launch("output_only", c, fold), replays),
-                                candidate_configs("output_only", hd, limit))
-    return best
+    return tune_table_kernels(rig, lambda k: candidate_configs(k, hd, limit), kernels, LaunchConfig(32, 1, 4), replays)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, Optional
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 from ..ops.launch import LaunchConfig, select_config
 from .timing import capture, time_graph_ms
@@ -126,6 +126,23 @@ def time_cycle_and_steps(rig: CycleRig, launch: Launch, replays: int = 20) -> tu
     L = rig.case.buffer_len
     return (rig.time_cycle_us(launch, replays), rig.time_step_us(launch, L - 1, replays),
             rig.time_step_us(launch, L // 2, replays))
+
+
+def tune_table_kernels(rig: CycleRig, candidates: Callable[[str], List[LaunchConfig]], kernels: Sequence[str],
+                       nonflush0: LaunchConfig, replays: int = 5) -> Dict[str, Dict]:
+    """Fastest launch configs (:func:`best_config`) of ``kernels``, each on whole cycles of
+    its own route; ``"replay"`` stands for the ``output_only`` route's two launches: its
+    fold launch is tuned first (with the non-flush launch on ``nonflush0``), then its
+    non-flush launch with that fold. ``candidates(kernel)``: the configs to try."""
+    best = {k: best_config(lambda c, k=k: rig.time_cycle_us(Launch(k, c), replays), candidates(k))
+            for k in kernels if k != "replay"}
+    if "replay" in kernels:
+        best["fold"] = best_config(lambda c: rig.time_cycle_us(Launch("output_only", nonflush0, c), replays),
+                                   candidates("fold"))
+        fold = best["fold"]["config"]
+        best["output_only"] = best_config(lambda c: rig.time_cycle_us(Launch("output_only", c, fold), replays),
+                                          candidates("output_only"))
+    return best
 
 
 def best_config(time_fn: Callable[[LaunchConfig], float], configs: Iterable[LaunchConfig]) -> Dict:

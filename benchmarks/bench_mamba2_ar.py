@@ -164,7 +164,8 @@ def main() -> None:
                 rec["flush_us_per_step"] = round(rig.time_step_us(lc, L - 1, args.replays), 3)
             records.append(rec)
         if "auto" in cycle_us:
-            rows.append([model, sd, batch, L, f"{base_us:.1f} ({baseline})"] + [f"{base_us / cycle_us[k]:.2f}" for k in ROUTES]
+            rows.append([model, sd, batch, L, f"{base_us:.1f} ({baseline})"]
+                        + [f"{base_us / cycle_us[k]:.2f}" for k in ROUTES]
                         + [f"{base_us / cycle_us['auto']:.2f} ({launches['auto'].kernel})"])
         print(f"{model} {sd} bs{batch} L{L}: " + ", ".join(f"{k} {us:.1f}us x{base_us / us:.2f}" for k, us in cycle_us.items())
               + f" [{time.time() - t0:.0f}s]", flush=True)

@@ -29,7 +29,8 @@ ROUTES = ("output_only", "standard_step", "always_flush")
 _C = LaunchConfig
 # The standard kernel on one warp, also under a register cap (which changes ptxas's schedule:
 # LaunchConfig.maxnreg): at batch 8 with a bf16 state 16 rows on one warp took 6.5 against
-# 6.6 us, and the always_flush route's drain 6.6 against 7.0 us capped (probe of session 22).
+# 6.6 us, and the always_flush route's drain 6.6 against 7.0 us capped
+# (``benchmarks/probe_standard_tiles.py``, ``results/standard_tiles.json``).
 _ONE_WARP = [_C(rows, 1, maxnreg=cap) for cap in (0, 128) for rows in (4, 8, 16)]
 CANDIDATES = {
     "standard": _ONE_WARP + [_C(8, 2), _C(16, 2), _C(16, 4), _C(32, 4)],
@@ -152,4 +153,3 @@ def tune_gdn_case(rig: GDNRig, replays: int = 5, limit: Optional[int] = None,
     hv = rig.case.geom.head_v_dim
     return tune_table_kernels(rig, lambda k: candidate_configs(k, hv, limit), kernels,
                               LaunchConfig(8, 1, loop_blocks=16), replays)
-

@@ -137,9 +137,9 @@ def make_rig(case: Mamba2Case) -> Mamba2Rig:
 
 # What tune_case can tune: the standard kernel, the state_and_output route, the always_flush
 # route's launch (the standard kernel with the cursor check and the drain; standard_step
-# shares its config, and since session 22 it is tuned on its own route, which the
-# TensorRT-LLM glue runs where the table says standard_step) and the replay launches (the
-# fold and the non-flush launch, tuned together).
+# shares its config; tuned on its own route, which the TensorRT-LLM glue runs where the
+# table says standard_step) and the replay launches (the fold and the non-flush launch,
+# tuned together).
 TUNABLE = ("standard", "state_and_output", "always_flush", "replay")
 
 
@@ -149,4 +149,3 @@ def tune_case(rig: Mamba2Rig, replays: int = 5, limit: Optional[int] = None,
     cycles (:func:`~.rig.tune_table_kernels`)."""
     hd = rig.case.geom.headdim
     return tune_table_kernels(rig, lambda k: candidate_configs(k, hd, limit), kernels, LaunchConfig(32, 1, 4), replays)
-

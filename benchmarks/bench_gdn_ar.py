@@ -15,7 +15,8 @@ dispatcher's table ``tuned/gdn_<arch>.json``.
     python benchmarks/bench_gdn_ar.py --tune standard always_flush  # tune those; the rest as in the table
 
 The compared launches take turns over ``--rounds`` rounds, a capture each, and each
-reports its median (see ``benchmarking.rig.time_side_by_side``).
+reports its median (see ``benchmarking.rig.time_side_by_side``); so do the output_only
+route's flush and non-flush steps (``benchmarking.rig.time_flush_and_nonflush_steps``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from tabulate import tabulate
 
 from trtllm_replayssm.benchmarking.gdn_ar import ROUTES, TUNABLE, GDNCase, make_gdn_rig, tune_gdn_case
 from trtllm_replayssm.benchmarking.records import REPO, git_commit, update_table
-from trtllm_replayssm.benchmarking.rig import Launch, fastest_baseline, time_side_by_side
+from trtllm_replayssm.benchmarking.rig import Launch, fastest_baseline, time_flush_and_nonflush_steps, time_side_by_side
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.models import model
 from trtllm_replayssm.ops import launch as launch_table
@@ -113,10 +114,10 @@ def main() -> None:
                         fold_config=lc.fold_config.to_dict() if lc.fold_config else None, commit=commit))
                     if k == "output_only" and torch.cuda.is_available():  # where the cycle's time goes
                         rec = records[-1]
-                        nf = rig.time_step_us(lc, L // 2, args.replays)
+                        flush, nf = time_flush_and_nonflush_steps(rig, lc, args.replays, args.rounds)
                         rec["nonflush_us_per_step"] = round(nf, 3)
                         rec["nonflush_read_share_of_copy"] = round(case.state_bytes / (nf * 1e-6) / 1e9 / copy_gbps, 3)
-                        rec["flush_us_per_step"] = round(rig.time_step_us(lc, L - 1, args.replays), 3)
+                        rec["flush_us_per_step"] = round(flush, 3)
                 rows.append([name, sd, batch, baseline, f"{us[baseline]:.1f}", f"{us['output_only']:.1f}",
                              f"{us[baseline] / us['output_only']:.2f}x", f"{us[baseline] / us['auto']:.2f}x ({auto})"])
                 print(rows[-1], f"[{time.time() - t0:.0f}s]", flush=True)

@@ -14,7 +14,8 @@ or a flush-every-step route: ``benchmarking.rig.fastest_baseline``), named in ``
     python benchmarks/bench_mamba2_ar.py --tune standard always_flush  # tune those; the rest as in the table
 
 The compared launches take turns over ``--rounds`` rounds, a capture each, and each
-reports its median (see ``benchmarking.rig.time_side_by_side``).
+reports its median (see ``benchmarking.rig.time_side_by_side``); so do the output_only
+route's flush and non-flush steps (``benchmarking.rig.time_flush_and_nonflush_steps``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from tabulate import tabulate
 
 from trtllm_replayssm.benchmarking.mamba2_ar import (CANDIDATES, ROUTES, TUNABLE, Launch, Mamba2Case, Mamba2Rig,
                                                      candidate_configs, make_rig, tune_case)
-from trtllm_replayssm.benchmarking.rig import fastest_baseline, time_side_by_side
+from trtllm_replayssm.benchmarking.rig import fastest_baseline, time_flush_and_nonflush_steps, time_side_by_side
 from trtllm_replayssm.benchmarking.records import REPO, git_commit, update_table
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.models import mamba2_model
@@ -157,11 +158,11 @@ def main() -> None:
                        config=lc.config.to_dict() if lc.config else None,
                        fold_config=lc.fold_config.to_dict() if lc.fold_config else None, commit=commit)
             if k == "output_only":
-                nf = rig.time_step_us(lc, L // 2, args.replays)
+                flush, nf = time_flush_and_nonflush_steps(rig, lc, args.replays, args.rounds)
                 rec["nonflush_us_per_step"] = round(nf, 3)
                 rec["nonflush_read_gbps"] = round(case.state_bytes / (nf * 1e-6) / 1e9, 1)
                 rec["nonflush_read_share_of_copy"] = round(rec["nonflush_read_gbps"] / copy_gbps, 3)
-                rec["flush_us_per_step"] = round(rig.time_step_us(lc, L - 1, args.replays), 3)
+                rec["flush_us_per_step"] = round(flush, 3)
             records.append(rec)
         if "auto" in cycle_us:
             rows.append([model, sd, batch, L, f"{base_us:.1f} ({baseline})"]

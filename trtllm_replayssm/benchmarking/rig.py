@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..ops.launch import LaunchConfig, select_config
 from .timing import capture, time_graph_ms
@@ -119,13 +119,22 @@ def time_side_by_side(rig: CycleRig, launches: Dict[str, Launch], replays: int =
                              for k, launch in launches.items()}, rounds)
 
 
+def time_flush_and_nonflush_steps(rig: CycleRig, launch: Launch, replays: int = 20,
+                                  rounds: int = 1) -> Tuple[float, float]:
+    """``(flush step, non-flush step)``, microseconds a layer: every cursor at ``L - 1``,
+    then every cursor at ``L // 2``; each the median of ``rounds`` rounds in which the two
+    take turns (:func:`median_of_rounds`: a replay step moves between captures as its
+    cycle does)."""
+    L = rig.case.buffer_len
+    us = median_of_rounds({"flush": lambda: rig.time_step_us(launch, L - 1, replays),
+                           "nonflush": lambda: rig.time_step_us(launch, L // 2, replays)}, rounds)
+    return us["flush"], us["nonflush"]
+
+
 def time_cycle_and_steps(rig: CycleRig, launch: Launch, replays: int = 20) -> tuple:
     """``(cycle, flush step, non-flush step)``, microseconds a layer: the cycle as
-    :meth:`CycleRig.time_cycle_us`, the flush step with every cursor at ``L - 1`` and the
-    non-flush one with every cursor at ``L // 2``."""
-    L = rig.case.buffer_len
-    return (rig.time_cycle_us(launch, replays), rig.time_step_us(launch, L - 1, replays),
-            rig.time_step_us(launch, L // 2, replays))
+    :meth:`CycleRig.time_cycle_us`, the steps as :func:`time_flush_and_nonflush_steps`."""
+    return (rig.time_cycle_us(launch, replays), *time_flush_and_nonflush_steps(rig, launch, replays))
 
 
 def tune_table_kernels(rig: CycleRig, candidates: Callable[[str], List[LaunchConfig]], kernels: Sequence[str],

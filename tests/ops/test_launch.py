@@ -132,3 +132,25 @@ def test_fold_programmatic_launch_only_on_a_gpu_under_the_jit(monkeypatch):
             assert not launch.fold_programmatic_launch(cuda, 1, "gdn")
         monkeypatch.setattr(launch, "FOLD_PDL", False)
         assert not launch.fold_programmatic_launch(cuda, 1, "gdn")
+
+
+@pytest.mark.parametrize("family", ["mamba2", "gdn"])
+def test_register_cap_reaches_the_standard_kernels_launch(family):
+    """``LaunchConfig.maxnreg`` is a launch option of the standard kernel (what the JIT
+    compiles under and what the AOT build records), and no option at all when it is 0, so
+    uncapped launches keep their specs. Seen by a launcher in front that launches nothing."""
+    from trtllm_replayssm.benchmarking.rigs import make_model_rig
+    from trtllm_replayssm.benchmarking.rig import Launch
+
+    seen = []
+
+    def record(kernel, grid, kwargs):
+        seen.append(kwargs)
+        return True
+
+    rig = make_model_rig("tiny" if family == "mamba2" else "tiny-gdn", 2, 4, torch.float32)
+    with launch.launcher_in_front(record):
+        for cap in (0, 128):
+            for route in ("standard", "always_flush"):
+                rig.layer_step(Launch(route, launch.LaunchConfig(16, 1, maxnreg=cap)), 0)
+    assert [kw.get("maxnreg") for kw in seen] == [None, None, 128, 128]

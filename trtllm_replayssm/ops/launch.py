@@ -14,7 +14,7 @@ import json
 import math
 import os
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -65,8 +65,7 @@ class LaunchConfig:
         return asdict(self)
 
 
-CONFIG_FIELDS = ("block_p", "num_warps", "fold_chunk", "fold_dot", "heads_per_prog", "split_fold", "loop_blocks",
-                 "key_chunk", "row_block", "prefetch", "early_terms", "maxnreg")
+CONFIG_FIELDS = tuple(f.name for f in fields(LaunchConfig))  # a table row's config keys
 
 
 def grid(batch: int, nheads: int, headdim: int, cfg: LaunchConfig) -> tuple:

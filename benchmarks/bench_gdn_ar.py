@@ -99,8 +99,7 @@ def main() -> None:
                     table_path.parent.mkdir(parents=True, exist_ok=True)
                     table_path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
                     launch_table._load_table.cache_clear()
-                auto = launch_table.select_route(arch, case.state_dtype, case.act_dtype, m.geom.head_v_dim,
-                                                 m.geom.head_k_dim, batch, family="gdn", nheads=m.geom.num_v_heads)
+                auto = rig.table_route(arch)
                 launches["auto"] = Launch(auto)
                 us["auto"] = time_side_by_side(rig, {"auto": launches["auto"]}, args.replays, args.rounds)["auto"]
                 for k, t in us.items():

@@ -141,8 +141,7 @@ def main() -> None:
                 table_path.parent.mkdir(parents=True, exist_ok=True)
                 table_path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
                 launch_table._load_table.cache_clear()
-            auto_route = launch_table.select_route(arch, case.state_dtype, case.act_dtype, case.geom.headdim,
-                                                   case.geom.dstate, batch, nheads=case.geom.nheads)
+            auto_route = rig.table_route(arch)
             launches["auto"] = Launch(auto_route)
             cycle_us["auto"] = time_side_by_side(rig, {"auto": launches["auto"]}, args.replays, args.rounds)["auto"]
 

@@ -19,7 +19,6 @@ import torch
 from trtllm_replayssm.benchmarking.records import REPO, ProbeLog
 from trtllm_replayssm.benchmarking.rig import Launch
 from trtllm_replayssm.benchmarking.rigs import make_model_rig
-from trtllm_replayssm.ops.launch import select_config
 
 
 def main() -> None:
@@ -35,10 +34,8 @@ def main() -> None:
     for spec in args.cases:
         name, batch = spec.split(":")
         rig = make_model_rig(name, int(batch), 16, torch.float32)
-        case, g = rig.case, rig.case.geom
-        cfg = {k: select_config(k, arch, torch.float32, case.act_dtype, g.headdim, g.dstate, case.batch,
-                                nheads=g.nheads) for k in ("output_only", "fold")}
-        launches = {"explicit": Launch("output_only", cfg["output_only"], cfg["fold"]),
+        case, table = rig.case, rig.table_configs(arch)
+        launches = {"explicit": Launch("output_only", table["output_only"]["config"], table["fold"]["config"]),
                     "auto": Launch("output_only"), "standard": Launch("standard")}
         for rnd in range(args.rounds):
             for label, launch in launches.items():

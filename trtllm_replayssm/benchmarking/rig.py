@@ -10,7 +10,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from ..ops.launch import LaunchConfig, select_config
+from ..ops.launch import LaunchConfig, select_config, select_route
 from .timing import capture, time_graph_ms
 
 
@@ -46,6 +46,11 @@ class CycleRig:
         c, shape = self.case, self.table_shape()
         return {k: {"config": select_config(k, arch, c.state_dtype, c.act_dtype, batch=c.batch, **shape)}
                 for k in self.TABLE_KERNELS}
+
+    def table_route(self, arch: str) -> str:
+        """The route the dispatcher's table picks for this case (what ``route="auto"`` runs)."""
+        c = self.case
+        return select_route(arch, c.state_dtype, c.act_dtype, batch=c.batch, **self.table_shape())
 
     def baseline_launch(self) -> Launch:
         """The faster standard baseline this rig has (a family may have more than the

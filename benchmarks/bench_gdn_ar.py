@@ -32,7 +32,7 @@ import torch
 from tabulate import tabulate
 
 from trtllm_replayssm.benchmarking.gdn_ar import ROUTES, TUNABLE, GDNCase, make_gdn_rig, tune_gdn_case
-from trtllm_replayssm.benchmarking.records import REPO, git_commit, update_table
+from trtllm_replayssm.benchmarking.records import REPO, git_commit, save_tuned_case
 from trtllm_replayssm.benchmarking.rig import Launch, fastest_baseline, time_flush_and_nonflush_steps, time_side_by_side
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.models import model
@@ -93,12 +93,7 @@ def main() -> None:
                 baseline = fastest_baseline(us)
                 route = min(ROUTES, key=us.__getitem__)
                 if not args.from_table:
-                    update_table(table, batch, m.geom.num_v_heads,
-                                 lambda k: launch_table.table_key(k, case.state_dtype, case.act_dtype,
-                                                                  m.geom.head_v_dim, m.geom.head_k_dim), tuned, route)
-                    table_path.parent.mkdir(parents=True, exist_ok=True)
-                    table_path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
-                    launch_table._load_table.cache_clear()
+                    save_tuned_case(table, table_path, rig, tuned, route)
                 auto = rig.table_route(arch)
                 launches["auto"] = Launch(auto)
                 us["auto"] = time_side_by_side(rig, {"auto": launches["auto"]}, args.replays, args.rounds)["auto"]

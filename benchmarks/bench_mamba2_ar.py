@@ -35,7 +35,7 @@ from tabulate import tabulate
 from trtllm_replayssm.benchmarking.mamba2_ar import (CANDIDATES, ROUTES, TUNABLE, Launch, Mamba2Case, Mamba2Rig,
                                                      candidate_configs, make_rig, tune_case)
 from trtllm_replayssm.benchmarking.rig import fastest_baseline, time_flush_and_nonflush_steps, time_side_by_side
-from trtllm_replayssm.benchmarking.records import REPO, git_commit, update_table
+from trtllm_replayssm.benchmarking.records import REPO, git_commit, save_tuned_case
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.models import mamba2_model
 from trtllm_replayssm.ops import launch as launch_table
@@ -135,12 +135,7 @@ def main() -> None:
         route = min(ROUTES, key=cycle_us.__getitem__)
         if L == args.buffer_len:  # the dispatcher's table is for the default L
             if not args.from_table:
-                update_table(table, batch, case.geom.nheads,
-                             lambda k: launch_table.table_key(k, case.state_dtype, case.act_dtype, case.geom.headdim,
-                                                              case.geom.dstate), tuned, route)
-                table_path.parent.mkdir(parents=True, exist_ok=True)
-                table_path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
-                launch_table._load_table.cache_clear()
+                save_tuned_case(table, table_path, rig, tuned, route)
             auto_route = rig.table_route(arch)
             launches["auto"] = Launch(auto_route)
             cycle_us["auto"] = time_side_by_side(rig, {"auto": launches["auto"]}, args.replays, args.rounds)["auto"]

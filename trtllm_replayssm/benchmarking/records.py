@@ -9,6 +9,8 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Dict
 
+from ..ops import launch
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -40,6 +42,19 @@ def update_table(table: dict, batch: int, nheads: int, key_of: Callable[[str], s
     for kernel, b in best.items():
         put(kernel, {**b["config"].to_dict(), "us": round(b["us"], 2)})
     put("route", {"route": route})
+
+
+def save_tuned_case(table: dict, table_path: Path, rig, best: Dict[str, Dict], route: str) -> None:
+    """:func:`update_table` with a rig's case (its keys from ``rig.table_shape()``), then
+    write the table to ``table_path`` and drop the dispatcher's cached copy, so that
+    ``route="auto"`` reads what was just written."""
+    case, shape = rig.case, rig.table_shape()
+    update_table(table, case.batch, shape["nheads"],
+                 lambda k: launch.table_key(k, case.state_dtype, case.act_dtype, shape["headdim"], shape["dstate"]),
+                 best, route)
+    table_path.parent.mkdir(parents=True, exist_ok=True)
+    table_path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    launch._load_table.cache_clear()
 
 
 class ProbeLog:

@@ -127,9 +127,8 @@ def test_bench_spec_dry_run(tmp_path, tuning):
     out = tmp_path / "spec.json"
     subprocess.run([sys.executable, str(REPO / "benchmarks/bench_spec.py"), "--dry-run", "--models", "tiny", "tiny-gdn",
                     "--batches", "2", "--tokens", "2", "--history-len", "2", "--acceptance", "all", "--steps", "3",
-                    "--replays", "1", "--rounds", "1", *tuning, "--out", str(out)], check=True, capture_output=True,
-                   text=True,
-                   timeout=900)
+                    "--replays", "1", "--rounds", "1", *tuning, "--out", str(out)],
+                   check=True, capture_output=True, text=True, timeout=900)
     records = json.loads(out.read_text())
     assert {r["route"] for r in records} == {"replay_spec", "standard_spec"}
     assert {r["model"] for r in records} == {"tiny", "tiny-gdn"}

@@ -214,3 +214,28 @@ def test_model_rig_by_family_and_its_faster_baseline():
     assert isinstance(mamba2, Mamba2Rig) and isinstance(gdn, GDNRig) and gdn.case.buffer_len == 4
     assert mamba2.baseline_launch().kernel == "standard"
     assert gdn.baseline_launch().kernel == ("fla" if gdn.fla is not None else "standard")
+
+
+def test_staggered_cycles_spread_the_flushes_and_come_back_to_their_start():
+    """``CycleRig.start_cursors``: in phase, every cursor at 0; staggered, 1/L of the slots at
+    each phase (1/L of the rows flush at every step), and L steps bring every cursor back,
+    so the replays of a captured cycle all time the same cycle. Routes that flush every
+    step start at 0 either way."""
+    import torch
+
+    from trtllm_replayssm.benchmarking.rig import Launch
+    from trtllm_replayssm.benchmarking.rigs import make_model_rig
+
+    L = 4
+    rig = make_model_rig("nemotron-3-nano-4b", 8, L, torch.float32)
+    rig.start_cursors(Launch("output_only"), staggered=True)
+    start = rig.cache.write_pos.clone()
+    assert torch.bincount(start.long(), minlength=L).tolist() == [2] * L
+    assert start.tolist() != sorted(start.tolist())  # spread over the rows, not in runs
+    for _ in range(L):
+        rig.cache.advance(rig.slot_idx, route="output_only")
+    assert torch.equal(rig.cache.write_pos, start)
+    for launch, staggered in ((Launch("output_only"), False), (Launch("always_flush"), True),
+                              (Launch("standard"), True)):
+        rig.start_cursors(launch, staggered)
+        assert not rig.cache.write_pos.any()

@@ -10,6 +10,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+import torch
+
+from ..ops.cursors import FLUSH_EVERY_STEP
 from ..ops.launch import LaunchConfig, select_config, select_route
 from .timing import capture, time_graph_ms
 
@@ -74,10 +77,25 @@ class CycleRig:
                 self.layer_step(launch, layer)
         return run
 
-    def time_cycle_us(self, launch: Launch, replays: int = 20) -> float:
-        """Median microseconds per layer-step over whole cycles."""
-        self.cache.write_pos.zero_()
+    def start_cursors(self, launch: Launch, staggered: bool = False) -> None:
+        """Cursors at a cycle's start: every slot at 0, the rows in phase (all flush at the
+        cycle's last step); or, ``staggered``, the slots spread over the L phases at random
+        (seeded) with 1/L of them at each, so that 1/L of the rows flush at every step, as
+        in a server whose requests entered decode at different steps. Routes that flush
+        every step keep their rings empty, and start at 0 either way."""
+        wp = self.cache.write_pos
+        if not staggered or launch.kernel in self.STATELESS + FLUSH_EVERY_STEP:
+            wp.zero_()
+            return
+        phases = torch.randperm(wp.numel(), generator=torch.Generator().manual_seed(0)) % self.case.buffer_len
+        wp.copy_(phases.to(wp.dtype))
+
+    def time_cycle_us(self, launch: Launch, replays: int = 20, staggered: bool = False) -> float:
+        """Median microseconds per layer-step over whole cycles (a cycle of L steps brings
+        every cursor back to where it started: :meth:`start_cursors`)."""
+        self.start_cursors(launch, staggered)
         ms = time_graph_ms(capture(self.cycle_fn(launch)), replays)
+        self.cache.write_pos.zero_()
         return ms * 1e3 / (self.case.buffer_len * self.n_layers)
 
     def time_step_us(self, launch: Launch, write_pos: int, replays: int = 20) -> float:

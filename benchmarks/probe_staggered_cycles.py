@@ -58,11 +58,12 @@ def main() -> None:
         if getattr(rig, "fla", None) is not None:
             launches["fla"] = Launch("fla")
         folds = fold_candidates(rig) if args.fold_sweep else [fold]
-        timers = {(k, None, "aligned"): (lambda lc=lc: rig.time_cycle_us(lc, args.replays))
+        timers = {(k, None, "aligned"): (lambda lc=lc, rig=rig: rig.time_cycle_us(lc, args.replays))
                   for k, lc in launches.items()}
         for cfg, (phase, staggered) in itertools.product(folds, PHASES.items()):
             lc = Launch("output_only", nonflush, cfg)
-            timers[("output_only", cfg, phase)] = lambda lc=lc, s=staggered: rig.time_cycle_us(lc, args.replays, s)
+            timers[("output_only", cfg, phase)] = (lambda lc=lc, s=staggered, rig=rig:
+                                                 rig.time_cycle_us(lc, args.replays, s))
         us = median_of_rounds(timers, args.rounds)
         base = fastest_baseline({k: t for (k, _, _), t in us.items() if k != "output_only"})
         base_us = us[(base, None, "aligned")]

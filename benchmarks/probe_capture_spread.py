@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How much a cycle's time moves from one CUDA-graph capture to the next: the reason the
-kernel benchmarks time their launches in rounds (``benchmarking.rig.time_side_by_side``).
+kernel benchmarks time their launches in rounds (``benchmarking.rig.time_phases_side_by_side``).
 
 Per case, three rounds of: the output_only route on the table's configs passed
 explicitly, the same route through the dispatcher (configs from the table), and the

@@ -45,6 +45,20 @@ def baseline(rec) -> str:
     return f"{rec['baseline_us_per_step']:.1f} ({rec.get('baseline', 'standard')})"
 
 
+STAGGERED_HEADERS = ["output_only staggered", "auto staggered"]
+
+
+def staggered(rec) -> str:
+    """A record's speedup with staggered cursors (``CycleRig.start_cursors``); a route that
+    writes the state every step has no phase, so its speedup is the same both ways."""
+    return f"{rec.get('staggered_speedup', rec['speedup']):.2f}x"
+
+
+def has_staggered(recs) -> bool:
+    """Whether the file's runs timed staggered cycles (files from before did not)."""
+    return any("staggered_speedup" in r for r in recs)
+
+
 def mamba2_ar(recs) -> None:
     cases = by_case(recs, "model", "state_dtype", "L", "batch")
     rows = []
@@ -55,10 +69,11 @@ def mamba2_ar(recs) -> None:
         rows.append([model, sd, batch, baseline(oo), f"{oo['us_per_step']:.1f}",
                      f"{oo['speedup']:.2f}x", f"{rs['state_and_output']['speedup']:.2f}x",
                      f"{auto['speedup']:.2f}x ({auto['chosen_route']})",
-                     f"{oo['nonflush_read_share_of_copy'] * 100:.0f}%"])
+                     f"{oo['nonflush_read_share_of_copy'] * 100:.0f}%"]
+                    + ([staggered(oo), staggered(auto)] if has_staggered(recs) else []))
     print(tabulate(rows, headers=["model", "state", "batch", "baseline us", "output_only us", "output_only",
-                                  "state_and_output", "auto (route)", "non-flush read / copy BW"],
-                   tablefmt="github"))
+                                  "state_and_output", "auto (route)", "non-flush read / copy BW"]
+                   + (STAGGERED_HEADERS if has_staggered(recs) else []), tablefmt="github"))
     print()
     sweep = [[model, L, baseline(rs["output_only"]), f"{rs['output_only']['us_per_step']:.1f}",
               f"{rs['output_only']['speedup']:.2f}x"]
@@ -74,10 +89,11 @@ def gdn_ar(recs) -> None:
         std = rs["standard"]["us_per_step"]
         rows.append([model, sd, batch, baseline(oo), f"{oo['us_per_step']:.1f}",
                      f"{oo['speedup']:.2f}x", f"{auto['speedup']:.2f}x ({auto['chosen_route']})",
-                     f"{oo['nonflush_us_per_step'] / std:.2f} / {oo['flush_us_per_step'] / std:.2f}"])
+                     f"{oo['nonflush_us_per_step'] / std:.2f} / {oo['flush_us_per_step'] / std:.2f}"]
+                    + ([staggered(oo), staggered(auto)] if has_staggered(recs) else []))
     print(tabulate(rows, headers=["model", "state", "batch", "baseline us", "output_only us",
-                                  "output_only", "auto (route)",
-                                  "non-flush / flush step vs standard step"], tablefmt="github"))
+                                  "output_only", "auto (route)", "non-flush / flush step vs standard step"]
+                   + (STAGGERED_HEADERS if has_staggered(recs) else []), tablefmt="github"))
 
 
 def spec(recs) -> None:

@@ -64,36 +64,51 @@ def test_bench_gdn_ar_dry_run(tmp_path):
 
 
 def test_side_by_side_timing_alternates_and_takes_medians():
-    """``time_side_by_side``: the launches take turns in every round (a capture each) and
-    each reports the median of its rounds, so one slow capture does not decide a ratio."""
-    from trtllm_replayssm.benchmarking.rig import Launch, time_side_by_side
+    """``time_phases_side_by_side``: the timings take turns in every round (a capture each)
+    and each reports the median of its rounds, so one slow capture does not decide a ratio;
+    a launch with a ring is timed in both phases, one without is timed once for both."""
+    from trtllm_replayssm.benchmarking.rig import Launch, time_phases_side_by_side, worst_phase
 
     class FakeRig:
         def __init__(self):
             self.calls = []
-            self.times = {"a": iter([5.0, 1.0, 3.0]), "b": iter([2.0, 9.0, 4.0])}
+            self.times = {("a", False): iter([5.0, 1.0, 3.0]), ("a", True): iter([6.0, 7.0, 8.0]),
+                          ("b", False): iter([2.0, 9.0, 4.0])}
 
-        def time_cycle_us(self, launch, replays):
-            self.calls.append(launch.kernel)
-            return next(self.times[launch.kernel])
+        def keeps_ring(self, launch):
+            return launch.kernel == "a"
+
+        def time_cycle_us(self, launch, replays, staggered=False):
+            self.calls.append((launch.kernel, staggered))
+            return next(self.times[(launch.kernel, staggered)])
 
     rig = FakeRig()
-    us = time_side_by_side(rig, {"a": Launch("a"), "b": Launch("b")}, replays=1, rounds=3)
-    assert rig.calls == ["a", "b"] * 3
-    assert us == {"a": 3.0, "b": 4.0}
+    us = time_phases_side_by_side(rig, {"a": Launch("a"), "b": Launch("b")}, replays=1, rounds=3)
+    assert rig.calls == [("a", False), ("a", True), ("b", False)] * 3
+    assert us == {"aligned": {"a": 3.0, "b": 4.0}, "staggered": {"a": 7.0, "b": 4.0}}
+    assert worst_phase(us) == {"a": 7.0, "b": 4.0}
 
 
 def test_tuning_a_subset_times_only_those_launches():
     """``tune_table_kernels``: each named launch on its own route; "replay" tunes the fold
     first, then the non-flush launch with the fold it chose."""
+    import types
+
+    import torch
+
     from trtllm_replayssm.benchmarking.rig import tune_table_kernels
     from trtllm_replayssm.ops.launch import LaunchConfig
 
     class FakeRig:
+        cache = types.SimpleNamespace(write_pos=torch.zeros(1))
+
         def __init__(self):
             self.timed = []
 
-        def time_cycle_us(self, launch, replays):
+        def table_configs(self, arch):
+            return {"output_only": {"config": LaunchConfig(2, 1)}}
+
+        def time_worst_phase_us(self, launch, replays):
             self.timed.append(launch)
             return launch.config.block_p if launch.kernel != "output_only" or launch.fold_config is None \
                 else launch.config.block_p + launch.fold_config.block_p
@@ -109,6 +124,10 @@ def test_tuning_a_subset_times_only_those_launches():
     folds = [lc for lc in rig.timed if lc.config == LaunchConfig(32, 1)]
     assert [lc.fold_config for lc in folds] == candidates["fold"]  # the fold tuned under the fixed non-flush launch
     assert all(lc.fold_config == LaunchConfig(4, 1) for lc in rig.timed[len(folds):])
+    rig = FakeRig()  # the fold alone: under the table's non-flush launch, which stays
+    best = tune_table_kernels(rig, candidates.__getitem__, ["fold"], LaunchConfig(32, 1))
+    assert set(best) == {"fold"} and best["fold"]["config"] == LaunchConfig(4, 1)
+    assert [(lc.config, lc.fold_config) for lc in rig.timed] == [(LaunchConfig(2, 1), c) for c in candidates["fold"]]
 
 
 def test_baseline_is_the_fastest_launch_that_writes_the_state_every_step():

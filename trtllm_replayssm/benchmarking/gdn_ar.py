@@ -44,7 +44,11 @@ CANDIDATES = {
              _C(16, 2, 1, 1, loop_blocks=2)] +
             # a block of batch rows a program looks through (one vector load of their cursors)
             [_C(16, 2, 1, 1, heads, loop_blocks=8, row_block=rows)
-             for heads, rows in [(4, 4), (8, 2), (4, 8), (8, 4), (16, 2), (32, 1), (8, 8), (16, 4)]],
+             for heads, rows in [(4, 4), (8, 2), (4, 8), (8, 4), (16, 2), (32, 1), (8, 8), (16, 4)]] +
+            # few heads over a block of rows: with staggered cursors ~1 row in 16 flushes at a
+            # step, so such a program folds about one row and the fold spreads over many programs
+            [_C(16, 2, 1, 1, heads_per_prog=heads, loop_blocks=8, row_block=rows)
+             for heads, rows in [(1, 8), (2, 8), (1, 16), (2, 16), (4, 16)]],
     "always_flush": _ONE_WARP + [_C(8, 2), _C(16, 2), _C(32, 4)],
 }
 
@@ -142,7 +146,7 @@ def make_gdn_rig(case: GDNCase) -> GDNRig:
 # What tune_gdn_case can tune: the standard kernel, the always_flush route's (the standard
 # kernel with the drain, which standard_step shares), and the replay launches (the fold and
 # the non-flush launch, tuned together).
-TUNABLE = ("standard", "always_flush", "replay")
+TUNABLE = ("standard", "always_flush", "replay", "fold")
 
 
 def tune_gdn_case(rig: GDNRig, replays: int = 5, limit: Optional[int] = None,

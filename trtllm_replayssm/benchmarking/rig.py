@@ -12,6 +12,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
+from .._runtime import device_arch
 from ..ops.cursors import FLUSH_EVERY_STEP
 from ..ops.launch import LaunchConfig, select_config, select_route
 from .timing import capture, time_graph_ms
@@ -84,7 +85,7 @@ class CycleRig:
         in a server whose requests entered decode at different steps. Routes that flush
         every step keep their rings empty, and start at 0 either way."""
         wp = self.cache.write_pos
-        if not staggered or launch.kernel in self.STATELESS + FLUSH_EVERY_STEP:
+        if not staggered or not self.keeps_ring(launch):
             wp.zero_()
             return
         phases = torch.randperm(wp.numel(), generator=torch.Generator().manual_seed(0)) % self.case.buffer_len
@@ -97,6 +98,18 @@ class CycleRig:
         ms = time_graph_ms(capture(self.cycle_fn(launch)), replays)
         self.cache.write_pos.zero_()
         return ms * 1e3 / (self.case.buffer_len * self.n_layers)
+
+    def keeps_ring(self, launch: Launch) -> bool:
+        """Whether ``launch``'s cycles depend on where the cursors start (a route with a ring)."""
+        return launch.kernel not in self.STATELESS + FLUSH_EVERY_STEP
+
+    def time_worst_phase_us(self, launch: Launch, replays: int = 20) -> float:
+        """The slower of ``launch``'s cycles in phase and staggered (:meth:`start_cursors`):
+        what the tuners minimise, so that a config that wins with the rows in phase cannot
+        lose a server's steady state (one timing for a launch with no ring)."""
+        if not self.keeps_ring(launch):
+            return self.time_cycle_us(launch, replays)
+        return max(self.time_cycle_us(launch, replays), self.time_cycle_us(launch, replays, staggered=True))
 
     def time_step_us(self, launch: Launch, write_pos: int, replays: int = 20) -> float:
         """Median microseconds per layer of one step with every cursor at ``write_pos``
@@ -133,13 +146,25 @@ def median_of_rounds(timers: Dict[str, Callable[[], float]], rounds: int = 1) ->
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def time_side_by_side(rig: CycleRig, launches: Dict[str, Launch], replays: int = 20,
-                      rounds: int = 1) -> Dict[str, float]:
-    """Microseconds a layer-step of each launch's cycle (:meth:`CycleRig.time_cycle_us`),
-    the median of ``rounds`` rounds in which the launches take turns
-    (:func:`median_of_rounds`)."""
-    return median_of_rounds({k: (lambda launch=launch: rig.time_cycle_us(launch, replays))
-                             for k, launch in launches.items()}, rounds)
+PHASES = ("aligned", "staggered")
+
+
+def time_phases_side_by_side(rig: CycleRig, launches: Dict[str, Launch], replays: int = 20,
+                             rounds: int = 1) -> Dict[str, Dict[str, float]]:
+    """``{phase: {launch: us}}`` for :data:`PHASES`: each launch's cycle with the rows in
+    phase and with staggered cursors (:meth:`CycleRig.start_cursors`), all timings taking
+    turns over ``rounds`` (:func:`median_of_rounds`); a launch with no ring is timed once
+    and reported under both."""
+    timers = {(k, phase): (lambda launch=launch, s=phase == "staggered": rig.time_cycle_us(launch, replays, s))
+              for k, launch in launches.items() for phase in PHASES
+              if phase == "aligned" or rig.keeps_ring(launch)}
+    us = median_of_rounds(timers, rounds)
+    return {phase: {k: us.get((k, phase), us[(k, "aligned")]) for k in launches} for phase in PHASES}
+
+
+def worst_phase(by_phase: Dict[str, Dict[str, float]]) -> Dict[str, float]:
+    """Each launch's slower phase of :func:`time_phases_side_by_side`'s timings."""
+    return {k: max(t[k] for t in by_phase.values()) for k in by_phase["aligned"]}
 
 
 def time_flush_and_nonflush_steps(rig: CycleRig, launch: Launch, replays: int = 20,
@@ -163,16 +188,21 @@ def time_cycle_and_steps(rig: CycleRig, launch: Launch, replays: int = 20) -> tu
 def tune_table_kernels(rig: CycleRig, candidates: Callable[[str], List[LaunchConfig]], kernels: Sequence[str],
                        nonflush0: LaunchConfig, replays: int = 5) -> Dict[str, Dict]:
     """Fastest launch configs (:func:`best_config`) of ``kernels``, each on whole cycles of
-    its own route; ``"replay"`` stands for the ``output_only`` route's two launches: its
-    fold launch is tuned first (with the non-flush launch on ``nonflush0``), then its
-    non-flush launch with that fold. ``candidates(kernel)``: the configs to try."""
-    best = {k: best_config(lambda c, k=k: rig.time_cycle_us(Launch(k, c), replays), candidates(k))
-            for k in kernels if k != "replay"}
-    if "replay" in kernels:
-        best["fold"] = best_config(lambda c: rig.time_cycle_us(Launch("output_only", nonflush0, c), replays),
+    its own route, in the slower of the two phases (:meth:`CycleRig.time_worst_phase_us`);
+    ``"replay"`` stands for the ``output_only`` route's two launches: its fold launch is
+    tuned first (with the non-flush launch on ``nonflush0``), then its non-flush launch with
+    that fold; ``"fold"`` tunes the fold alone, with the table's non-flush launch.
+    ``candidates(kernel)``: the configs to try."""
+    best = {k: best_config(lambda c, k=k: rig.time_worst_phase_us(Launch(k, c), replays), candidates(k))
+            for k in kernels if k not in ("replay", "fold")}
+    if "fold" in kernels and "replay" not in kernels:
+        nonflush0 = rig.table_configs(device_arch(rig.cache.write_pos.device))["output_only"]["config"]
+    if "replay" in kernels or "fold" in kernels:
+        best["fold"] = best_config(lambda c: rig.time_worst_phase_us(Launch("output_only", nonflush0, c), replays),
                                    candidates("fold"))
+    if "replay" in kernels:
         fold = best["fold"]["config"]
-        best["output_only"] = best_config(lambda c: rig.time_cycle_us(Launch("output_only", c, fold), replays),
+        best["output_only"] = best_config(lambda c: rig.time_worst_phase_us(Launch("output_only", c, fold), replays),
                                           candidates("output_only"))
     return best
 

@@ -53,12 +53,12 @@ def test_fold_launch_over_several_heads():
     run_gdn_replay(GDNScenario(GEOM, 4, seed=6), cycles(4), fold_config=LaunchConfig(16, 2, heads_per_prog=3))
 
 
-@pytest.mark.parametrize("row_block", [2, 8])
-def test_fold_launch_row_blocks(row_block):
+@pytest.mark.parametrize("row_block, heads", [(2, 2), (8, 2), (16, 1)])
+def test_fold_launch_row_blocks(row_block, heads):
     """``row_block``: a fold program looks through a block of batch rows (one vector load of
     their cursors) and folds those that flush, force-flushed rows included, over several
     heads; the batch has 4 rows (one of them padding), so a block of 8 is partly past it."""
-    cfg = LaunchConfig(16, 2, fold_dot=1, heads_per_prog=2, loop_blocks=2, row_block=row_block)
+    cfg = LaunchConfig(16, 2, fold_dot=1, heads_per_prog=heads, loop_blocks=2, row_block=row_block)
     geom = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=32)
     res = run_gdn_replay(GDNScenario(geom, 4, seed=18), cycles(4), force_flush_at={1: [2], 6: [0, 3]},
                          fold_config=cfg)

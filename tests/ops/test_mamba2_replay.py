@@ -94,14 +94,14 @@ def test_fold_launch_looping_over_blocks(fold_config):
     run_replay(Scenario(geom, 4, seed=15), 6, route="always_flush", fold_config=LaunchConfig(*fold_config))
 
 
-@pytest.mark.parametrize("row_block", [2, 8])
-def test_fold_launch_row_blocks(row_block):
+@pytest.mark.parametrize("row_block, heads", [(2, 2), (8, 2), (16, 1)])
+def test_fold_launch_row_blocks(row_block, heads):
     """``row_block``: a fold program looks through a block of batch rows (one vector load of
     their cursors) and folds the ones that flush, force-flushed rows included; the batch
     has 4 rows (one of them padding), so a block of 8 is partly past it."""
     from trtllm_replayssm.ops.launch import LaunchConfig
 
-    cfg = LaunchConfig(16, 2, heads_per_prog=2, loop_blocks=2, row_block=row_block)
+    cfg = LaunchConfig(16, 2, heads_per_prog=heads, loop_blocks=2, row_block=row_block)
     geom = Mamba2Geometry(nheads=4, headdim=48, dstate=16, ngroups=2)
     res = run_replay(Scenario(geom, 4, seed=17), cycles(4), force_flush_at={1: [2], 6: [0, 3]}, fold_config=cfg)
     assert min(f for f in res.flushes_per_row if f) >= 3

@@ -17,6 +17,11 @@ dispatcher's table ``tuned/gdn_<arch>.json``.
 The compared launches take turns over ``--rounds`` rounds, a capture each, and each
 reports its median (see ``benchmarking.rig.time_phases_side_by_side``); so do the output_only
 route's flush and non-flush steps (``benchmarking.rig.time_flush_and_nonflush_steps``).
+A replay route's cycle is timed with the rows in phase (every cursor from 0: the method's
+cycle, ``us_per_step``) and with staggered cursors (1/L of the rows flushing at every
+step, a server's steady state: ``staggered_us_per_step``); the tuners keep the config
+whose slower phase is fastest, and the route table takes a replay route only where it is
+fastest in both (``benchmarking.rig.worst_phase``).
 """
 
 from __future__ import annotations

@@ -39,10 +39,15 @@ def main() -> None:
     ap.add_argument("--buffer-len", type=int, default=16)
     ap.add_argument("--state-dtype", choices=list(DTYPES), default="fp32")
     ap.add_argument("--route", default="output_only", help="ReplaySSM route (output_only, always_flush, auto)")
+    ap.add_argument("--staggered", action="store_true",
+                    help="spread the ReplaySSM path's cursors over the L phases during the warm-up (a server's "
+                         "steady state) instead of starting them all at 0")
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/e2e.json"))
     ap.add_argument("--dry-run", action="store_true", help="no GPU: tiny model in the interpreter, nothing measured")
     args = ap.parse_args()
     gpu = torch.cuda.is_available()
+    if args.staggered and args.warmup_steps < args.buffer_len:
+        sys.exit("--staggered needs --warmup-steps >= --buffer-len (the staggering steps run in the warm-up)")
     if not gpu and not args.dry_run:
         sys.exit("this benchmark needs a CUDA GPU (or --dry-run)")
     cfg = hybrid_config(args.model or ("nemotron-3-nano-4b" if gpu else "tiny-hybrid"))
@@ -51,7 +56,7 @@ def main() -> None:
     for batch in tqdm(args.batch_size, desc="batch sizes"):
         res = compare_paths(model, batch, args.warmup_steps, args.num_steps,
                             max_len=4 + args.warmup_steps + args.num_steps + 4, buffer_len=args.buffer_len,
-                            state_dtype=DTYPES[args.state_dtype], route=args.route)
+                            state_dtype=DTYPES[args.state_dtype], route=args.route, staggered=args.staggered)
         std, rep = res["standard_ms"], res["replay_ms"]
         shares = step_shares(model, batch, args.num_steps, max_len=4 + 2 + args.num_steps + 4,
                              buffer_len=args.buffer_len, state_dtype=DTYPES[args.state_dtype])
@@ -61,6 +66,7 @@ def main() -> None:
                                 route=route, ms_per_step=round(ms, 4), tokens_per_s=round(batch / ms * 1e3, 1),
                                 baseline_tokens_per_s=round(batch / std * 1e3, 1), speedup=round(std / ms, 3),
                                 logits_rel_err=round(res["logits_rel_err"], 6), commit=git_commit(),
+                                **({"phases": "staggered"} if args.staggered and route != "standard" else {}),
                                 **(shares if route == "standard" else {})))
         rows.append([cfg.name, batch, f"{std:.3f}", f"{rep:.3f}", f"{batch / rep * 1e3:.0f}", f"{std / rep:.2f}x",
                      " / ".join(f"{shares[k + '_share']:.0%}" for k in ("ssm", "attention", "mlp")),

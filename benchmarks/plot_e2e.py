@@ -30,11 +30,14 @@ def main() -> None:
         if r["route"] in ("standard", "standard_spec"):
             continue
         mode = "autoregressive" if r["T"] == 0 else f"spec T={r['T']}, accept {r['acceptance']}"
+        if r.get("phases") == "staggered":  # cursors spread over the L phases (e2e_decode_speedup.py --staggered)
+            mode += ", staggered"
         lines[(r["model"], mode, r["state_dtype"], r["L"])].append((r["batch"], r["speedup"]))
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for (model, mode, sd, L), pts in sorted(lines.items()):
         pts.sort()
-        ax.plot([b for b, _ in pts], [s for _, s in pts], marker="o", linestyle="-" if mode == "autoregressive" else "--",
+        ax.plot([b for b, _ in pts], [s for _, s in pts], marker="o",
+                linestyle="-" if mode.startswith("autoregressive") else "--",
                 label=f"{model}, {mode} ({sd} state, L/Bh {L})")
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set_xscale("log", base=2)

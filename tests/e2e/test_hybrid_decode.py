@@ -12,11 +12,11 @@ L = 4
 
 
 def decode_both(name: str, steps: int, batch: int = 3, dtype=torch.float32, state_dtype=torch.float32,
-                max_len: int = 32, graphs: bool = False, teacher_forced: bool = False):
+                max_len: int = 32, graphs: bool = False, teacher_forced: bool = False, staggered: bool = False):
     model = HybridDecoder(hybrid_config(name), dtype=dtype, device=DEVICE)
     runs = {}
     for replay in (False, True):
-        r = DecodeRunner(model, batch, replay, max_len, buffer_len=L, state_dtype=state_dtype)
+        r = DecodeRunner(model, batch, replay, max_len, buffer_len=L, state_dtype=state_dtype, staggered=staggered)
         if graphs:
             r.capture()
         feed = runs[False][1] if replay and teacher_forced else None
@@ -35,6 +35,26 @@ def test_greedy_tokens_identical_over_cycles(name):
     r_std, r_rep = runs[False][0], runs[True][0]
     torch.testing.assert_close(r_rep.logits.float(), r_std.logits.float(), rtol=1e-4, atol=1e-4)
     assert (r_rep.caches.ssm.write_pos == (3 * L + 2) % L).all()  # went round the ring 3 times
+
+
+@pytest.mark.parametrize("name", ["tiny-hybrid", "tiny-hybrid-gdn"])
+def test_staggered_cursors_pick_the_same_tokens(name):
+    """``staggered``: the ReplaySSM path's rows are force-flushed once each over the first L
+    steps, which spreads their cursors over the phases (a server's requests); over 3 more
+    cycles the tokens stay those of the standard path, and the rows flush at different steps."""
+    runs = decode_both(name, steps=3 * L + 2, staggered=True)
+    for t, (a, b) in enumerate(zip(runs[False][1], runs[True][1])):
+        assert torch.equal(a, b), f"step {t}: standard {a.tolist()} != replay {b.tolist()}"
+    torch.testing.assert_close(runs[True][0].logits.float(), runs[False][0].logits.float(), rtol=1e-4, atol=1e-4)
+    assert len(set(runs[True][0].caches.ssm.write_pos.tolist())) == 3  # 3 rows, 3 phases
+
+
+def test_a_staggered_runner_is_captured_only_after_its_staggering_steps():
+    model = HybridDecoder(hybrid_config("tiny-hybrid"), dtype=torch.float32, device=DEVICE)
+    r = DecodeRunner(model, 2, True, 16, buffer_len=L, staggered=True)
+    r.run(L - 1)
+    with pytest.raises(RuntimeError, match="staggering steps"):
+        r.capture()
 
 
 @pytest.mark.parametrize("name", ["tiny-hybrid", "tiny-hybrid-gdn"])

@@ -11,7 +11,7 @@ import torch
 from .model import HybridDecoder
 from .runner import DecodeRunner
 
-RECORD_KEY = ("model", "batch", "T", "acceptance", "state_dtype", "L", "route")
+RECORD_KEY = ("model", "batch", "T", "acceptance", "state_dtype", "L", "route", "phases")
 
 
 def _runner(model: HybridDecoder, batch: int, replay: bool, **runner_kw) -> DecodeRunner:
@@ -25,13 +25,17 @@ def _runner(model: HybridDecoder, batch: int, replay: bool, **runner_kw) -> Deco
 def compare_paths(model: HybridDecoder, batch: int, warmup_steps: int, num_steps: int, **runner_kw) -> Dict:
     """ms/step of the standard and the ReplaySSM path (one CUDA graph each on a GPU) and
     the relative L2 error of their last logits after the warm-up, where the ReplaySSM path
-    was fed the standard path's tokens (random weights make greedy near-ties common)."""
+    was fed the standard path's tokens (random weights make greedy near-ties common). The
+    warm-up runs eagerly (with ``staggered``, it spreads the ReplaySSM path's cursors:
+    :class:`DecodeRunner`), then each path is captured and timed."""
     ms, logits, fed = {}, {}, None
     for replay in (False, True):
-        r = _runner(model, batch, replay, **runner_kw)
+        r = DecodeRunner(model, batch, replay, **runner_kw)
         chosen = r.run(warmup_steps, feed=fed)
         fed = fed or chosen
         logits[replay] = r.logits.float().clone()
+        if torch.cuda.is_available():
+            r.capture()
         ms[replay] = r.time_ms_per_step(num_steps)
         del r
         if torch.cuda.is_available():

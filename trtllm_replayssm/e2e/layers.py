@@ -110,7 +110,8 @@ class Mamba2Mixer(nn.Module):
         else:  # autoregressive: the token axis goes (A is per head, not per token)
             one = tuple(t if t is self.A else t[:, 0] for t in args)
             if ctx.replay:
-                y = selective_state_update_replayssm(state, *one, **kw, route=ctx.route, **ssm.ring_kwargs(self.index))
+                y = selective_state_update_replayssm(state, *one, **kw, route=ctx.route, force_flush=ctx.force_flush,
+                                                     **ssm.ring_kwargs(self.index))
             else:
                 y = selective_state_update(state, *one, **kw)
         # Gated RMSNorm per group (Mamba2's norm_before_gate=False).
@@ -156,6 +157,7 @@ class GDNMixer(nn.Module):
             if ctx.replay:
                 o = fused_recurrent_gated_delta_rule_replayssm(state, *one, self.A_log, self.dt_bias,
                                                                initial_state_indices=ctx.slots, route=ctx.route,
+                                                               force_flush=ctx.force_flush,
                                                                **ssm.ring_kwargs(self.index))
             else:
                 o = fused_sigmoid_gating_delta_rule_update(state, *one, self.A_log, self.dt_bias,

@@ -62,6 +62,7 @@ class StepContext:
     route: str = "output_only"
     num_tokens: int = 1  # T: 1 + drafts per verify (1: autoregressive)
     accepted: Optional[torch.Tensor] = None  # (B,) int32 tokens accepted per verify, bonus included
+    force_flush: Optional[torch.Tensor] = None  # (B,) int8 rows whose ring folds at this step (autoregressive)
 
 
 class HybridDecoder(nn.Module):
@@ -118,7 +119,7 @@ class HybridDecoder(nn.Module):
         if ctx.num_tokens == 1:  # (the conv states moved on in the step)
             caches.pos += 1
             if ctx.replay:
-                caches.ssm.advance(ctx.slots, route=ctx.route)
+                caches.ssm.advance(ctx.slots, force_flush=ctx.force_flush, route=ctx.route)
             return
         a = ctx.accepted
         idx = (a.long()[:, None] + torch.arange(K1, device=a.device)[None, :])[None, :, None, :]

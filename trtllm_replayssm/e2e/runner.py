@@ -11,6 +11,7 @@ import torch
 
 from .._runtime import device_arch
 from ..benchmarking.timing import capture
+from ..ops.cursors import FLUSH_EVERY_STEP
 from ..ops.launch import select_route
 from .model import DecodeCaches, HybridDecoder, StepContext
 
@@ -30,11 +31,17 @@ class DecodeRunner:
     ``num_tokens = T > 1``: speculative decode. Each step verifies the last chosen token
     plus ``T - 1`` synthetic drafts and accepts ``accepted`` tokens per row (bonus
     included), a fixed pattern: it measures throughput, not draft quality. ``buffer_len``
-    is then the history budget Bh."""
+    is then the history budget Bh.
+
+    ``staggered`` (autoregressive ReplaySSM on a ring route): the requests' cursors are
+    spread over the L phases, as in a server whose requests entered decode at different
+    steps, instead of all starting at 0 after the prefill: over the first L steps, which
+    run eagerly (before :meth:`capture`), each row's ring is force-flushed once, at the
+    step that leaves it at its phase (seeded at random, 1/L of the rows at each)."""
 
     def __init__(self, model: HybridDecoder, batch: int, replay: bool, max_len: int, buffer_len: int = 16,
                  state_dtype: torch.dtype = torch.float32, route: str = "output_only", prompt_len: int = 4,
-                 seed: int = 0, num_tokens: int = 1, accepted: Optional[int] = None):
+                 seed: int = 0, num_tokens: int = 1, accepted: Optional[int] = None, staggered: bool = False):
         self.model, self.batch = model, batch
         dev = model.embed.device
         self.caches: DecodeCaches = model.make_caches(batch, max_len, buffer_len, state_dtype, num_tokens, replay)
@@ -49,6 +56,16 @@ class DecodeRunner:
         self._set_tokens(first)
         self.logits: Optional[torch.Tensor] = None  # (B, T, vocab) of the last step
         self.graph = None
+        self._stagger_flags = self._staggering(staggered, buffer_len, seed) if replay and num_tokens == 1 else []
+
+    def _staggering(self, staggered: bool, L: int, seed: int) -> List[torch.Tensor]:
+        """Force-flush flags of the first L steps: row r at step ``L - 1 - phase_r``, so that
+        after L steps its cursor is at ``phase_r`` (a flush leaves it at 0)."""
+        if not staggered or self.ctx.route in FLUSH_EVERY_STEP:
+            return []
+        g = torch.Generator(device="cpu").manual_seed(seed + 1)
+        phases = (torch.randperm(self.batch, generator=g) % L).to(self.ctx.slots.device)
+        return [(phases == L - 1 - k).to(torch.int8) for k in range(L)]
 
     def _set_tokens(self, first: torch.Tensor) -> None:
         """Next verify input: the chosen token, then synthetic drafts."""
@@ -64,14 +81,19 @@ class DecodeRunner:
         self._set_tokens(self.logits.argmax(-1).gather(1, last)[:, 0])
 
     def _advance(self) -> None:
-        """One step: the captured graph where there is one, else eagerly."""
+        """One step: the captured graph where there is one, else eagerly (with the next
+        staggering flags while there are any)."""
         if self.graph is not None:
             self.graph.replay()
-        else:
-            self._step()
+            return
+        self.ctx.force_flush = self._stagger_flags.pop(0) if self._stagger_flags else None
+        self._step()
+        self.ctx.force_flush = None
 
     def capture(self) -> None:
         """Record one decode step in a CUDA graph (after a warm-up step outside it)."""
+        if self._stagger_flags:
+            raise RuntimeError(f"capture after the staggering steps ({len(self._stagger_flags)} left to run)")
         self.graph = capture(self._step)
 
     def run(self, steps: int, feed: Optional[List[torch.Tensor]] = None) -> List[torch.Tensor]:

@@ -191,8 +191,8 @@ def test_bench_gapped_pools_dry_run(tmp_path):
 
 
 @pytest.mark.parametrize("script,extra,routes", [
-    ("e2e_decode_speedup.py", ["--num-steps", "5", "--warmup-steps", "2", "--buffer-len", "4", "--route", "auto"],
-     {"standard", "auto"}),
+    ("e2e_decode_speedup.py", ["--num-steps", "5", "--warmup-steps", "4", "--buffer-len", "4", "--route", "auto",
+                               "--staggered"], {"standard", "auto"}),
     ("e2e_spec_decode_throughput.py", ["--num-steps", "3", "--warmup-steps", "2", "--buffer-len", "4",
                                        "--num-spec", "2", "--acceptance", "2"], {"standard_spec", "replay_spec"}),
 ])
@@ -207,6 +207,8 @@ def test_e2e_scripts_dry_run(tmp_path, script, extra, routes):
     assert {"ssm_share", "attention_share", "mlp_share"} <= set(std)
     assert all({"model", "batch", "T", "state_dtype", "L", "ms_per_step", "tokens_per_s", "baseline_tokens_per_s",
                 "speedup", "gpu", "commit"} <= set(r) for r in records)
+    if "--staggered" in extra:  # the ReplaySSM record says so; the standard one has no phase
+        assert {r["route"]: r.get("phases") for r in records} == {"standard": None, "auto": "staggered"}
 
 
 def test_plot_e2e(tmp_path):

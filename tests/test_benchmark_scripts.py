@@ -152,6 +152,28 @@ def test_bench_spec_dry_run(tmp_path, tuning):
     assert {r["route"] for r in records} == {"replay_spec", "standard_spec"}
     assert {r["model"] for r in records} == {"tiny", "tiny-gdn"}
     assert all(SCHEMA | {"T", "B", "acceptance"} <= set(r) for r in records)
+    assert all("staggered_speedup" in r for r in records if r["route"] == "replay_spec")
+
+
+def test_spec_staggered_start_spreads_the_rows_over_their_flush_period():
+    """``SpecRig.staggered_start``: the rows' cursors at every point of their flush period
+    (T = 4, Bh = 16, 3 accepted: a flush every 5 steps), and a period of commits brings
+    every row's cursor back, so the flushes stay spread over the run."""
+    import torch
+
+    from trtllm_replayssm.benchmarking.spec import SpecCase, flush_period, make_spec_rig
+    from trtllm_replayssm.models import model
+    from trtllm_replayssm.ops.mamba2.spec import commit_replayssm_spec
+
+    rig = make_spec_rig(SpecCase("tiny", model("tiny").geom, 10, 4, 16, 3))
+    period = flush_period(4, 16, 3)
+    assert period == 5
+    wp, origin, flush = (t.clone() for t in rig.staggered_start())
+    assert len(set(zip(wp.tolist(), flush.tolist()))) == period
+    assert int(flush.sum()) == 2  # 2 of the 10 rows flush at the run's first step
+    for _ in range(period):
+        commit_replayssm_spec(rig.wp, rig.origin, rig.flush, rig.accepted, 4, 16, rig.slots)
+    assert torch.equal(rig.wp, wp) and torch.equal(rig.flush, flush)
 
 
 def test_every_spec_candidate_compiles_for_sm90():

@@ -113,6 +113,22 @@ class SpecCase:
         return self.batch * n * torch.empty((), dtype=self.state_dtype).element_size()
 
 
+def flush_period(num_tokens: int, history_len: int, accepted: int) -> int:
+    """Verify steps between two flushes of a row that accepts ``accepted`` tokens at every
+    step: the period of :func:`~trtllm_replayssm.ops.mamba2.spec.commit_replayssm_spec`'s
+    cursor rule (a flush step restarts ``write_pos`` at the accepted count; a step flushes
+    when ``write_pos + 2T`` passes the capacity ``Bh + T``)."""
+    capacity, seen = history_len + num_tokens, {}
+    wp, flush = 0, 2 * num_tokens > capacity
+    for step in range(4 * capacity + 4):
+        if (wp, flush) in seen:
+            return step - seen[(wp, flush)]
+        seen[(wp, flush)] = step
+        wp = accepted if flush else wp + accepted
+        flush = wp + 2 * num_tokens > capacity
+    raise AssertionError("the cursor rule has no period")  # it cannot: wp is bounded
+
+
 class SpecRig:
     """Layers, cursors and timing shared by the families; subclasses allocate the rings and
     step inputs and implement the three per-layer launches."""
@@ -130,6 +146,7 @@ class SpecRig:
         self.slots = torch.arange(Bz, dtype=torch.int32, device=dev)
         self.accepted = torch.full((Bz,), case.accepted, dtype=torch.int32, device=dev)
         self.config: Optional[LaunchConfig] = None  # the verify kernel's launch config (None: its default)
+        self._staggered: Optional[tuple] = None
 
     def cursors(self) -> dict:
         return dict(write_pos=self.wp, origin=self.origin, is_flush=self.flush, history_len=self.case.history_len)
@@ -143,11 +160,39 @@ class SpecRig:
     def ar_layer(self, i: int) -> None:
         raise NotImplementedError
 
-    def replay_fn(self, steps: int) -> Callable[[], None]:
+    def staggered_start(self) -> tuple:
+        """Cursors ``(write_pos, origin, is_flush)`` with the rows spread over their flush
+        period (a server's requests, which entered decode at different steps, flush at
+        different steps): from reset cursors row r commits ``n_r`` steps ahead (seeded at
+        random, evenly over the period, so 1/period of the rows flush at every step), the
+        ring left as it is (its values do not change the timing). Computed once."""
+        if self._staggered is None:
+            c = self.case
+            period = flush_period(c.num_tokens, c.history_len, c.accepted)
+            g = torch.Generator(device="cpu").manual_seed(1)
+            # 1..period steps ahead: the reset state itself lies outside the period (its first
+            # step cannot flush), the states 1..period steps on from it make the period up.
+            ahead = (torch.randperm(c.batch, generator=g) % period + 1).to(self.dev)
+            reset_replayssm_spec_cursors(self.wp, self.origin, self.flush, self.slots, c.num_tokens, c.history_len)
+            for k in range(period):  # rows with accepted 0 change nothing
+                commit_replayssm_spec(self.wp, self.origin, self.flush, self.accepted * (ahead > k).int(),
+                                      c.num_tokens, c.history_len, self.slots)
+            self._staggered = (self.wp.clone(), self.origin.clone(), self.flush.clone())
+        return self._staggered
+
+    def replay_fn(self, steps: int, staggered: bool = False) -> Callable[[], None]:
+        """``steps`` verify + commit steps from reset cursors (every row flushes at the same
+        steps), or from :meth:`staggered_start`."""
         c = self.case
+        start = self.staggered_start() if staggered else None
 
         def run():
-            reset_replayssm_spec_cursors(self.wp, self.origin, self.flush, self.slots, c.num_tokens, c.history_len)
+            if start is None:
+                reset_replayssm_spec_cursors(self.wp, self.origin, self.flush, self.slots, c.num_tokens,
+                                             c.history_len)
+            else:
+                for cursor, at_start in zip((self.wp, self.origin, self.flush), start):
+                    cursor.copy_(at_start)
             for _ in range(steps):
                 for i in range(self.n_layers):
                     self.replay_layer(i)

@@ -23,11 +23,10 @@ import torch
 
 from trtllm_replayssm.benchmarking import gdn_ar, mamba2_ar
 from trtllm_replayssm.benchmarking.records import REPO, ProbeLog
-from trtllm_replayssm.benchmarking.rig import Launch, fastest_baseline, median_of_rounds
+from trtllm_replayssm.benchmarking.rig import PHASES, Launch, fastest_baseline, median_of_rounds
 from trtllm_replayssm.benchmarking.rigs import make_model_rig
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-PHASES = {"aligned": False, "staggered": True}
 
 
 def fold_candidates(rig) -> list:
@@ -60,9 +59,9 @@ def main() -> None:
         folds = fold_candidates(rig) if args.fold_sweep else [fold]
         timers = {(k, None, "aligned"): (lambda lc=lc, rig=rig: rig.time_cycle_us(lc, args.replays))
                   for k, lc in launches.items()}
-        for cfg, (phase, staggered) in itertools.product(folds, PHASES.items()):
+        for cfg, phase in itertools.product(folds, PHASES):
             lc = Launch("output_only", nonflush, cfg)
-            timers[("output_only", cfg, phase)] = (lambda lc=lc, s=staggered, rig=rig:
+            timers[("output_only", cfg, phase)] = (lambda lc=lc, s=phase == "staggered", rig=rig:
                                                  rig.time_cycle_us(lc, args.replays, s))
         us = median_of_rounds(timers, args.rounds)
         base = fastest_baseline({k: t for (k, _, _), t in us.items() if k != "output_only"})

@@ -55,7 +55,7 @@ def staggered(rec) -> str:
     for a ring route's record from a run that did not time staggered cycles."""
     if "staggered_speedup" in rec:
         return f"{rec['staggered_speedup']:.2f}x"
-    return f"{rec['speedup']:.2f}x" if rec["chosen_route"] in NO_PHASE else "n/a"
+    return f"{rec['speedup']:.2f}x" if rec.get("chosen_route") in NO_PHASE else "n/a"
 
 
 def has_staggered(recs) -> bool:
@@ -105,10 +105,11 @@ def spec(recs) -> None:
     for (model, T, acc, batch), rs in by_case(recs, "model", "T", "acceptance", "batch").items():
         rep, std = rs["replay_spec"], rs["standard_spec"]
         rows.append([model, T, acc, batch, f"{std['us_per_step']:.1f}", f"{rep['us_per_step']:.1f}",
-                     f"{rep['speedup']:.2f}x", f"{rep['cost_vs_ar']:.2f}", f"{rep['achieved_gbps']:.0f}"])
+                     f"{rep['speedup']:.2f}x", f"{rep['cost_vs_ar']:.2f}", f"{rep['achieved_gbps']:.0f}"]
+                    + ([staggered(rep)] if has_staggered(recs) else []))
     print(tabulate(rows, headers=["model", "T", "accepted", "batch", "standard spec us", "replay spec us",
-                                  "speedup", "replay cost / token vs AR standard", "replay state read GB/s"],
-                   tablefmt="github"))
+                                  "speedup", "replay cost / token vs AR standard", "replay state read GB/s"]
+                   + (["speedup, staggered"] if has_staggered(recs) else []), tablefmt="github"))
 
 
 def main() -> None:

@@ -282,3 +282,17 @@ def test_staggered_cycles_spread_the_flushes_and_come_back_to_their_start():
                               (Launch("standard"), True)):
         rig.start_cursors(launch, staggered)
         assert not rig.cache.write_pos.any()
+
+
+@pytest.mark.parametrize("kind", ["mamba2_ar", "gdn_ar", "spec"])
+def test_report_renders_the_committed_results(kind):
+    """``report_results.py``: the README's tables from the committed results; the
+    autoregressive ones carry the staggered columns ("n/a" for a ring route's record from a
+    run that did not time staggered cycles, as gdn_ar.json's one case from 0c1bc24)."""
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks/report_results.py"), kind], check=True,
+                         capture_output=True, text=True, timeout=120).stdout
+    assert out.count("\n| ") >= 10 and "copy bandwidth" in out
+    if kind != "spec":
+        assert "output_only staggered" in out and "auto staggered" in out
+    if kind == "gdn_ar":
+        assert "| n/a " in out

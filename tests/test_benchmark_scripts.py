@@ -296,3 +296,47 @@ def test_report_renders_the_committed_results(kind):
         assert "output_only staggered" in out and "auto staggered" in out
     if kind == "gdn_ar":
         assert "| n/a " in out
+
+
+def test_row_list_fold_probe_matches_the_package_fold():
+    """``probe_fold_row_list.py``: its fold (programs over a list of the flushing rows,
+    written once a step) leaves the same states, rings, cursors and outputs as the
+    package's fold over two cycles with staggered cursors; and a wrong list (a row left
+    out) changes the states, so the comparison can fail."""
+    import contextlib
+    import importlib.util
+
+    import torch
+
+    from trtllm_replayssm.benchmarking.rig import Launch
+    from trtllm_replayssm.benchmarking.rigs import make_model_rig
+    from trtllm_replayssm.ops.launch import LaunchConfig
+
+    spec = importlib.util.spec_from_file_location("probe_fold_row_list", REPO / "benchmarks/probe_fold_row_list.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    rig = make_model_rig("tiny", 5, 4, torch.float32)
+    cache = rig.cache
+    launch = Launch("output_only", None, LaunchConfig(16, 2, 1, 1, heads_per_prog=3, loop_blocks=8))
+    rig.start_cursors(launch, staggered=True)
+    start = {k: getattr(cache, k).clone() for k in ("ssm_state", "x_cache", "dt_cache", "B_cache", "write_pos")}
+
+    class ListMissingARow(probe.RowListFold):
+        def plan(self, rig):
+            super().plan(rig)
+            self.count.clamp_(max=max(int(self.count) - 1, 0))
+
+    def two_cycles(fold=None):
+        for k, t in start.items():
+            getattr(cache, k).copy_(t)
+        with probe.folding_by_list(rig, fold) if fold else contextlib.nullcontext():
+            for _ in range(2):
+                rig.cycle_fn(launch)()
+        return {k: getattr(cache, k).clone() for k in start} | {"out": rig.step["out"].clone()}
+
+    package = two_cycles()
+    by_list = two_cycles(probe.RowListFold(5, 2, cache.write_pos.device))
+    for k, t in package.items():
+        assert torch.equal(by_list[k], t), k
+    wrong = two_cycles(ListMissingARow(5, 2, cache.write_pos.device))
+    assert not torch.equal(wrong["ssm_state"], package["ssm_state"])

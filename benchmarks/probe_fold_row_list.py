@@ -28,18 +28,17 @@ import torch
 import triton
 import triton.language as tl
 
+from trtllm_replayssm._runtime import device_arch
 from trtllm_replayssm.benchmarking.mamba2_ar import Mamba2Rig
-from trtllm_replayssm.benchmarking.records import REPO, ProbeLog
+from trtllm_replayssm.benchmarking.probes import add_case_args, case_rigs
+from trtllm_replayssm.benchmarking.records import ProbeLog
 from trtllm_replayssm.benchmarking.rig import PHASES, Launch, median_of_rounds
-from trtllm_replayssm.benchmarking.rigs import make_model_rig
 from trtllm_replayssm.ops.common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32,
                                          load_slot, row_cursors)
 from trtllm_replayssm.ops.launch import LaunchConfig, clamp_loop_blocks, launch_kernel
 from trtllm_replayssm.ops.mamba2 import replay as replay_module
 from trtllm_replayssm.ops.mamba2._common import finish_output, load_dt
 from trtllm_replayssm.ops.mamba2.replay_fold import LOOP_STAGES, fold_ring_weights, fold_rows
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 @triton.jit
@@ -186,20 +185,14 @@ def time_list_cycle(rig: Mamba2Rig, launch: Launch, row_progs: int, replays: int
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", nargs="+", default=["nemotron-3-super", "nemotron-3-nano-4b"])
-    ap.add_argument("--batches", nargs="+", type=int, default=[32, 128, 512])
-    ap.add_argument("--state-dtypes", nargs="+", default=["fp32", "bf16"], choices=sorted(DTYPES))
+    add_case_args(ap, ["nemotron-3-super", "nemotron-3-nano-4b"], [32, 128, 512], "fold_row_list.json")
     ap.add_argument("--heads", nargs="+", type=int, default=[1, 2], help="heads_per_prog of the list fold")
     ap.add_argument("--row-progs", nargs="+", type=int, default=[4, 8, 16, 32],
                     help="programs a group of heads runs over the list")
-    ap.add_argument("--replays", type=int, default=20)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--out", default=str(REPO / "benchmarks/results/fold_row_list.json"))
     args = ap.parse_args()
     log = ProbeLog(args.out)
-    arch = "sm" + "".join(map(str, torch.cuda.get_device_capability()))
-    for name, dtype, batch in itertools.product(args.models, args.state_dtypes, args.batches):
-        rig = make_model_rig(name, batch, 16, DTYPES[dtype])
+    arch = device_arch(torch.device("cuda"))
+    for name, dtype, batch, rig in case_rigs(args):
         table = rig.table_configs(arch)
         nonflush, fold = table["output_only"]["config"], table["fold"]["config"]
         timers = {("standard", None, None, "aligned"):
@@ -220,7 +213,6 @@ def main() -> None:
                     fold=cfg.to_dict() if cfg else None, row_progs=progs, us_per_step=round(t, 3),
                     speedup=round(base / t, 3))
         del rig, timers
-        torch.cuda.empty_cache()
     log.print_table()
 
 

@@ -21,12 +21,11 @@ import itertools
 
 import torch
 
+from trtllm_replayssm._runtime import device_arch
 from trtllm_replayssm.benchmarking import gdn_ar, mamba2_ar
-from trtllm_replayssm.benchmarking.records import REPO, ProbeLog
+from trtllm_replayssm.benchmarking.probes import add_case_args, case_rigs
+from trtllm_replayssm.benchmarking.records import ProbeLog
 from trtllm_replayssm.benchmarking.rig import PHASES, Launch, fastest_baseline, median_of_rounds
-from trtllm_replayssm.benchmarking.rigs import make_model_rig
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def fold_candidates(rig) -> list:
@@ -37,19 +36,13 @@ def fold_candidates(rig) -> list:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", nargs="+",
-                    default=["nemotron-3-nano-4b", "nemotron-3-super", "qwen3.5-4b", "qwen3.5-122b"])
-    ap.add_argument("--batches", nargs="+", type=int, default=[8, 32, 128, 512])
-    ap.add_argument("--state-dtypes", nargs="+", default=["fp32", "bf16"], choices=sorted(DTYPES))
+    add_case_args(ap, ["nemotron-3-nano-4b", "nemotron-3-super", "qwen3.5-4b", "qwen3.5-122b"], [8, 32, 128, 512],
+                  "staggered_cycles.json")
     ap.add_argument("--fold-sweep", action="store_true", help="also every fold candidate, both ways")
-    ap.add_argument("--replays", type=int, default=20)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--out", default=str(REPO / "benchmarks/results/staggered_cycles.json"))
     args = ap.parse_args()
     log = ProbeLog(args.out)
-    arch = "sm" + "".join(map(str, torch.cuda.get_device_capability()))
-    for name, dtype, batch in itertools.product(args.models, args.state_dtypes, args.batches):
-        rig = make_model_rig(name, batch, 16, DTYPES[dtype])
+    arch = device_arch(torch.device("cuda"))
+    for name, dtype, batch, rig in case_rigs(args):
         table = rig.table_configs(arch)
         nonflush, fold = table["output_only"]["config"], table["fold"]["config"]
         launches = {"standard": Launch("standard", table["standard"]["config"]),
@@ -71,7 +64,6 @@ def main() -> None:
                     table_fold=cfg == fold if cfg else None, fold=cfg.to_dict() if cfg else None,
                     us_per_step=round(t, 3), baseline=base, speedup=round(base_us / t, 3))
         del rig, timers
-        torch.cuda.empty_cache()
     log.print_table()
 
 

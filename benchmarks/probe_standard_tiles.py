@@ -18,19 +18,17 @@ turns over ``--rounds`` rounds and each reports its median
 from __future__ import annotations
 
 import argparse
-import itertools
 from dataclasses import replace
 
 import torch
 
-from trtllm_replayssm.benchmarking.records import REPO, ProbeLog
+from trtllm_replayssm.benchmarking.probes import add_case_args, case_rigs
+from trtllm_replayssm.benchmarking.records import ProbeLog
 from trtllm_replayssm.benchmarking.rig import Launch, median_of_rounds
-from trtllm_replayssm.benchmarking.rigs import make_model_rig
 from trtllm_replayssm.ops.launch import LaunchConfig
 
 # route -> the table's kernel whose config it launches
 ROUTES = {"standard": "standard", "standard_step": "always_flush", "always_flush": "always_flush"}
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def tiles(rig, route: str, args) -> list:
@@ -52,22 +50,16 @@ def time_without_slot_indices(rig, launch: Launch, replays: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", nargs="+", default=["qwen3.5-4b", "qwen3.5-122b"])
-    ap.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
-    ap.add_argument("--state-dtypes", nargs="+", default=["bf16", "fp32"], choices=sorted(DTYPES))
+    add_case_args(ap, ["qwen3.5-4b", "qwen3.5-122b"], [1, 8, 32], "standard_tiles.json")
     ap.add_argument("--rows", nargs="+", type=int, default=[4, 8, 16], help="state rows a one-warp program takes")
     ap.add_argument("--table-tiles", action="store_true", help="the tuned table's configs instead of --rows")
     ap.add_argument("--caps", nargs="+", type=int, default=[0, 128],
                     help="maxnreg values (0: no cap; -1: the tile's own, as the table holds it)")
     ap.add_argument("--without-slot-indices", action="store_true",
                     help="also time the standard step without slot indices")
-    ap.add_argument("--replays", type=int, default=20)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--out", default=str(REPO / "benchmarks/results/standard_tiles.json"))
     args = ap.parse_args()
     log = ProbeLog(args.out)
-    for name, dtype, batch in itertools.product(args.models, args.state_dtypes, args.batches):
-        rig = make_model_rig(name, batch, 16, DTYPES[dtype])
+    for name, dtype, batch, rig in case_rigs(args):
         launches = [Launch(route, tile if cap < 0 else replace(tile, maxnreg=cap))
                     for route in ROUTES for tile in tiles(rig, route, args) for cap in args.caps]
         if getattr(rig, "fla", None) is not None:
@@ -84,7 +76,6 @@ def main() -> None:
                     rows=cfg.block_p if cfg else None, maxnreg=cfg.maxnreg if cfg else None,
                     config=cfg.to_dict() if cfg and args.table_tiles else None, us_per_step=round(t, 3))
         del launches, timers, rig
-        torch.cuda.empty_cache()
     log.print_table()
 
 

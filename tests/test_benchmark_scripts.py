@@ -340,3 +340,17 @@ def test_row_list_fold_probe_matches_the_package_fold():
         assert torch.equal(by_list[k], t), k
     wrong = two_cycles(ListMissingARow(5, 2, cache.write_pos.device))
     assert not torch.equal(wrong["ssm_state"], package["ssm_state"])
+
+
+def test_probe_case_arguments_and_rigs():
+    """``benchmarking.probes``: the probes' shared arguments, and one rig a case in order."""
+    import argparse
+
+    from trtllm_replayssm.benchmarking.probes import add_case_args, case_rigs
+
+    ap = argparse.ArgumentParser()
+    add_case_args(ap, ["tiny"], [2, 3], "x.json")
+    args = ap.parse_args(["--state-dtypes", "fp32"])
+    assert args.out.endswith("benchmarks/results/x.json") and (args.replays, args.rounds) == (20, 3)
+    cases = [(name, dtype, batch, rig.case.batch, rig.case.buffer_len) for name, dtype, batch, rig in case_rigs(args)]
+    assert cases == [("tiny", "fp32", 2, 2, 16), ("tiny", "fp32", 3, 3, 16)]

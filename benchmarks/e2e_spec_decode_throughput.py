@@ -41,6 +41,9 @@ def main() -> None:
     ap.add_argument("--warmup-steps", type=int, default=8)
     ap.add_argument("--state-dtype", choices=list(DTYPES), default="fp32")
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/e2e.json"))
+    ap.add_argument("--staggered", action="store_true",
+                    help="spread the rows over their flush period during the warm-up (each row held to one accepted "
+                         "token a step for a while, on both paths) instead of starting them together")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: tiny model in the interpreter, nothing measured")
     args = ap.parse_args()
     T = 1 + args.num_spec
@@ -58,7 +61,7 @@ def main() -> None:
         res = compare_paths(model, batch, args.warmup_steps, args.num_steps,
                             max_len=4 + (args.warmup_steps + args.num_steps + 2) * args.acceptance + T,
                             buffer_len=args.buffer_len, state_dtype=DTYPES[args.state_dtype], num_tokens=T,
-                            accepted=args.acceptance)
+                            accepted=args.acceptance, staggered=args.staggered)
         std, rep = res["standard_ms"], res["replay_ms"]
         # Where the standard speculative step's time goes (its blocks of one kind left out).
         shares = step_shares(model, batch, args.num_steps, max_len=4 + (2 + args.num_steps + 2) * args.acceptance + T,
@@ -71,6 +74,7 @@ def main() -> None:
                                 L=args.buffer_len, route=route, ms_per_step=round(ms, 4), tokens_per_s=round(tok(ms), 1),
                                 baseline_tokens_per_s=round(tok(std), 1), speedup=round(std / ms, 3),
                                 logits_rel_err=round(res["logits_rel_err"], 6), commit=git_commit(),
+                                **({"phases": "staggered"} if args.staggered else {}),
                                 **(shares if route == "standard_spec" else {})))
         rows.append([cfg.name, batch, T, args.acceptance, f"{std:.3f}", f"{rep:.3f}", f"{tok(rep):.0f}",
                      f"{std / rep:.2f}x", " / ".join(f"{shares[k + '_share']:.0%}" for k in ("ssm", "attention", "mlp")),

@@ -216,7 +216,8 @@ def test_bench_gapped_pools_dry_run(tmp_path):
     ("e2e_decode_speedup.py", ["--num-steps", "5", "--warmup-steps", "4", "--buffer-len", "4", "--route", "auto",
                                "--staggered"], {"standard", "auto"}),
     ("e2e_spec_decode_throughput.py", ["--num-steps", "3", "--warmup-steps", "2", "--buffer-len", "4",
-                                       "--num-spec", "2", "--acceptance", "2"], {"standard_spec", "replay_spec"}),
+                                       "--num-spec", "2", "--acceptance", "2", "--staggered"],
+     {"standard_spec", "replay_spec"}),
 ])
 def test_e2e_scripts_dry_run(tmp_path, script, extra, routes):
     out = tmp_path / "e2e.json"
@@ -229,8 +230,9 @@ def test_e2e_scripts_dry_run(tmp_path, script, extra, routes):
     assert {"ssm_share", "attention_share", "mlp_share"} <= set(std)
     assert all({"model", "batch", "T", "state_dtype", "L", "ms_per_step", "tokens_per_s", "baseline_tokens_per_s",
                 "speedup", "gpu", "commit"} <= set(r) for r in records)
-    if "--staggered" in extra:  # the ReplaySSM record says so; the standard one has no phase
-        assert {r["route"]: r.get("phases") for r in records} == {"standard": None, "auto": "staggered"}
+    if "--staggered" in extra:  # autoregressive: the standard path has no phase; speculative: both paths stagger
+        phases = {"standard": None, "auto": "staggered", "standard_spec": "staggered", "replay_spec": "staggered"}
+        assert {r["route"]: r.get("phases") for r in records} == {k: phases[k] for k in routes}
 
 
 def test_plot_e2e(tmp_path):

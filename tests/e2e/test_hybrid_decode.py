@@ -74,6 +74,27 @@ def test_speculative_replay_matches_standard_spec(name):
     assert int(runs[True][0].caches.origin.max()) > 0, "no flush happened"
 
 
+def test_staggered_speculative_replay_matches_standard_spec():
+    """``staggered`` speculative decode: both paths hold rows back (one accepted token a
+    step) over the first steps, which spreads the rows over their flush period; the replay
+    path still chooses the standard path's tokens, and its rows flush at different steps."""
+    model = HybridDecoder(hybrid_config("tiny-hybrid"), dtype=torch.float32, device=DEVICE)
+    runs, flush_rows = {}, []
+    for replay in (False, True):
+        r = DecodeRunner(model, 3, replay, 64, buffer_len=8, num_tokens=4, accepted=3, staggered=True)
+        tokens = []
+        for _ in range(len(r._accept_schedule) + 4):
+            tokens += r.run(1)
+            flush_rows.append(r.caches.is_flush.tolist() if replay else None)
+        runs[replay] = (r, tokens)
+    for t, (a, b) in enumerate(zip(runs[False][1], runs[True][1])):
+        assert torch.equal(a, b), f"step {t}: standard {a.tolist()} != replay {b.tolist()}"
+    torch.testing.assert_close(runs[True][0].logits.float(), runs[False][0].logits.float(), rtol=1e-4, atol=1e-4)
+    assert any(f and len(set(f)) > 1 for f in flush_rows), f"the rows flush together: {flush_rows}"
+    with pytest.raises(RuntimeError, match="staggering steps"):
+        DecodeRunner(model, 3, True, 64, buffer_len=8, num_tokens=4, accepted=3, staggered=True).capture()
+
+
 def test_corrupted_ring_changes_the_logits():
     """A test that can fail: one cached ring value corrupted mid-cycle moves the logits."""
     model = HybridDecoder(hybrid_config("tiny-hybrid"), dtype=torch.float32, device=DEVICE)

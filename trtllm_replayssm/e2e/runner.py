@@ -10,6 +10,7 @@ import time
 import torch
 
 from .._runtime import device_arch
+from ..benchmarking.spec import flush_period
 from ..benchmarking.timing import capture
 from ..ops.cursors import FLUSH_EVERY_STEP
 from ..ops.launch import select_route
@@ -33,11 +34,16 @@ class DecodeRunner:
     included), a fixed pattern: it measures throughput, not draft quality. ``buffer_len``
     is then the history budget Bh.
 
-    ``staggered`` (autoregressive ReplaySSM on a ring route): the requests' cursors are
-    spread over the L phases, as in a server whose requests entered decode at different
-    steps, instead of all starting at 0 after the prefill: over the first L steps, which
-    run eagerly (before :meth:`capture`), each row's ring is force-flushed once, at the
-    step that leaves it at its phase (seeded at random, 1/L of the rows at each)."""
+    ``staggered``: the requests' cursors are spread over their flush period, as in a
+    server whose requests entered decode at different steps, instead of all starting
+    together after the prefill. The first steps, which run eagerly (before
+    :meth:`capture`), do it:
+    - autoregressive ReplaySSM on a ring route: over the first L steps each row's ring is
+      force-flushed once, at the step that leaves it at its phase (seeded at random, 1/L
+      of the rows at each); the standard path has no phase;
+    - speculative (both paths, so that they keep choosing the same tokens): row r accepts
+      one token a step for its first ``n_r`` steps, then ``accepted``, which puts it
+      ``n_r (accepted - 1)`` tokens behind, ``n_r`` spread over one flush period's worth."""
 
     def __init__(self, model: HybridDecoder, batch: int, replay: bool, max_len: int, buffer_len: int = 16,
                  state_dtype: torch.dtype = torch.float32, route: str = "output_only", prompt_len: int = 4,
@@ -57,6 +63,8 @@ class DecodeRunner:
         self.logits: Optional[torch.Tensor] = None  # (B, T, vocab) of the last step
         self.graph = None
         self._stagger_flags = self._staggering(staggered, buffer_len, seed) if replay and num_tokens == 1 else []
+        self._accepted = accepted or num_tokens
+        self._accept_schedule = (self._spec_staggering(staggered, buffer_len, seed) if num_tokens > 1 else [])
 
     def _staggering(self, staggered: bool, L: int, seed: int) -> List[torch.Tensor]:
         """Force-flush flags of the first L steps: row r at step ``L - 1 - phase_r``, so that
@@ -66,6 +74,16 @@ class DecodeRunner:
         g = torch.Generator(device="cpu").manual_seed(seed + 1)
         phases = (torch.randperm(self.batch, generator=g) % L).to(self.ctx.slots.device)
         return [(phases == L - 1 - k).to(torch.int8) for k in range(L)]
+
+    def _spec_staggering(self, staggered: bool, history_len: int, seed: int) -> List[torch.Tensor]:
+        """Tokens accepted per row over the first steps (one while a row is held back)."""
+        a, T = self._accepted, self.tokens.shape[1]
+        if not staggered or a < 2:
+            return []
+        steps = -(-flush_period(T, history_len, a) * a // (a - 1))  # steps that hold a row back a period
+        g = torch.Generator(device="cpu").manual_seed(seed + 1)
+        held = (torch.randperm(self.batch, generator=g) % steps).to(self.ctx.slots.device)
+        return [torch.where(held > k, 1, a).to(torch.int32) for k in range(steps)]
 
     def _set_tokens(self, first: torch.Tensor) -> None:
         """Next verify input: the chosen token, then synthetic drafts."""
@@ -87,13 +105,17 @@ class DecodeRunner:
             self.graph.replay()
             return
         self.ctx.force_flush = self._stagger_flags.pop(0) if self._stagger_flags else None
+        if self._accept_schedule:
+            self.ctx.accepted.copy_(self._accept_schedule.pop(0))
         self._step()
         self.ctx.force_flush = None
+        self.ctx.accepted.fill_(self._accepted)
 
     def capture(self) -> None:
         """Record one decode step in a CUDA graph (after a warm-up step outside it)."""
-        if self._stagger_flags:
-            raise RuntimeError(f"capture after the staggering steps ({len(self._stagger_flags)} left to run)")
+        left = len(self._stagger_flags) + len(self._accept_schedule)
+        if left:
+            raise RuntimeError(f"capture after the staggering steps ({left} left to run)")
         self.graph = capture(self._step)
 
     def run(self, steps: int, feed: Optional[List[torch.Tensor]] = None) -> List[torch.Tensor]:

@@ -13,6 +13,8 @@ taking list entries ``z, z + row_progs, ...``: on a step where no row flushes ev
 reads the length and returns; with every row flushing each takes ``batch / row_progs``
 rows; staggered, ``batch / (L row_progs)``. The fold's arithmetic is the package's
 (``replay_fold``'s helpers); the non-flush launch is the package's, on the table's config.
+Where the package launches its fold as a programmatic dependent launch (``FOLD_PDL``: up to
+4096 batch rows x heads, e.g. Super at batch 32) the list fold runs as a plain launch.
 
     python benchmarks/probe_fold_row_list.py --out benchmarks/results/fold_row_list.json
 """

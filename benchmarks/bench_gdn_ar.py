@@ -14,14 +14,8 @@ dispatcher's table ``tuned/gdn_<arch>.json``.
     python benchmarks/bench_gdn_ar.py --from-table             # the table's configs, measured again
     python benchmarks/bench_gdn_ar.py --tune standard always_flush  # tune those; the rest as in the table
 
-The compared launches take turns over ``--rounds`` rounds, a capture each, and each
-reports its median (see ``benchmarking.rig.time_phases_side_by_side``); so do the output_only
-route's flush and non-flush steps (``benchmarking.rig.time_flush_and_nonflush_steps``).
-A replay route's cycle is timed with the rows in phase (every cursor from 0: the method's
-cycle, ``us_per_step``) and with staggered cursors (1/L of the rows flushing at every
-step, a server's steady state: ``staggered_us_per_step``); the tuners keep the config
-whose slower phase is fastest, and the route table takes a replay route only where it is
-fastest in both (``benchmarking.rig.worst_phase``).
+Rounds, the two phases of a replay route's cycle (in phase and staggered) and how the
+tuners and the route table use them: as ``bench_mamba2_ar.py``.
 """
 
 from __future__ import annotations

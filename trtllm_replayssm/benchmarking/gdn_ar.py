@@ -17,7 +17,7 @@ from .._runtime import default_device
 from ..cache import GDNGeometry, GDNReplayCache
 from ..ops.gdn import fused_recurrent_gated_delta_rule_replayssm, fused_sigmoid_gating_delta_rule_update
 from ..ops.launch import LaunchConfig
-from .rig import CycleRig, Launch, tune_table_kernels
+from .rig import ROW_BLOCK_FOLDS, CycleRig, Launch, tune_table_kernels
 from .timing import layers_for_cold_l2
 
 ROUTES = ("output_only", "standard_step", "always_flush")
@@ -41,14 +41,7 @@ CANDIDATES = {
                     _C(8, 1, loop_blocks=8, prefetch=1), _C(16, 2, loop_blocks=8, prefetch=1)],
     "fold": [_C(16, 2, 1, 1, 8), _C(32, 4, 1, 1, 8), _C(16, 2, 1, 1), _C(32, 4, 1, 1), _C(16, 2, 1, 1, loop_blocks=8),
              _C(16, 4, 1, 1, loop_blocks=8), _C(32, 4, 1, 1, loop_blocks=4), _C(16, 2, 1, 1, 2, loop_blocks=8),
-             _C(16, 2, 1, 1, loop_blocks=2)] +
-            # a block of batch rows a program looks through (one vector load of their cursors)
-            [_C(16, 2, 1, 1, heads, loop_blocks=8, row_block=rows)
-             for heads, rows in [(4, 4), (8, 2), (4, 8), (8, 4), (16, 2), (32, 1), (8, 8), (16, 4)]] +
-            # few heads over a block of rows: with staggered cursors ~1 row in 16 flushes at a
-            # step, so such a program folds about one row and the fold spreads over many programs
-            [_C(16, 2, 1, 1, heads_per_prog=heads, loop_blocks=8, row_block=rows)
-             for heads, rows in [(1, 8), (2, 8), (1, 16), (2, 16), (4, 16)]],
+             _C(16, 2, 1, 1, loop_blocks=2)] + ROW_BLOCK_FOLDS,
     "always_flush": _ONE_WARP + [_C(8, 2), _C(16, 2), _C(32, 4)],
 }
 

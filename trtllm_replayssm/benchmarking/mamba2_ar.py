@@ -17,7 +17,7 @@ from ..ops.cursors import FLUSH_EVERY_STEP
 from ..cache import Mamba2Geometry, Mamba2ReplayCache
 from ..ops.mamba2 import selective_state_update, selective_state_update_replayssm
 from ..ops.launch import LaunchConfig
-from .rig import CycleRig, Launch, tune_table_kernels
+from .rig import ROW_BLOCK_FOLDS, CycleRig, Launch, tune_table_kernels
 from .timing import layers_for_cold_l2
 
 ROUTES = ("output_only", "state_and_output", "standard_step", "always_flush")
@@ -47,15 +47,9 @@ CANDIDATES = {
     # larger programs can win over the fastest flush step: heads_per_prog is the heads one
     # fold program loops over, loop_blocks the blocks of a head's rows it runs one after
     # another (the head's B tile and ring scalars loaded once; 8: all of them), row_block
-    # the batch rows it looks through with one vector load of their cursors.
+    # the batch rows it looks through (rig.ROW_BLOCK_FOLDS).
     "fold": [_C(16, 2, 1, 1), _C(32, 4, 1, 1), _C(32, 8, 1, 1), _C(16, 2, 1, 1, loop_blocks=4),
-             _C(16, 2, 1, 1, heads_per_prog=2, loop_blocks=4), _C(16, 2, 1, 1, loop_blocks=8)] +
-            [_C(16, 2, 1, 1, heads_per_prog=heads, loop_blocks=8, row_block=rows) for heads, rows in
-             [(4, 4), (8, 2), (4, 8), (8, 4), (16, 2), (32, 1), (8, 8), (16, 4)]] +
-            # few heads over a block of rows: with staggered cursors ~1 row in 16 flushes at a
-            # step, so such a program folds about one row and the fold spreads over many programs
-            [_C(16, 2, 1, 1, heads_per_prog=heads, loop_blocks=8, row_block=rows)
-             for heads, rows in [(1, 8), (2, 8), (1, 16), (2, 16), (4, 16)]],
+             _C(16, 2, 1, 1, heads_per_prog=2, loop_blocks=4), _C(16, 2, 1, 1, loop_blocks=8)] + ROW_BLOCK_FOLDS,
     "state_and_output": [_C(8, 1), _C(8, 1, 2), _C(16, 1), _C(32, 2), _C(32, 4), _C(32, 4, 2)],
     "always_flush": _with_early_terms(_ALWAYS_FLUSH_TILES),
 }

@@ -18,6 +18,23 @@ from ..ops.launch import LaunchConfig, select_config, select_route
 from .timing import capture, time_graph_ms
 
 
+def even_phases(count: int, period: int, seed: int) -> torch.Tensor:
+    """``count`` phases in ``[0, period)``, as even a spread as ``count`` allows, in a seeded
+    random order (CPU int64): where staggered cursors start."""
+    return torch.randperm(count, generator=torch.Generator().manual_seed(seed)) % period
+
+
+# Fold launch candidates both families share: a program looks through a block of batch rows
+# (one vector load of their cursors) and folds the ones that flush, over heads_per_prog
+# heads and all of a head's blocks of state rows. Many heads over few rows are cheap when
+# every row flushes; one or two heads over 8-16 rows suit staggered cursors, where ~1 row
+# in 16 flushes at a step, so such a program folds about one row and the fold spreads
+# over many programs.
+ROW_BLOCK_FOLDS = [LaunchConfig(16, 2, 1, 1, heads_per_prog=heads, loop_blocks=8, row_block=rows)
+                   for heads, rows in [(4, 4), (8, 2), (4, 8), (8, 4), (16, 2), (32, 1), (8, 8), (16, 4),
+                                       (1, 8), (2, 8), (1, 16), (2, 16), (4, 16)]]
+
+
 @dataclass(frozen=True)
 class Launch:
     """A kernel (or replay route) with its launch configs (``None``: the tuned table)."""
@@ -88,8 +105,7 @@ class CycleRig:
         if not staggered or not self.keeps_ring(launch):
             wp.zero_()
             return
-        phases = torch.randperm(wp.numel(), generator=torch.Generator().manual_seed(0)) % self.case.buffer_len
-        wp.copy_(phases.to(wp.dtype))
+        wp.copy_(even_phases(wp.numel(), self.case.buffer_len, seed=0).to(wp.dtype))
 
     def time_cycle_us(self, launch: Launch, replays: int = 20, staggered: bool = False) -> float:
         """Median microseconds per layer-step over whole cycles (a cycle of L steps brings

@@ -30,7 +30,7 @@ from ..ops.mamba2.spec import (
 )
 from ..ops.mamba2.spec_standard import promote_spec_state, selective_state_update_spec_standard
 from .records import git_commit
-from .rig import best_config
+from .rig import best_config, even_phases
 from .timing import capture, layers_for_cold_l2, time_graph_ms
 
 
@@ -169,10 +169,9 @@ class SpecRig:
         if self._staggered is None:
             c = self.case
             period = flush_period(c.num_tokens, c.history_len, c.accepted)
-            g = torch.Generator(device="cpu").manual_seed(1)
             # 1..period steps ahead: the reset state itself lies outside the period (its first
             # step cannot flush), the states 1..period steps on from it make the period up.
-            ahead = (torch.randperm(c.batch, generator=g) % period + 1).to(self.dev)
+            ahead = (even_phases(c.batch, period, seed=1) + 1).to(self.dev)
             reset_replayssm_spec_cursors(self.wp, self.origin, self.flush, self.slots, c.num_tokens, c.history_len)
             for k in range(period):  # rows with accepted 0 change nothing
                 commit_replayssm_spec(self.wp, self.origin, self.flush, self.accepted * (ahead > k).int(),

@@ -10,6 +10,7 @@ import time
 import torch
 
 from .._runtime import device_arch
+from ..benchmarking.rig import even_phases
 from ..benchmarking.spec import flush_period
 from ..benchmarking.timing import capture
 from ..ops.cursors import FLUSH_EVERY_STEP
@@ -71,8 +72,7 @@ class DecodeRunner:
         after L steps its cursor is at ``phase_r`` (a flush leaves it at 0)."""
         if not staggered or self.ctx.route in FLUSH_EVERY_STEP:
             return []
-        g = torch.Generator(device="cpu").manual_seed(seed + 1)
-        phases = (torch.randperm(self.batch, generator=g) % L).to(self.ctx.slots.device)
+        phases = even_phases(self.batch, L, seed + 1).to(self.ctx.slots.device)
         return [(phases == L - 1 - k).to(torch.int8) for k in range(L)]
 
     def _spec_staggering(self, staggered: bool, history_len: int, seed: int) -> List[torch.Tensor]:
@@ -81,8 +81,7 @@ class DecodeRunner:
         if not staggered or a < 2:
             return []
         steps = -(-flush_period(T, history_len, a) * a // (a - 1))  # steps that hold a row back a period
-        g = torch.Generator(device="cpu").manual_seed(seed + 1)
-        held = (torch.randperm(self.batch, generator=g) % steps).to(self.ctx.slots.device)
+        held = even_phases(self.batch, steps, seed + 1).to(self.ctx.slots.device)
         return [torch.where(held > k, 1, a).to(torch.int32) for k in range(steps)]
 
     def _set_tokens(self, first: torch.Tensor) -> None:
@@ -105,11 +104,13 @@ class DecodeRunner:
             self.graph.replay()
             return
         self.ctx.force_flush = self._stagger_flags.pop(0) if self._stagger_flags else None
-        if self._accept_schedule:
+        held_back = bool(self._accept_schedule)
+        if held_back:
             self.ctx.accepted.copy_(self._accept_schedule.pop(0))
         self._step()
         self.ctx.force_flush = None
-        self.ctx.accepted.fill_(self._accepted)
+        if held_back:
+            self.ctx.accepted.fill_(self._accepted)
 
     def capture(self) -> None:
         """Record one decode step in a CUDA graph (after a warm-up step outside it)."""

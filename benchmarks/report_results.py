@@ -15,6 +15,8 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from trtllm_replayssm.benchmarking.rig import BASELINES
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -45,17 +47,17 @@ def baseline(rec) -> str:
     return f"{rec['baseline_us_per_step']:.1f} ({rec.get('baseline', 'standard')})"
 
 
-NO_PHASE = ("standard", "fla", "standard_step", "always_flush")
 STAGGERED_HEADERS = ["output_only staggered", "auto staggered"]
 
 
 def staggered(rec) -> str:
     """A record's speedup with staggered cursors (``CycleRig.start_cursors``); a route that
-    writes the state every step has no phase, so its speedup is the same both ways; "n/a"
+    writes the state every step (``rig.BASELINES``) has no phase, so its speedup is the
+    same both ways; "n/a"
     for a ring route's record from a run that did not time staggered cycles."""
     if "staggered_speedup" in rec:
         return f"{rec['staggered_speedup']:.2f}x"
-    return f"{rec['speedup']:.2f}x" if rec.get("chosen_route") in NO_PHASE else "n/a"
+    return f"{rec['speedup']:.2f}x" if rec.get("chosen_route") in BASELINES else "n/a"
 
 
 def has_staggered(recs) -> bool:

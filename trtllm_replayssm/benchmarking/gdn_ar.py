@@ -137,8 +137,9 @@ def make_gdn_rig(case: GDNCase) -> GDNRig:
 
 
 # What tune_gdn_case can tune: the standard kernel, the always_flush route's (the standard
-# kernel with the drain, which standard_step shares), and the replay launches (the fold and
-# the non-flush launch, tuned together).
+# kernel with the drain, which standard_step shares), the replay launches (the fold and
+# the non-flush launch, tuned together) and the fold alone (under the table's non-flush
+# launch).
 TUNABLE = ("standard", "always_flush", "replay", "fold")
 
 

@@ -13,8 +13,11 @@ taking list entries ``z, z + row_progs, ...``: on a step where no row flushes ev
 reads the length and returns; with every row flushing each takes ``batch / row_progs``
 rows; staggered, ``batch / (L row_progs)``. The fold's arithmetic is the package's
 (``replay_fold``'s helpers); the non-flush launch is the package's, on the table's config.
-Where the package launches its fold as a programmatic dependent launch (``FOLD_PDL``: up to
-4096 batch rows x heads, e.g. Super at batch 32) the list fold runs as a plain launch.
+The package's fold takes the same share of the rows with ``row_progs`` (each program
+scanning the batch's cursors itself, a layer at a time: no list to carry), timed here as
+"row share" beside the list. Where the package launches its fold as a programmatic
+dependent launch (``FOLD_PDL``: up to 4096 batch rows x heads, e.g. Super at batch 32) the
+list fold runs as a plain launch.
 
     python benchmarks/probe_fold_row_list.py --out benchmarks/results/fold_row_list.json
 """
@@ -208,6 +211,11 @@ def main() -> None:
                 timers[("row list", cfg, progs, phase)] = (
                     lambda rig=rig, cfg=cfg, progs=progs, s=s:
                     time_list_cycle(rig, Launch("output_only", nonflush, cfg), progs, args.replays, s))
+                # The package's fold in the same share, each program scanning the cursors itself.
+                shared = replace(cfg, row_block=128, row_progs=progs)
+                timers[("row share", shared, progs, phase)] = (
+                    lambda rig=rig, shared=shared, s=s:
+                    rig.time_cycle_us(Launch("output_only", nonflush, shared), args.replays, s))
         us = median_of_rounds(timers, args.rounds)
         base = us[("standard", None, None, "aligned")]
         for (variant, cfg, progs, phase), t in us.items():

@@ -355,8 +355,8 @@ static int launch_step_case(const char* key, int64_t batch, int64_t inner, int64
   if ((status = find_case(arch, key, batch, &c)) != RS_SUCCESS) return status;
   for (int i = 0; i < c->num_launches; ++i) {
     const rs_kernel_desc* d = &rs_kernels[c->launches[i]];
-    status = launch_named(c->launches[i], cdiv(inner, d->block), cdiv(heads, d->heads_per_prog),
-                          cdiv(batch, d->row_block), nv, stream);
+    unsigned rows = d->row_progs ? (unsigned)d->row_progs : cdiv(batch, d->row_block); /* launch.fold_row_programs */
+    status = launch_named(c->launches[i], cdiv(inner, d->block), cdiv(heads, d->heads_per_prog), rows, nv, stream);
     if (status != RS_SUCCESS) return status;
   }
   return RS_SUCCESS;

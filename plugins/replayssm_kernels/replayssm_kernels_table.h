@@ -19,6 +19,7 @@ typedef struct {
   int block;             /* rows of the inner dim per program (BLOCK_P / BLOCK_V / BLOCK, times CHUNKS) */
   int heads_per_prog;    /* heads one program loops over */
   int row_block;         /* batch rows one program looks through (ROW_BLOCK; 1: a program a row) */
+  int row_progs;         /* programs sharing the batch's flushing rows (ROW_PROGS; 0: a program a row block) */
   int programmatic;      /* launched as a programmatic dependent launch of the launch before it */
   int num_params;
   const rs_param_desc* params;

@@ -53,12 +53,15 @@ def test_fold_launch_over_several_heads():
     run_gdn_replay(GDNScenario(GEOM, 4, seed=6), cycles(4), fold_config=LaunchConfig(16, 2, heads_per_prog=3))
 
 
-@pytest.mark.parametrize("row_block, heads", [(2, 2), (8, 2), (16, 1)])
-def test_fold_launch_row_blocks(row_block, heads):
+@pytest.mark.parametrize("row_block, heads, row_progs", [(2, 2, 0), (8, 2, 0), (16, 1, 0), (2, 2, 1), (2, 1, 3),
+                                                          (4, 2, 2), (1, 1, 8)])
+def test_fold_launch_row_blocks(row_block, heads, row_progs):
     """``row_block``: a fold program looks through a block of batch rows (one vector load of
     their cursors) and folds those that flush, force-flushed rows included, over several
-    heads; the batch has 4 rows (one of them padding), so a block of 8 is partly past it."""
-    cfg = LaunchConfig(16, 2, fold_dot=1, heads_per_prog=heads, loop_blocks=2, row_block=row_block)
+    heads; the batch has 4 rows (one of them padding), so a block of 8 is partly past it.
+    ``row_progs``: that many programs share the batch's flushing rows (as for Mamba2)."""
+    cfg = LaunchConfig(16, 2, fold_dot=1, heads_per_prog=heads, loop_blocks=2, row_block=row_block,
+                       row_progs=row_progs)
     geom = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=32)
     res = run_gdn_replay(GDNScenario(geom, 4, seed=18), cycles(4), force_flush_at={1: [2], 6: [0, 3]},
                          fold_config=cfg)

@@ -94,14 +94,19 @@ def test_fold_launch_looping_over_blocks(fold_config):
     run_replay(Scenario(geom, 4, seed=15), 6, route="always_flush", fold_config=LaunchConfig(*fold_config))
 
 
-@pytest.mark.parametrize("row_block, heads", [(2, 2), (8, 2), (16, 1)])
-def test_fold_launch_row_blocks(row_block, heads):
+@pytest.mark.parametrize("row_block, heads, row_progs", [(2, 2, 0), (8, 2, 0), (16, 1, 0), (2, 2, 1), (2, 1, 3),
+                                                          (4, 2, 2), (1, 1, 8)])
+def test_fold_launch_row_blocks(row_block, heads, row_progs):
     """``row_block``: a fold program looks through a block of batch rows (one vector load of
     their cursors) and folds the ones that flush, force-flushed rows included; the batch
-    has 4 rows (one of them padding), so a block of 8 is partly past it."""
+    has 4 rows (one of them padding), so a block of 8 is partly past it. ``row_progs``: that
+    many programs share the batch's flushing rows, scanning it a block at a time (blocks of
+    2 carry the flush count from one block to the next; 3 programs do not divide it; 8
+    leave programs with no row)."""
     from trtllm_replayssm.ops.launch import LaunchConfig
 
-    cfg = LaunchConfig(16, 2, heads_per_prog=heads, loop_blocks=2, row_block=row_block)
+    cfg = LaunchConfig(16, 2, heads_per_prog=heads, loop_blocks=2, row_block=row_block,
+                       row_progs=row_progs)
     geom = Mamba2Geometry(nheads=4, headdim=48, dstate=16, ngroups=2)
     res = run_replay(Scenario(geom, 4, seed=17), cycles(4), force_flush_at={1: [2], 6: [0, 3]}, fold_config=cfg)
     assert min(f for f in res.flushes_per_row if f) >= 3

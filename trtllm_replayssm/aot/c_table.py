@@ -44,10 +44,10 @@ def write(manifest: dict, out_dir: Path) -> None:
         # (launch.grid's cdiv(headdim, block_p * loop_blocks)); the C launcher divides by it.
         block = cx.get("BLOCK_P", cx.get("BLOCK_V", cx.get("BLOCK", 1))) * cx.get("CHUNKS", 1)
         hpp = cx.get("HEADS_PER_PROG", 1)
-        row_block = cx.get("ROW_BLOCK", 1)
+        row_block, row_progs = cx.get("ROW_BLOCK", 1), cx.get("ROW_PROGS", 0)
         assert k["global_scratch_size"] == 0 and k["profile_scratch_size"] == 0, k["key"]
         c.append(f"  {{{_c_str(k['key'])}, {k['arch']}, {_c_str(k['name'])}, {k['num_warps']}, {k['shared']}, "
-                 f"{block}, {hpp}, {row_block}, {int(k.get('programmatic', False))}, {len(k['params'])}, rs_params_{i}, "
+                 f"{block}, {hpp}, {row_block}, {row_progs}, {int(k.get('programmatic', False))}, {len(k['params'])}, rs_params_{i}, "
                  f"rs_cubin_{i}, rs_cubin_{i}_end}},")
     c += ["};", f"const int rs_num_kernels_built = {len(kernels)};", ""]
     for j, case in enumerate(manifest["cases"]):

@@ -32,7 +32,12 @@ def even_phases(count: int, period: int, seed: int) -> torch.Tensor:
 # over many programs.
 ROW_BLOCK_FOLDS = [LaunchConfig(16, 2, 1, 1, heads_per_prog=heads, loop_blocks=8, row_block=rows)
                    for heads, rows in [(4, 4), (8, 2), (4, 8), (8, 4), (16, 2), (32, 1), (8, 8), (16, 4),
-                                       (1, 8), (2, 8), (1, 16), (2, 16), (4, 16)]]
+                                       (1, 8), (2, 8), (1, 16), (2, 16), (4, 16)]] + [
+    # ``row_progs`` programs a group of heads share the flushing rows of the whole batch
+    # (scanning its cursors 128 rows at a time), so the fold spreads evenly over them
+    # whether every row flushes or 1 in 16 does (``benchmarks/probe_fold_row_list.py``).
+    LaunchConfig(16, 2, 1, 1, heads_per_prog=heads, loop_blocks=8, row_block=128, row_progs=progs)
+    for heads, progs in [(1, 8), (2, 8), (1, 16), (2, 16), (1, 32), (2, 32)]]
 
 
 @dataclass(frozen=True)

@@ -148,6 +148,48 @@ def step_flush_rows(slot_idx_ptr, write_pos_ptr, force_flush_ptr, block, batch, 
 
 
 @triton.jit
+def fold_row_blocks(batch, ROW_BLOCK: tl.constexpr, ROW_PROGS: tl.constexpr):
+    """``(first block, blocks, program's place in the share)`` of a fold program's scan over
+    the batch in blocks of ``ROW_BLOCK`` rows. ``ROW_PROGS`` 0: the program's own block
+    (``tl.program_id(2)``), every row of it that flushes. Otherwise the ``ROW_PROGS``
+    programs of a group of heads share the batch's flushing rows, program ``z`` taking
+    those of flush ordinal ``z, z + ROW_PROGS, ...`` (the share: ``ROW_PROGS``): with every
+    row flushing each takes ``batch / ROW_PROGS`` of them, with 1/L of them (staggered
+    cursors) ``batch / (L ROW_PROGS)``, where a block of rows would hold anywhere from none
+    to several."""
+    if ROW_PROGS == 0:
+        return tl.program_id(2), 1, 0
+    else:
+        return 0, (batch + ROW_BLOCK - 1) // ROW_BLOCK, tl.program_id(2)  # not tl.cdiv: a loop bound in the interpreter
+
+
+@triton.jit
+def block_flush_ordinals(slot_idx_ptr, write_pos_ptr, force_flush_ptr, block, before, place, batch, num_slots,
+                         buffer_len, pad_slot_id, HAS_SLOT_IDX: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr,
+                         ROW_BLOCK: tl.constexpr, SHARE: tl.constexpr):
+    """Of batch rows ``block * ROW_BLOCK ..``, with ``before`` flushing rows in the blocks
+    before: ``(selected, ordinal, first, mine, after)``: which flush
+    (:func:`step_flush_rows`), each row's flush ordinal in the batch, the first ordinal of
+    the program's share (those ``= place`` modulo ``SHARE``) at or past ``before``, how many
+    of the block's rows are in the share (at most ``cdiv(ROW_BLOCK, SHARE)``), and the flush
+    count through this block. The program folds the rows of ordinals ``first + k SHARE``
+    for ``k < mine`` (:func:`row_of_ordinal`)."""
+    selected = step_flush_rows(slot_idx_ptr, write_pos_ptr, force_flush_ptr, block, batch, num_slots, buffer_len,
+                               pad_slot_id, HAS_SLOT_IDX, HAS_FORCE_FLUSH, ROW_BLOCK)
+    ordinal = before + tl.cumsum(selected, axis=0) - selected
+    first = before + (place - before % SHARE + SHARE) % SHARE
+    mine = tl.sum(selected * (ordinal % SHARE == place).to(tl.int32), axis=0)
+    return selected, ordinal, first, mine, before + tl.sum(selected, axis=0)
+
+
+@triton.jit
+def row_of_ordinal(selected, ordinal, t, block, ROW_BLOCK: tl.constexpr):
+    """The batch row of flush ordinal ``t`` in block ``block`` (:func:`block_flush_ordinals`)."""
+    rows = tl.arange(0, ROW_BLOCK)
+    return block * ROW_BLOCK + tl.sum(tl.where((selected != 0) & (ordinal == t), rows, 0), axis=0)
+
+
+@triton.jit
 def row_in_block(selected, i, ROW_BLOCK: tl.constexpr):
     """Entry ``i`` of a block of rows' selection (int32 0/1 ``[ROW_BLOCK]``, e.g. which of
     them flush), as a scalar condition."""

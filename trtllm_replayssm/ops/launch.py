@@ -38,7 +38,9 @@ class LaunchConfig:
     rows one program runs one after another (``loop_blocks``; the GDN replay step and the
     Mamba2 fold: the work of a head that does not depend on the rows is then done once
     for all of them), and how many batch rows one program of a fold launch
-    looks through with one vector load of their cursors (``row_block``), and whether the
+    looks through with one vector load of their cursors (``row_block``), or whether
+    ``row_progs`` programs share the flushing rows of the whole batch instead (scanning
+    its cursors ``row_block`` rows at a time), and whether the
     GDN non-flush launch's loop over those blocks loads the next block's tiles into
     registers one block ahead (``prefetch``) instead of Triton's staging, whether the
     Mamba2 standard kernel loads ``D`` and ``z`` with the step's inputs (``early_terms``;
@@ -60,6 +62,7 @@ class LaunchConfig:
     # warp, uncapped, ptxas holds a GDN program with a bf16 state to 64 registers and issues
     # the tile's last load only after the q/k norms; capped it takes 80 and issues it earlier.
     maxnreg: int = 0
+    row_progs: int = 0  # fold launches: programs (a group of heads) sharing the batch's flushing rows (0: row blocks)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -73,6 +76,12 @@ def grid(batch: int, nheads: int, headdim: int, cfg: LaunchConfig) -> tuple:
     heads), batch rows). Heads of one slot run adjacently, which keeps a group's ring
     entries in L2 for the heads that share them."""
     return (triton.cdiv(headdim, cfg.block_p * cfg.loop_blocks), nheads, batch)
+
+
+def fold_row_programs(batch: int, cfg: LaunchConfig) -> int:
+    """A fold launch's programs along the batch (``common.fold_row_blocks``): ``row_progs``
+    sharing the flushing rows, or a program a block of ``row_block`` rows."""
+    return cfg.row_progs or triton.cdiv(batch, cfg.row_block)
 
 
 def clamp_loop_blocks(cfg: LaunchConfig, headdim: int) -> LaunchConfig:

@@ -20,6 +20,7 @@ in one launch: the standard kernel replays a non-empty ring on the state first).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 import torch
@@ -28,11 +29,11 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
-from ..common import (DOT_PRECISION, complete_after_primary, dim_mask, even_tile, let_dependents_launch, load_slot,
-                      row_in_block, step_flush_rows, store_nan_heads)
+from ..common import (DOT_PRECISION, block_flush_ordinals, complete_after_primary, dim_mask, even_tile,
+                      fold_row_blocks, let_dependents_launch, load_slot, row_of_ordinal, store_nan_heads)
 from ..cursors import FLUSH_EVERY_STEP
-from ..launch import (LaunchConfig, clamp_loop_blocks, fold_programmatic_launch, launch_kernel, pdl_options,
-                      select_config, select_route)
+from ..launch import (LaunchConfig, clamp_loop_blocks, fold_programmatic_launch, fold_row_programs, launch_kernel,
+                      pdl_options, select_config, select_route)
 from ._common import delta_rule_step, load_gates, load_qk, ring_args, state_tile_ptrs
 from .standard import launch_standard_step
 from .step_inputs import GDNStep, check_gdn_state_pool, parse_gdn_step
@@ -83,12 +84,13 @@ def _gdn_replay_kernel(
     BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_L: tl.constexpr,
     FOLD_CHUNK: tl.constexpr, FOLD_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
     EVEN_TILE: tl.constexpr, V_INNER: tl.constexpr = False, LOOP_STAGES: tl.constexpr = None,
-    ROW_BLOCK: tl.constexpr = 1, PREFETCH: tl.constexpr = False, LAUNCH_DEPENDENTS: tl.constexpr = False,
-    WAIT_PRIMARY: tl.constexpr = False,
+    ROW_BLOCK: tl.constexpr = 1, ROW_PROGS: tl.constexpr = 0, PREFETCH: tl.constexpr = False,
+    LAUNCH_DEPENDENTS: tl.constexpr = False, WAIT_PRIMARY: tl.constexpr = False,
 ):
     """A program covers CHUNKS blocks of BLOCK_V value rows of HEADS_PER_PROG value heads of
-    one batch row (the fold launch: of the rows of a block of ROW_BLOCK that flush), one
-    block after another. The work of a head that does not depend on the value rows (q/k
+    one batch row (the fold launch: of the rows of a block of ROW_BLOCK that flush, or of
+    its share of the batch's flushing rows: :func:`~..common.fold_row_blocks`), one block
+    after another. The work of a head that does not depend on the value rows (q/k
     normalisation, gates, the ring's g and k tiles and their products with k and q) is
     done once for all the blocks: done per block, it cost a non-flush step more than the
     checkpoint read (``benchmarks/probe_gdn_nonflush.py``)."""
@@ -100,29 +102,34 @@ def _gdn_replay_kernel(
     REPORTS: tl.constexpr = MODE != FOLD  # one launch of a step reports errors
     let_dependents_launch(LAUNCH_DEPENDENTS)  # the fold's programmatic launch
 
-    if ROW_BLOCK > 1:
-        # (The fold launch only.) One vector load of the block's cursors: on the many steps
+    if (ROW_BLOCK > 1) or (ROW_PROGS > 0):
+        # (The fold launch only.) One vector load of a block's cursors: on the many steps
         # where none of its rows flush, a program costs one chain of loads, not one a row.
-        selected = step_flush_rows(slot_idx_ptr, write_pos_ptr, force_flush_ptr, tl.program_id(2), batch,
-                                   num_slots, buffer_len, pad_slot_id, HAS_SLOT_IDX, HAS_FORCE_FLUSH, ROW_BLOCK)
-        if tl.max(selected, axis=0) == 0:
-            complete_after_primary(WAIT_PRIMARY)
-            return
-        for i in range(0, ROW_BLOCK):
-            if row_in_block(selected, i, ROW_BLOCK):
-                pid_b = tl.program_id(2) * ROW_BLOCK + i
-                slot, _, _ = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
-                w = tl.load(write_pos_ptr + slot)
-                _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
-                           state_ptr, d_cache_ptr, k_cache_ptr, g_cache_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr,
-                           A_log_ptr, dt_bias_ptr, out_ptr, num_v_heads, head_v_dim, v_heads_per_k_head,
-                           stride_state_slot, stride_state_h, stride_state_row, stride_dc_slot, stride_dc_h,
-                           stride_dc_l, stride_kc_slot, stride_kc_h, stride_kc_l, stride_gc_slot, stride_gc_h,
-                           stride_q_b, stride_q_h, stride_k_b, stride_k_h, stride_v_b, stride_v_h,
-                           stride_a_b, stride_a_h, stride_b_b, stride_b_h, stride_out_b, stride_out_h,
-                           scale, softplus_beta, softplus_threshold, USE_QK_L2NORM, MODE, BLOCK_V, CHUNKS,
-                           BLOCK_L, FOLD_CHUNK, FOLD_DOT, DOT_PRECISION, HEADS_PER_PROG, EVEN_TILE, V_INNER,
-                           LOOP_STAGES, PREFETCH)
+        first_block, blocks, place = fold_row_blocks(batch, ROW_BLOCK, ROW_PROGS)
+        SHARE: tl.constexpr = ROW_PROGS + (ROW_PROGS == 0)
+        before = 0
+        block = first_block
+        # (while, not a for over a runtime range: the interpreter takes no runtime range bound)
+        while block < first_block + blocks:
+            selected, ordinal, first, mine, before = block_flush_ordinals(
+                slot_idx_ptr, write_pos_ptr, force_flush_ptr, block, before, place, batch, num_slots,
+                buffer_len, pad_slot_id, HAS_SLOT_IDX, HAS_FORCE_FLUSH, ROW_BLOCK, SHARE)
+            for k in range(0, (ROW_BLOCK + SHARE - 1) // SHARE):  # the share's most in a block
+                if k < mine:
+                    pid_b = row_of_ordinal(selected, ordinal, first + k * SHARE, block, ROW_BLOCK)
+                    slot, _, _ = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
+                    w = tl.load(write_pos_ptr + slot)
+                    _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
+                               state_ptr, d_cache_ptr, k_cache_ptr, g_cache_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr,
+                               A_log_ptr, dt_bias_ptr, out_ptr, num_v_heads, head_v_dim, v_heads_per_k_head,
+                               stride_state_slot, stride_state_h, stride_state_row, stride_dc_slot, stride_dc_h,
+                               stride_dc_l, stride_kc_slot, stride_kc_h, stride_kc_l, stride_gc_slot, stride_gc_h,
+                               stride_q_b, stride_q_h, stride_k_b, stride_k_h, stride_v_b, stride_v_h,
+                               stride_a_b, stride_a_h, stride_b_b, stride_b_h, stride_out_b, stride_out_h,
+                               scale, softplus_beta, softplus_threshold, USE_QK_L2NORM, MODE, BLOCK_V, CHUNKS,
+                               BLOCK_L, FOLD_CHUNK, FOLD_DOT, DOT_PRECISION, HEADS_PER_PROG, EVEN_TILE, V_INNER,
+                               LOOP_STAGES, PREFETCH)
+            block += 1
         complete_after_primary(WAIT_PRIMARY)
         return
 
@@ -400,11 +407,13 @@ def fused_recurrent_gated_delta_rule_replayssm(
     pdl = fold_programmatic_launch(q.device, step.batch * step.num_v_heads, "gdn")
     for mode, cfg in launches:
         # Heads and row blocks of a program: the fold launch's (the non-flush launch takes one of each).
-        hpp, rows = (cfg.heads_per_prog, cfg.row_block) if mode == FOLD.value else (1, 1)
+        if mode != FOLD.value:
+            cfg = replace(cfg, heads_per_prog=1, row_block=1, row_progs=0)
+        hpp = cfg.heads_per_prog
         cfg = clamp_loop_blocks(cfg, step.head_v_dim)
         chunks = cfg.loop_blocks
         programs = (triton.cdiv(step.head_v_dim, cfg.block_p * chunks), triton.cdiv(step.num_v_heads, hpp),
-                    triton.cdiv(step.batch, rows))
+                    fold_row_programs(step.batch, cfg))
         launch_kernel(_gdn_replay_kernel, programs,
             state_ptr=state, **ring_args(d_cache, k_cache, g_cache), write_pos_ptr=write_pos,
             force_flush_ptr=force_flush if force_flush is not None else write_pos,
@@ -418,7 +427,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
             FOLD_DOT=bool(cfg.fold_dot) and min(cfg.block_p, block_l, block_k) >= 16, DOT_PRECISION=DOT_PRECISION,
             HEADS_PER_PROG=hpp, EVEN_TILE=even_tile(step.head_v_dim, cfg.block_p * chunks, step.head_k_dim, block_k),
             V_INNER=layout.v_inner, LOOP_STAGES=LOOP_STAGES[mode] if state.dtype in LOOP_STAGES_STATES else None,
-            ROW_BLOCK=rows, PREFETCH=bool(cfg.prefetch) and mode == NONFLUSH.value, num_warps=cfg.num_warps,
+            ROW_BLOCK=cfg.row_block, ROW_PROGS=cfg.row_progs, PREFETCH=bool(cfg.prefetch) and mode == NONFLUSH.value, num_warps=cfg.num_warps,
             **pdl_options(pdl, primary=mode == NONFLUSH.value),
         )
     return step.out

@@ -26,9 +26,9 @@ from dataclasses import replace
 import triton
 import triton.language as tl
 
-from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, complete_after_primary, dim_mask, even_tile, exact_in_tf32,
-                      load_slot, row_in_block, small_matmul, step_flush_rows)
-from ..launch import LaunchConfig, clamp_loop_blocks, launch_kernel, pdl_options
+from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, block_flush_ordinals, complete_after_primary, dim_mask,
+                      even_tile, exact_in_tf32, fold_row_blocks, load_slot, row_of_ordinal, small_matmul)
+from ..launch import LaunchConfig, clamp_loop_blocks, fold_row_programs, launch_kernel, pdl_options
 from ._common import finish_output, load_dt
 
 
@@ -87,10 +87,11 @@ def _replay_fold_kernel(
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr,
     EVEN_TILE: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
     HEADS_PER_PROG: tl.constexpr, CHUNKS: tl.constexpr, EVEN_HEADS: tl.constexpr, ROW_BLOCK: tl.constexpr = 1,
-    LOOP_STAGES: tl.constexpr = None, WAIT_PRIMARY: tl.constexpr = False,
+    ROW_PROGS: tl.constexpr = 0, LOOP_STAGES: tl.constexpr = None, WAIT_PRIMARY: tl.constexpr = False,
 ):
     """Programs ``(runs of CHUNKS headdim blocks, groups of HEADS_PER_PROG heads, blocks of
-    ROW_BLOCK batch rows)``.
+    ROW_BLOCK batch rows, or ROW_PROGS programs that share the batch's flushing rows)``
+    (:func:`~..common.fold_row_blocks`).
 
     Rows that flush at this step (``w == L - 1`` or force-flushed) take their step here
     (fold, store, output); other rows are skipped, their step is the non-flush launch's.
@@ -98,57 +99,63 @@ def _replay_fold_kernel(
     """
     pid_p = tl.program_id(0)
     pid_hg = tl.program_id(1)
-    selected = step_flush_rows(slot_idx_ptr, write_pos_ptr, force_flush_ptr, tl.program_id(2), batch, num_slots,
-                               buffer_len, pad_slot_id, HAS_SLOT_IDX, HAS_FORCE_FLUSH, ROW_BLOCK)
-    if tl.max(selected, axis=0) == 0:
-        complete_after_primary(WAIT_PRIMARY)
-        return
-
     offs_p0 = pid_p * (BLOCK_P * CHUNKS) + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
     offs_l = tl.arange(0, BLOCK_L)
     mask_n = dim_mask(offs_n, dstate, EVEN_TILE)
-    for i in range(0, ROW_BLOCK):
-        if row_in_block(selected, i, ROW_BLOCK):
-            # The row's slot and cursor again, as scalars (the vector load above left them in cache).
-            pid_b = tl.program_id(2) * ROW_BLOCK + i
-            slot, _, _ = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
-            w = tl.load(write_pos_ptr + slot)
-            # A fold program may loop over several heads and rows so that the launch is a few
-            # programs that return at once on the many steps where no row flushes; and over
-            # several blocks of a head's rows (CHUNKS), the head's ring scalars and B tile
-            # loaded once for all.
-            for hh in range(0, HEADS_PER_PROG):
-                pid_h = pid_hg * HEADS_PER_PROG + hh
-                if EVEN_HEADS or (pid_h < nheads):  # EVEN_HEADS: no branch (nheads % HEADS_PER_PROG == 0)
-                    g = pid_h // heads_per_group
-                    A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
-                    dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
-                    xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
-                    Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
-                    B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n,
-                                other=0.0).to(tl.float32)
-                    dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h,
-                                 HAS_DT_BIAS, DT_SOFTPLUS)
-                    Bm, coef, decay = fold_ring_weights(A, w, dt, B, dtc_base, Bc_base, stride_Bc_l, offs_l, offs_n,
-                                                        mask_n)
-                    C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n,
-                                other=0.0).to(tl.float32)
-                    for c in tl.range(0, CHUNKS, num_stages=LOOP_STAGES):
-                        offs_p = offs_p0 + c * BLOCK_P
-                        mask_p = dim_mask(offs_p, headdim, EVEN_TILE)
-                        mask_pn = mask_p[:, None] & mask_n[None, :]
-                        x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p,
+    first_block, blocks, place = fold_row_blocks(batch, ROW_BLOCK, ROW_PROGS)
+    SHARE: tl.constexpr = ROW_PROGS + (ROW_PROGS == 0)
+    before = 0
+    block = first_block
+    # (while, not a for over a runtime range: the interpreter takes no runtime range bound)
+    while block < first_block + blocks:
+        # One vector load of the block's cursors: on the many steps where none of its rows
+        # flush, a program costs one chain of memory round trips, not one a row.
+        selected, ordinal, first, mine, before = block_flush_ordinals(
+            slot_idx_ptr, write_pos_ptr, force_flush_ptr, block, before, place, batch, num_slots, buffer_len,
+            pad_slot_id, HAS_SLOT_IDX, HAS_FORCE_FLUSH, ROW_BLOCK, SHARE)
+        for k in range(0, (ROW_BLOCK + SHARE - 1) // SHARE):  # the share's most in a block
+            if k < mine:
+                pid_b = row_of_ordinal(selected, ordinal, first + k * SHARE, block, ROW_BLOCK)
+                # The row's slot and cursor again, as scalars (the vector load above left them in cache).
+                slot, _, _ = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
+                w = tl.load(write_pos_ptr + slot)
+                # A fold program may loop over several heads and rows so that the launch is a few
+                # programs that return at once on the many steps where no row flushes; and over
+                # several blocks of a head's rows (CHUNKS), the head's ring scalars and B tile
+                # loaded once for all.
+                for hh in range(0, HEADS_PER_PROG):
+                    pid_h = pid_hg * HEADS_PER_PROG + hh
+                    if EVEN_HEADS or (pid_h < nheads):  # EVEN_HEADS: no branch (nheads % HEADS_PER_PROG == 0)
+                        g = pid_h // heads_per_group
+                        A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
+                        dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
+                        xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
+                        Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
+                        B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n,
                                     other=0.0).to(tl.float32)
-                        state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
-                                      + offs_p[:, None] * stride_state_p + offs_n[None, :])
-                        S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
-                        S = fold_rows(S0, x, w, Bm, coef, decay, xc_base, stride_xc_l, offs_p, offs_l, mask_p,
-                                      EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
-                        tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
-                        y = tl.sum(S * C[None, :], axis=1)
-                        finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h,
-                                      stride_D_p, stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+                        dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h,
+                                     HAS_DT_BIAS, DT_SOFTPLUS)
+                        Bm, coef, decay = fold_ring_weights(A, w, dt, B, dtc_base, Bc_base, stride_Bc_l, offs_l, offs_n,
+                                                            mask_n)
+                        C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n,
+                                    other=0.0).to(tl.float32)
+                        for c in tl.range(0, CHUNKS, num_stages=LOOP_STAGES):
+                            offs_p = offs_p0 + c * BLOCK_P
+                            mask_p = dim_mask(offs_p, headdim, EVEN_TILE)
+                            mask_pn = mask_p[:, None] & mask_n[None, :]
+                            x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p,
+                                        other=0.0).to(tl.float32)
+                            state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+                                          + offs_p[:, None] * stride_state_p + offs_n[None, :])
+                            S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
+                            S = fold_rows(S0, x, w, Bm, coef, decay, xc_base, stride_xc_l, offs_p, offs_l, mask_p,
+                                          EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+                            tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
+                            y = tl.sum(S * C[None, :], axis=1)
+                            finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h,
+                                          stride_D_p, stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+        block += 1
     complete_after_primary(WAIT_PRIMARY)
 
 
@@ -161,7 +168,7 @@ def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int,
     block_n = max(16, block_n)
     hpp = cfg.heads_per_prog
     programs = (triton.cdiv(step.headdim, cfg.block_p * cfg.loop_blocks), triton.cdiv(step.nheads, hpp),
-                triton.cdiv(step.batch, cfg.row_block))
+                fold_row_programs(step.batch, cfg))
     launch_kernel(_replay_fold_kernel, programs, **args, batch=step.batch,
                   BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_L=max(16, block_l),
                   EVEN_TILE=even_tile(step.headdim, cfg.block_p * cfg.loop_blocks, step.dstate, block_n),
@@ -169,4 +176,4 @@ def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int,
                   EXACT_B=exact_in_tf32(args["B_cache_ptr"].dtype),
                   DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, HEADS_PER_PROG=hpp,
                   CHUNKS=cfg.loop_blocks, EVEN_HEADS=step.nheads % hpp == 0, ROW_BLOCK=cfg.row_block,
-                  LOOP_STAGES=LOOP_STAGES, num_warps=cfg.num_warps, **pdl_options(pdl, primary=False))
+                  ROW_PROGS=cfg.row_progs, LOOP_STAGES=LOOP_STAGES, num_warps=cfg.num_warps, **pdl_options(pdl, primary=False))

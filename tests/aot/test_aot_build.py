@@ -187,6 +187,26 @@ def test_c_table_block_covers_a_programs_run_of_blocks(aot_build, manifest):
     assert chunked > 0  # the tuned tables pick loop_blocks > 1 somewhere (Super fp32 fold at batch 128, 512)
 
 
+def test_c_grid_rows_axis_is_the_jit_grid(aot_build, manifest):
+    """The C launcher's third grid axis for a step op's kernels: ``row_progs`` programs for
+    a fold that shares the batch's flushing rows, else a program a block of ``row_block``
+    rows (``launch_step_case``; ``ops.launch.fold_row_programs``), which must be the grid
+    the JIT launch recorded at each case's batch."""
+    table = (aot_build / "replayssm_kernels_table.c").read_text()
+    rows = [line for line in table.splitlines() if line.startswith('  {"') and "rs_params_" in line]
+    desc = {k["key"]: row.split(", ") for k, row in zip(manifest["kernels"], rows)}
+    shared = 0
+    for case in manifest["cases"]:
+        if case["op"] not in ("mamba2_step", "gdn_step"):
+            continue
+        for launch in case["launches"]:
+            row_block, row_progs = int(desc[launch["spec"]][7]), int(desc[launch["spec"]][8])
+            shared += row_progs > 0
+            rows_axis = row_progs or -(-case["batch"] // row_block)
+            assert launch["grid"][2] == rows_axis, (case["key"], launch["spec"])
+    assert shared > 0  # the tuned tables share rows at batch >= 128
+
+
 def test_c_case_keys_name_the_fields_the_build_writes(manifest):
     """The C library finds a call's case by a key it formats itself (``snprintf`` in
     ``replayssm_kernels.c``); its fields must be the ones the build writes

@@ -36,8 +36,11 @@ ROW_BLOCK_FOLDS = [LaunchConfig(16, 2, 1, 1, heads_per_prog=heads, loop_blocks=8
     # ``row_progs`` programs a group of heads share the flushing rows of the whole batch
     # (scanning its cursors 128 rows at a time), so the fold spreads evenly over them
     # whether every row flushes or 1 in 16 does (``benchmarks/probe_fold_row_list.py``).
-    LaunchConfig(16, 2, 1, 1, heads_per_prog=heads, loop_blocks=8, row_block=128, row_progs=progs)
-    for heads, progs in [(1, 8), (2, 8), (1, 16), (2, 16), (1, 32), (2, 32)]]
+    LaunchConfig(16, 2, 1, 1, heads_per_prog=heads, loop_blocks=blocks, row_block=128, row_progs=progs)
+    for heads, progs, blocks in [(1, 8, 8), (2, 8, 8), (1, 16, 8), (2, 16, 8), (1, 32, 8), (2, 32, 8),
+                                 # a head's rows over 2-4 programs: staggered, 1 row in 16 flushes, and
+                                 # a head's 8 blocks one after another in one program are its fold's latency
+                                 (1, 16, 2), (1, 32, 2), (1, 16, 4)]]
 
 
 @dataclass(frozen=True)

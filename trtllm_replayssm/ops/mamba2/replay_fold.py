@@ -70,6 +70,63 @@ def fold_rows(S0, x, w, Bm, coef, decay, xc_base, stride_xc_l, offs_p, offs_l, m
     return S0 * decay + small_matmul(X * coef[None, :], Bm, True, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
 
 
+@triton.jit
+def fold_row_heads(pid_b, pid_hg, offs_p0, offs_n, offs_l, mask_n,
+                   state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr, write_pos_ptr, slot_idx_ptr,
+                   x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr,
+                   num_slots, nheads, headdim, heads_per_group, pad_slot_id,
+                   stride_state_slot, stride_state_h, stride_state_p, stride_xc_slot, stride_xc_h, stride_xc_l,
+                   stride_dtc_slot, stride_dtc_h, stride_Bc_slot, stride_Bc_g, stride_Bc_l,
+                   stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h,
+                   stride_B_b, stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p,
+                   stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
+                   HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
+                   DT_SOFTPLUS: tl.constexpr, BLOCK_P: tl.constexpr, EVEN_TILE: tl.constexpr, EXACT_B: tl.constexpr,
+                   DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
+                   CHUNKS: tl.constexpr, EVEN_HEADS: tl.constexpr, LOOP_STAGES: tl.constexpr):
+    """Batch row ``pid_b``'s flush step (fold, store, output) on a fold program's heads
+    (group ``pid_hg``) and run of blocks of rows (from ``offs_p0``)."""
+    # The row's slot and cursor again, as scalars (the program's vector load of the batch's
+    # cursors left them in cache).
+    slot, _, _ = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
+    w = tl.load(write_pos_ptr + slot)
+    # A fold program may loop over several heads and rows so that the launch is a few
+    # programs that return at once on the many steps where no row flushes; and over
+    # several blocks of a head's rows (CHUNKS), the head's ring scalars and B tile
+    # loaded once for all.
+    for hh in range(0, HEADS_PER_PROG):
+        pid_h = pid_hg * HEADS_PER_PROG + hh
+        if EVEN_HEADS or (pid_h < nheads):  # EVEN_HEADS: no branch (nheads % HEADS_PER_PROG == 0)
+            g = pid_h // heads_per_group
+            A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
+            dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
+            xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
+            Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
+            B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n,
+                        other=0.0).to(tl.float32)
+            dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h,
+                         HAS_DT_BIAS, DT_SOFTPLUS)
+            Bm, coef, decay = fold_ring_weights(A, w, dt, B, dtc_base, Bc_base, stride_Bc_l, offs_l, offs_n,
+                                                mask_n)
+            C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n,
+                        other=0.0).to(tl.float32)
+            for c in tl.range(0, CHUNKS, num_stages=LOOP_STAGES):
+                offs_p = offs_p0 + c * BLOCK_P
+                mask_p = dim_mask(offs_p, headdim, EVEN_TILE)
+                mask_pn = mask_p[:, None] & mask_n[None, :]
+                x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p,
+                            other=0.0).to(tl.float32)
+                state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+                              + offs_p[:, None] * stride_state_p + offs_n[None, :])
+                S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
+                S = fold_rows(S0, x, w, Bm, coef, decay, xc_base, stride_xc_l, offs_p, offs_l, mask_p,
+                              EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+                tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
+                y = tl.sum(S * C[None, :], axis=1)
+                finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h,
+                              stride_D_p, stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+
+
 @triton.jit(do_not_specialize=["num_slots", "batch"])
 def _replay_fold_kernel(
     state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr, write_pos_ptr, force_flush_ptr,
@@ -117,44 +174,17 @@ def _replay_fold_kernel(
         for k in range(0, (ROW_BLOCK + SHARE - 1) // SHARE):  # the share's most in a block
             if k < mine:
                 pid_b = row_of_ordinal(selected, ordinal, first + k * SHARE, block, ROW_BLOCK)
-                # The row's slot and cursor again, as scalars (the vector load above left them in cache).
-                slot, _, _ = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
-                w = tl.load(write_pos_ptr + slot)
-                # A fold program may loop over several heads and rows so that the launch is a few
-                # programs that return at once on the many steps where no row flushes; and over
-                # several blocks of a head's rows (CHUNKS), the head's ring scalars and B tile
-                # loaded once for all.
-                for hh in range(0, HEADS_PER_PROG):
-                    pid_h = pid_hg * HEADS_PER_PROG + hh
-                    if EVEN_HEADS or (pid_h < nheads):  # EVEN_HEADS: no branch (nheads % HEADS_PER_PROG == 0)
-                        g = pid_h // heads_per_group
-                        A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
-                        dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
-                        xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
-                        Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
-                        B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n,
-                                    other=0.0).to(tl.float32)
-                        dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h,
-                                     HAS_DT_BIAS, DT_SOFTPLUS)
-                        Bm, coef, decay = fold_ring_weights(A, w, dt, B, dtc_base, Bc_base, stride_Bc_l, offs_l, offs_n,
-                                                            mask_n)
-                        C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n,
-                                    other=0.0).to(tl.float32)
-                        for c in tl.range(0, CHUNKS, num_stages=LOOP_STAGES):
-                            offs_p = offs_p0 + c * BLOCK_P
-                            mask_p = dim_mask(offs_p, headdim, EVEN_TILE)
-                            mask_pn = mask_p[:, None] & mask_n[None, :]
-                            x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p,
-                                        other=0.0).to(tl.float32)
-                            state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
-                                          + offs_p[:, None] * stride_state_p + offs_n[None, :])
-                            S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
-                            S = fold_rows(S0, x, w, Bm, coef, decay, xc_base, stride_xc_l, offs_p, offs_l, mask_p,
-                                          EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
-                            tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
-                            y = tl.sum(S * C[None, :], axis=1)
-                            finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h,
-                                          stride_D_p, stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+                fold_row_heads(pid_b, pid_hg, offs_p0, offs_n, offs_l, mask_n,
+                               state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr, write_pos_ptr, slot_idx_ptr,
+                               x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr,
+                               num_slots, nheads, headdim, heads_per_group, pad_slot_id,
+                               stride_state_slot, stride_state_h, stride_state_p, stride_xc_slot, stride_xc_h,
+                               stride_xc_l, stride_dtc_slot, stride_dtc_h, stride_Bc_slot, stride_Bc_g, stride_Bc_l,
+                               stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h,
+                               stride_B_b, stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p,
+                               stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
+                               HAS_D, HAS_Z, HAS_DT_BIAS, HAS_SLOT_IDX, DT_SOFTPLUS, BLOCK_P, EVEN_TILE, EXACT_B,
+                               DOT_PRECISION, ONE_PASS_PRECISION, HEADS_PER_PROG, CHUNKS, EVEN_HEADS, LOOP_STAGES)
         block += 1
     complete_after_primary(WAIT_PRIMARY)
 

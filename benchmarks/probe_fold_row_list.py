@@ -38,11 +38,10 @@ from trtllm_replayssm.benchmarking.mamba2_ar import Mamba2Rig
 from trtllm_replayssm.benchmarking.probes import add_case_args, case_rigs
 from trtllm_replayssm.benchmarking.records import ProbeLog
 from trtllm_replayssm.benchmarking.rig import PHASES, Launch, median_of_rounds
-from trtllm_replayssm.ops.common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32,
-                                         row_cursors)
-from trtllm_replayssm.ops.launch import LaunchConfig, clamp_loop_blocks, launch_kernel
+from trtllm_replayssm.ops.common import dim_mask, row_cursors
+from trtllm_replayssm.ops.launch import LaunchConfig, launch_kernel
 from trtllm_replayssm.ops.mamba2 import replay as replay_module
-from trtllm_replayssm.ops.mamba2.replay_fold import LOOP_STAGES, fold_row_heads
+from trtllm_replayssm.ops.mamba2.replay_fold import fold_launch_plan, fold_row_heads
 
 
 @triton.jit
@@ -122,19 +121,11 @@ class RowListFold:
                       HAS_FORCE_FLUSH=False, BLOCK=max(16, triton.next_power_of_2(c.batch)))
 
     def launch(self, args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int, pdl: bool = False) -> None:
-        cfg = clamp_loop_blocks(replace(cfg, block_p=max(16, cfg.block_p)), step.headdim)
-        block_n, hpp = max(16, block_n), cfg.heads_per_prog
+        programs, constexprs = fold_launch_plan(args, step, cfg, block_n, block_l)
         row_progs = min(self.row_progs, step.batch)
-        launch_kernel(_list_fold_kernel, (triton.cdiv(step.headdim, cfg.block_p * cfg.loop_blocks),
-                                          triton.cdiv(step.nheads, hpp), row_progs),
-                      **args, batch=step.batch, rows_ptr=self.rows, count_ptr=self.count,
-                      ROWS_PER_PROG=triton.cdiv(step.batch, row_progs),
-                      BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_L=max(16, block_l),
-                      EVEN_TILE=even_tile(step.headdim, cfg.block_p * cfg.loop_blocks, step.dstate, block_n),
-                      EXACT_B=exact_in_tf32(args["B_cache_ptr"].dtype), DOT_PRECISION=DOT_PRECISION,
-                      ONE_PASS_PRECISION=ONE_PASS_PRECISION, HEADS_PER_PROG=hpp, CHUNKS=cfg.loop_blocks,
-                      EVEN_HEADS=step.nheads % hpp == 0, ROW_PROGS=row_progs, LOOP_STAGES=LOOP_STAGES,
-                      num_warps=cfg.num_warps)
+        launch_kernel(_list_fold_kernel, (*programs, row_progs), **args, batch=step.batch, rows_ptr=self.rows,
+                      count_ptr=self.count, ROW_PROGS=row_progs, ROWS_PER_PROG=triton.cdiv(step.batch, row_progs),
+                      **constexprs)
 
 
 @contextlib.contextmanager

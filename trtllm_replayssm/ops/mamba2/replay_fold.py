@@ -22,6 +22,7 @@ least 16 in every dimension (masked past P, N and w).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Tuple
 
 import triton
 import triton.language as tl
@@ -189,21 +190,28 @@ def _replay_fold_kernel(
     complete_after_primary(WAIT_PRIMARY)
 
 
-def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int, pdl: bool = False) -> None:
-    """Launch the fold over ``step``'s batch with the replay step's pointer/stride ``args``
-    (:func:`~.replay.selective_state_update_replayssm` builds them). The matmul needs
-    tiles of at least 16, so ``block_p`` is raised to 16 where the config asks for less.
-    ``pdl``: as a programmatic dependent launch of the non-flush launch (``ops.launch.FOLD_PDL``)."""
+def fold_launch_plan(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int) -> Tuple[tuple, dict]:
+    """``(programs over headdim and heads, constexprs and warps)`` of a fold launch over
+    ``step`` with the replay step's pointer/stride ``args``, the batch axis left to the
+    caller. The matmul needs tiles of at least 16, so ``block_p`` is raised to 16 where the
+    config asks for less."""
     cfg = clamp_loop_blocks(replace(cfg, block_p=max(16, cfg.block_p)), step.headdim)
     block_n = max(16, block_n)
     hpp = cfg.heads_per_prog
-    programs = (triton.cdiv(step.headdim, cfg.block_p * cfg.loop_blocks), triton.cdiv(step.nheads, hpp),
-                fold_row_programs(step.batch, cfg))
-    launch_kernel(_replay_fold_kernel, programs, **args, batch=step.batch,
-                  BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_L=max(16, block_l),
-                  EVEN_TILE=even_tile(step.headdim, cfg.block_p * cfg.loop_blocks, step.dstate, block_n),
-                  # fp32-accurate products (plain TF32 drifts ~1e-2); the interpreter has only fp32.
-                  EXACT_B=exact_in_tf32(args["B_cache_ptr"].dtype),
-                  DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, HEADS_PER_PROG=hpp,
-                  CHUNKS=cfg.loop_blocks, EVEN_HEADS=step.nheads % hpp == 0, ROW_BLOCK=cfg.row_block,
-                  ROW_PROGS=cfg.row_progs, LOOP_STAGES=LOOP_STAGES, num_warps=cfg.num_warps, **pdl_options(pdl, primary=False))
+    programs = (triton.cdiv(step.headdim, cfg.block_p * cfg.loop_blocks), triton.cdiv(step.nheads, hpp))
+    return programs, dict(
+        BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_L=max(16, block_l),
+        EVEN_TILE=even_tile(step.headdim, cfg.block_p * cfg.loop_blocks, step.dstate, block_n),
+        # fp32-accurate products (plain TF32 drifts ~1e-2); the interpreter has only fp32.
+        EXACT_B=exact_in_tf32(args["B_cache_ptr"].dtype),
+        DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, HEADS_PER_PROG=hpp,
+        CHUNKS=cfg.loop_blocks, EVEN_HEADS=step.nheads % hpp == 0, LOOP_STAGES=LOOP_STAGES, num_warps=cfg.num_warps)
+
+
+def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int, pdl: bool = False) -> None:
+    """Launch the fold over ``step``'s batch with the replay step's pointer/stride ``args``
+    (:func:`~.replay.selective_state_update_replayssm` builds them; :func:`fold_launch_plan`).
+    ``pdl``: as a programmatic dependent launch of the non-flush launch (``ops.launch.FOLD_PDL``)."""
+    programs, constexprs = fold_launch_plan(args, step, cfg, block_n, block_l)
+    launch_kernel(_replay_fold_kernel, (*programs, fold_row_programs(step.batch, cfg)), **args, batch=step.batch,
+                  ROW_BLOCK=cfg.row_block, ROW_PROGS=cfg.row_progs, **constexprs, **pdl_options(pdl, primary=False))

@@ -105,12 +105,11 @@ def _gdn_replay_kernel(
     if (ROW_BLOCK > 1) or (ROW_PROGS > 0):
         # (The fold launch only.) One vector load of a block's cursors: on the many steps
         # where none of its rows flush, a program costs one chain of loads, not one a row.
-        first_block, blocks, place = fold_row_blocks(batch, ROW_BLOCK, ROW_PROGS)
+        block, end_block, place = fold_row_blocks(batch, ROW_BLOCK, ROW_PROGS)
         SHARE: tl.constexpr = ROW_PROGS + (ROW_PROGS == 0)
         before = 0
-        block = first_block
         # (while, not a for over a runtime range: the interpreter takes no runtime range bound)
-        while block < first_block + blocks:
+        while block < end_block:
             selected, ordinal, first, mine, before = block_flush_ordinals(
                 slot_idx_ptr, write_pos_ptr, force_flush_ptr, block, before, place, batch, num_slots,
                 buffer_len, pad_slot_id, HAS_SLOT_IDX, HAS_FORCE_FLUSH, ROW_BLOCK, SHARE)

@@ -161,12 +161,11 @@ def _replay_fold_kernel(
     offs_n = tl.arange(0, BLOCK_N)
     offs_l = tl.arange(0, BLOCK_L)
     mask_n = dim_mask(offs_n, dstate, EVEN_TILE)
-    first_block, blocks, place = fold_row_blocks(batch, ROW_BLOCK, ROW_PROGS)
+    block, end_block, place = fold_row_blocks(batch, ROW_BLOCK, ROW_PROGS)
     SHARE: tl.constexpr = ROW_PROGS + (ROW_PROGS == 0)
     before = 0
-    block = first_block
     # (while, not a for over a runtime range: the interpreter takes no runtime range bound)
-    while block < first_block + blocks:
+    while block < end_block:
         # One vector load of the block's cursors: on the many steps where none of its rows
         # flush, a program costs one chain of memory round trips, not one a row.
         selected, ordinal, first, mine, before = block_flush_ordinals(

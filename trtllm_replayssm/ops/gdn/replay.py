@@ -426,7 +426,8 @@ def fused_recurrent_gated_delta_rule_replayssm(
             FOLD_DOT=bool(cfg.fold_dot) and min(cfg.block_p, block_l, block_k) >= 16, DOT_PRECISION=DOT_PRECISION,
             HEADS_PER_PROG=hpp, EVEN_TILE=even_tile(step.head_v_dim, cfg.block_p * chunks, step.head_k_dim, block_k),
             V_INNER=layout.v_inner, LOOP_STAGES=LOOP_STAGES[mode] if state.dtype in LOOP_STAGES_STATES else None,
-            ROW_BLOCK=cfg.row_block, ROW_PROGS=cfg.row_progs, PREFETCH=bool(cfg.prefetch) and mode == NONFLUSH.value, num_warps=cfg.num_warps,
+            ROW_BLOCK=cfg.row_block, ROW_PROGS=cfg.row_progs, PREFETCH=bool(cfg.prefetch) and mode == NONFLUSH.value,
+            num_warps=cfg.num_warps,
             **pdl_options(pdl, primary=mode == NONFLUSH.value),
         )
     return step.out

@@ -88,7 +88,8 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
                     common, HAS_FORCE_FLUSH=False, BLOCK_P=max(16, cfg.block_p), BLOCK_N=dstate,
                     BLOCK_L=max(16, L), EVEN_TILE=headdim % max(16, cfg.block_p) == 0, EXACT_B=True, DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32",
                     HEADS_PER_PROG=cfg.heads_per_prog, CHUNKS=clamp_loop_blocks(replace(cfg, block_p=max(16, cfg.block_p)), headdim).loop_blocks,
-                    EVEN_HEADS=True, ROW_BLOCK=cfg.row_block, LOOP_STAGES=m2_replay_fold.LOOP_STAGES)
+                    EVEN_HEADS=True, ROW_BLOCK=cfg.row_block, ROW_PROGS=cfg.row_progs,
+                    LOOP_STAGES=m2_replay_fold.LOOP_STAGES)
             else:
                 fn, c = m2_replay._replay_step_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, MODE=modes[kernel], BLOCK_P=cfg.block_p, BLOCK_N=dstate,
@@ -113,6 +114,7 @@ def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16):
                     HEADS_PER_PROG=cfg.heads_per_prog if kernel == "fold" else 1, EVEN_TILE=head_dim % cfg.block_p == 0,
                     LOOP_STAGES=gdn_replay.LOOP_STAGES[modes[kernel]] if state_dtype == "fp32" else None,
                     ROW_BLOCK=cfg.row_block if kernel == "fold" else 1,
+                    ROW_PROGS=cfg.row_progs if kernel == "fold" else 0,
                     PREFETCH=bool(cfg.prefetch) and kernel == "output_only")
             yield ["gdn", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype, cfg.maxnreg)]
 

@@ -148,15 +148,19 @@ def step_flush_rows(slot_idx_ptr, write_pos_ptr, force_flush_ptr, block, batch, 
 
 
 @triton.jit
-def fold_row_blocks(batch, ROW_BLOCK: tl.constexpr):
-    """``(first block, end block, program's place in the share)`` of a fold program that
-    shares the batch's flushing rows with the other ``ROW_PROGS`` programs of its group of
-    heads (``tl.program_id(2)`` is its place), scanning the batch in blocks of ``ROW_BLOCK``
-    rows. Program ``z`` takes the rows of flush ordinal ``z, z + ROW_PROGS, ...``: with every
+def fold_row_blocks(batch, ROW_BLOCK: tl.constexpr, ROW_PROGS: tl.constexpr):
+    """``(first block, end block, program's place in the share)`` of a fold program's scan
+    over the batch in blocks of ``ROW_BLOCK`` rows. ``ROW_PROGS`` 0: the program's own block
+    (``tl.program_id(2)``), every row of it that flushes. Otherwise the ``ROW_PROGS``
+    programs of a group of heads share the batch's flushing rows, program ``z`` taking
+    those of flush ordinal ``z, z + ROW_PROGS, ...`` (the share: ``ROW_PROGS``): with every
     row flushing each takes ``batch / ROW_PROGS`` of them, with 1/L of them (staggered
-    cursors) ``batch / (L ROW_PROGS)``, where a block of rows of its own would hold anywhere
-    from none to several. (Fold configs with ``row_progs`` 0 take a block of rows each.)"""
-    return 0, tl.cdiv(batch, ROW_BLOCK), tl.program_id(2)
+    cursors) ``batch / (L ROW_PROGS)``, where a block of rows would hold anywhere from none
+    to several."""
+    if ROW_PROGS == 0:
+        return tl.program_id(2), tl.program_id(2) + 1, 0
+    else:
+        return 0, tl.cdiv(batch, ROW_BLOCK), tl.program_id(2)
 
 
 @triton.jit

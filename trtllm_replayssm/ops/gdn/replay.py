@@ -30,8 +30,7 @@ import triton.language as tl
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
 from ..common import (DOT_PRECISION, block_flush_ordinals, complete_after_primary, dim_mask, even_tile,
-                      fold_row_blocks, let_dependents_launch, load_slot, row_in_block, row_of_ordinal,
-                      step_flush_rows, store_nan_heads)
+                      fold_row_blocks, let_dependents_launch, load_slot, row_of_ordinal, store_nan_heads)
 from ..cursors import FLUSH_EVERY_STEP
 from ..launch import (LaunchConfig, clamp_loop_blocks, fold_programmatic_launch, fold_row_programs, launch_kernel,
                       pdl_options, select_config, select_route)
@@ -103,21 +102,20 @@ def _gdn_replay_kernel(
     REPORTS: tl.constexpr = MODE != FOLD  # one launch of a step reports errors
     let_dependents_launch(LAUNCH_DEPENDENTS)  # the fold's programmatic launch
 
-    if ROW_PROGS > 0:
-        # (The fold launch only.) The program's share of the batch's flushing rows
-        # (:func:`~..common.fold_row_blocks`), scanning one vector load of a block's cursors at
-        # a time: on the many steps where none of them flush, a program costs a chain of
-        # loads a block, not one a row.
-        block, end_block, place = fold_row_blocks(batch, ROW_BLOCK)
+    if (ROW_BLOCK > 1) or (ROW_PROGS > 0):
+        # (The fold launch only.) One vector load of a block's cursors: on the many steps
+        # where none of its rows flush, a program costs one chain of loads, not one a row.
+        block, end_block, place = fold_row_blocks(batch, ROW_BLOCK, ROW_PROGS)
+        SHARE: tl.constexpr = ROW_PROGS + (ROW_PROGS == 0)
         before = 0
         # (while, not a for over a runtime range: the interpreter takes no runtime range bound)
         while block < end_block:
             selected, ordinal, first, mine, before = block_flush_ordinals(
                 slot_idx_ptr, write_pos_ptr, force_flush_ptr, block, before, place, batch, num_slots,
-                buffer_len, pad_slot_id, HAS_SLOT_IDX, HAS_FORCE_FLUSH, ROW_BLOCK, ROW_PROGS)
-            for k in range(0, (ROW_BLOCK + ROW_PROGS - 1) // ROW_PROGS):  # the share's most in a block
+                buffer_len, pad_slot_id, HAS_SLOT_IDX, HAS_FORCE_FLUSH, ROW_BLOCK, SHARE)
+            for k in range(0, (ROW_BLOCK + SHARE - 1) // SHARE):  # the share's most in a block
                 if k < mine:
-                    pid_b = row_of_ordinal(selected, ordinal, first + k * ROW_PROGS, block, ROW_BLOCK)
+                    pid_b = row_of_ordinal(selected, ordinal, first + k * SHARE, block, ROW_BLOCK)
                     slot, _, _ = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
                     w = tl.load(write_pos_ptr + slot)
                     _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
@@ -131,33 +129,6 @@ def _gdn_replay_kernel(
                                BLOCK_L, FOLD_CHUNK, FOLD_DOT, DOT_PRECISION, HEADS_PER_PROG, EVEN_TILE, V_INNER,
                                LOOP_STAGES, PREFETCH)
             block += 1
-        complete_after_primary(WAIT_PRIMARY)
-        return
-    if ROW_BLOCK > 1:
-        # (The fold launch only.) A block of rows: one vector load of its cursors, and the
-        # program returns at once when none of them flush. No loop around the fold here, as
-        # in the Mamba2 fold (``ops/mamba2/replay_fold.py``: a scan loop run for one block
-        # held its state across the fold and cost registers).
-        selected = step_flush_rows(slot_idx_ptr, write_pos_ptr, force_flush_ptr, tl.program_id(2), batch,
-                                   num_slots, buffer_len, pad_slot_id, HAS_SLOT_IDX, HAS_FORCE_FLUSH, ROW_BLOCK)
-        if tl.max(selected, axis=0) == 0:
-            complete_after_primary(WAIT_PRIMARY)
-            return
-        for i in range(0, ROW_BLOCK):
-            if row_in_block(selected, i, ROW_BLOCK):
-                pid_b = tl.program_id(2) * ROW_BLOCK + i
-                slot, _, _ = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
-                w = tl.load(write_pos_ptr + slot)
-                _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
-                           state_ptr, d_cache_ptr, k_cache_ptr, g_cache_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr,
-                           A_log_ptr, dt_bias_ptr, out_ptr, num_v_heads, head_v_dim, v_heads_per_k_head,
-                           stride_state_slot, stride_state_h, stride_state_row, stride_dc_slot, stride_dc_h,
-                           stride_dc_l, stride_kc_slot, stride_kc_h, stride_kc_l, stride_gc_slot, stride_gc_h,
-                           stride_q_b, stride_q_h, stride_k_b, stride_k_h, stride_v_b, stride_v_h,
-                           stride_a_b, stride_a_h, stride_b_b, stride_b_h, stride_out_b, stride_out_h,
-                           scale, softplus_beta, softplus_threshold, USE_QK_L2NORM, MODE, BLOCK_V, CHUNKS,
-                           BLOCK_L, FOLD_CHUNK, FOLD_DOT, DOT_PRECISION, HEADS_PER_PROG, EVEN_TILE, V_INNER,
-                           LOOP_STAGES, PREFETCH)
         complete_after_primary(WAIT_PRIMARY)
         return
 

@@ -187,7 +187,7 @@ def _replay_fold_kernel(
                                HAS_D, HAS_Z, HAS_DT_BIAS, HAS_SLOT_IDX, DT_SOFTPLUS, BLOCK_P, EVEN_TILE, EXACT_B,
                                DOT_PRECISION, ONE_PASS_PRECISION, HEADS_PER_PROG, CHUNKS, EVEN_HEADS, LOOP_STAGES)
     else:
-        block, end_block, place = fold_row_blocks(batch, ROW_BLOCK)
+        block, end_block, place = fold_row_blocks(batch, ROW_BLOCK, ROW_PROGS)
         before = 0
         # (while, not a for over a runtime range: the interpreter takes no runtime range bound)
         while block < end_block:

@@ -29,3 +29,8 @@ def device_arch(device: torch.device) -> str:
         return "cpu"
     major, minor = torch.cuda.get_device_capability(device)
     return f"sm{major}{minor}"
+
+if INTERPRETED:
+    from ._interpreter import skip_nested_patches
+
+    skip_nested_patches()

@@ -51,3 +51,20 @@ def test_a_launch_patches_the_language_once_and_restores_it(monkeypatch):
     torch.testing.assert_close(out, (y.sum(1, keepdim=True) + y).flatten())
     _helpers_kernel[(1,)](x, out, 1.0, N=8)  # a second launch patches again
     assert patches == ["_helpers_kernel", "sum"] * 2
+
+
+@triton.jit
+def _int32_product_kernel(out_ptr, a, b):
+    tl.store(out_ptr, a * b + 1)
+
+
+def test_overflow_checks_that_would_be_dropped_are_not_computed():
+    """With debug off the interpreter drops its overflow asserts (as the compiler does), so
+    the checks are off, and an int32 product still wraps as on the GPU."""
+    from triton.runtime import interpreter
+
+    options = interpreter.interpreter_builder.options
+    assert not options.debug and not options.sanitize_overflow
+    out = torch.zeros(1, dtype=torch.int32)
+    _int32_product_kernel[(1,)](out, 100_000, 1_000_000)
+    assert out.item() == (100_000 * 1_000_000 + 1 + 2**31) % 2**32 - 2**31

@@ -31,6 +31,6 @@ def device_arch(device: torch.device) -> str:
     return f"sm{major}{minor}"
 
 if INTERPRETED:
-    from ._interpreter import skip_nested_patches
+    from ._interpreter import install
 
-    skip_nested_patches()
+    install()

@@ -144,10 +144,40 @@ def _timing_rows(name, geom, batch, L, sd, ad) -> List[list]:
             ["speedup (whole cycles, CUDA graphs, cold L2)", f"{std / rep:.2f}x"]]
 
 
+# The GPU main job's check: in bf16 the two paths round differently and the model's
+# random-weight layers amplify that to ~2% of the logits (Nano-4B: 2.2e-2, Qwen3.5-4B:
+# 4.1e-2 in benchmarks/results/e2e.json), the size of a real error; in fp32 they agree to
+# well under 1e-3 (tests/e2e: test_cuda_real_shapes_logits_agree_in_graphs).
+FP32_CHECK_BATCH, FP32_LOGITS_TOL = 4, 1e-3
+
+
+def _e2e_gpu(cfg, batch: int, L: int, steps: int) -> int:
+    """The main job on a GPU: the paths' teacher-forced logits compared in fp32 over the
+    same steps (a small batch), then both paths timed in bf16 at ``batch``."""
+    from .e2e import HybridDecoder
+    from .e2e.bench import compare_paths
+
+    model = HybridDecoder(cfg, dtype=torch.float32, device="cuda")
+    check = compare_paths(model, FP32_CHECK_BATCH, steps, 0, max_len=4 + steps + 4, buffer_len=L)
+    del model
+    torch.cuda.empty_cache()
+    model = HybridDecoder(cfg, dtype=torch.bfloat16, device="cuda")
+    res = compare_paths(model, batch, steps, 4 * L, max_len=4 + steps + 4 * L + 4, buffer_len=L)
+    std, rep = res["standard_ms"], res["replay_ms"]
+    rows = [["standard", f"{std:.3f}", f"{batch / std * 1e3:.0f}", "1.00x"],
+            ["ReplaySSM", f"{rep:.3f}", f"{batch / rep * 1e3:.0f}", f"{std / rep:.2f}x"]]
+    print(tabulate(rows, headers=["SSM step", "ms/step", "tokens/s", "speedup"]))
+    ok = check["logits_rel_err"] < FP32_LOGITS_TOL
+    print(f"bf16 logits relative L2 error {res['logits_rel_err']:.1e} (rounding, not a check); in fp32, "
+          f"batch {FP32_CHECK_BATCH}, teacher-forced over {steps} steps: {check['logits_rel_err']:.1e}, "
+          f"tolerance {FP32_LOGITS_TOL:g}")
+    print(f"logits agree in fp32: {ok}")
+    return 0 if ok else 1
+
+
 def e2e(args) -> int:
     """Whole-model decode (``trtllm_replayssm.e2e``): standard vs ReplaySSM."""
     from .e2e import DecodeRunner, HybridDecoder, hybrid_config
-    from .e2e.bench import compare_paths
 
     gpu = torch.cuda.is_available()
     cfg = hybrid_config(args.model or ("nemotron-3-nano-4b" if gpu else "tiny-hybrid"))
@@ -155,18 +185,12 @@ def e2e(args) -> int:
     steps = args.steps or 3 * L + 2
     dtype = torch.bfloat16 if gpu else torch.float32
     print(f"{cfg.name}: {len(cfg.pattern)} blocks ({cfg.num_ssm_layers} {cfg.family} mixers), batch {batch}, "
-          f"L = {L}, {steps} decode steps, {str(dtype)[6:]} weights, fp32 SSM state"
+          f"L = {L}, {steps} decode steps, {str(dtype)[6:]} weights" + (" (fp32 for the check)" if gpu else "")
+          + ", fp32 SSM state"
           + ("" if gpu else " (CPU: Triton interpreter)"))
-    model = HybridDecoder(cfg, dtype=dtype, device="cuda" if gpu else "cpu")
-    if gpu:  # bf16 rounds differently on the two paths: teacher-forced logits, then timings
-        res = compare_paths(model, batch, steps, 4 * L, max_len=4 + steps + 4 * L + 4, buffer_len=L)
-        ok = res["logits_rel_err"] < 2e-2
-        std, rep = res["standard_ms"], res["replay_ms"]
-        rows = [["standard", f"{std:.3f}", f"{batch / std * 1e3:.0f}", "1.00x"],
-                ["ReplaySSM", f"{rep:.3f}", f"{batch / rep * 1e3:.0f}", f"{std / rep:.2f}x"]]
-        print(tabulate(rows, headers=["SSM step", "ms/step", "tokens/s", "speedup"]))
-        print(f"logits agree (teacher-forced, relative L2 error {res['logits_rel_err']:.1e}): {ok}")
-        return 0 if ok else 1
+    if gpu:
+        return _e2e_gpu(cfg, batch, L, steps)
+    model = HybridDecoder(cfg, dtype=dtype, device="cpu")
     chosen, logits = {}, {}
     for replay in (False, True):  # fp32: free-running greedy decodes must pick identical tokens
         r = DecodeRunner(model, batch, replay, max_len=4 + steps + 4, buffer_len=L)

@@ -27,16 +27,17 @@ def compare_paths(model: HybridDecoder, batch: int, warmup_steps: int, num_steps
     the relative L2 error of their last logits after the warm-up, where the ReplaySSM path
     was fed the standard path's tokens (random weights make greedy near-ties common). The
     warm-up runs eagerly (with ``staggered``, it spreads the ReplaySSM path's cursors:
-    :class:`DecodeRunner`), then each path is captured and timed."""
+    :class:`DecodeRunner`), then each path is captured and timed; ``num_steps`` 0: no timing
+    (the ms entries are None)."""
     ms, logits, fed = {}, {}, None
     for replay in (False, True):
         r = DecodeRunner(model, batch, replay, **runner_kw)
         chosen = r.run(warmup_steps, feed=fed)
         fed = fed or chosen
         logits[replay] = r.logits.float().clone()
-        if torch.cuda.is_available():
+        if num_steps and torch.cuda.is_available():
             r.capture()
-        ms[replay] = r.time_ms_per_step(num_steps)
+        ms[replay] = r.time_ms_per_step(num_steps) if num_steps else None
         del r
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

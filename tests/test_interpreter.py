@@ -1,5 +1,6 @@
-"""The interpreter's nested-patch skip (``trtllm_replayssm/_interpreter.py``): one patch of
-``triton.language`` a launch, the language restored after it, the same results."""
+"""The interpreter's skips (``trtllm_replayssm/_interpreter.py``): one patch of
+``triton.language`` a launch, the language restored after it, no overflow checks whose
+asserts are dropped, and the same results."""
 
 import pytest
 import torch

@@ -4,12 +4,13 @@ How CI and CPU-only development run the kernels (``TRITON_INTERPRET=1``); :func:
 is called by :mod:`._runtime` when the interpreter is on. A Triton whose interpreter lacks
 the internals named here is left alone.
 
-**Nested patches.** The interpreter (triton 3.4-3.6) patches ``triton.language`` to its numpy builder when a launch starts and
-restores it when the launch ends; it also patches it again on every call of a nested
-``@triton.jit`` helper, inside the launch, where the language is already patched. Each of
-those patches walks the language's modules with ``inspect.getmembers``, and our kernels call
-helpers in loops: in ``tests/ops/test_mamba2_replay.py``'s 16-step cycle test, 22,530
-patches took 19 of its 54 seconds (cProfile).
+**Nested patches.** The interpreter (triton 3.6) patches ``triton.language`` to its numpy
+builder when a launch starts and restores it when the launch ends; it also patches it again
+on every call of a nested ``@triton.jit`` helper, inside the launch, where the language is
+already patched. Each of those patches walks the language's modules with
+``inspect.getmembers``, and our kernels call helpers in loops: in
+``tests/ops/test_mamba2_replay.py``'s 16-step cycle test, 22,530 patches took 19 of its 54
+seconds (cProfile).
 
 :func:`skip_nested_patches` keeps the first patch of a launch and skips a helper's patch
 when every language module the helper sees was patched by that launch. Launches, and what
@@ -28,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 
-_patched_langs: list = []  # the ids of the language modules the launch in progress patched
+_patched_langs: set = set()  # the ids of the language modules the launch in progress patched
 _triton_patch_lang = None  # Triton's own patch, which the skip calls
 
 
@@ -50,6 +51,7 @@ class _NoChanges:
 
 
 def install() -> None:
+    """Both skips (each leaves a Triton it does not recognise alone)."""
     skip_nested_patches()
     skip_dropped_overflow_checks()
 
@@ -97,11 +99,11 @@ def skip_nested_patches() -> bool:
                                      if inspect.ismodule(v) and v in lang_modules}
         if not _patched_langs:  # a launch starts (launches do not nest); Triton restores its scope
             scope = _LaunchScope(_triton_patch_lang(fn))
-            _patched_langs.extend(langs)
+            _patched_langs.update(langs)
             return scope
-        if langs <= set(_patched_langs):
+        if langs <= _patched_langs:
             return _NoChanges()  # a helper inside the launch, which patched all it sees
-        _patched_langs.extend(langs)
+        _patched_langs.update(langs)
         return _triton_patch_lang(fn)  # (Triton drops a helper's scope: the launch's restores all)
 
     _patch_lang._skips_nested = True

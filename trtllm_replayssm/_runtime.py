@@ -30,6 +30,8 @@ def device_arch(device: torch.device) -> str:
     major, minor = torch.cuda.get_device_capability(device)
     return f"sm{major}{minor}"
 
+
+# Skip interpreter work that changes no result (``_interpreter``); CI runs this way.
 if INTERPRETED:
     from ._interpreter import install
 

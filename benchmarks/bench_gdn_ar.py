@@ -53,7 +53,8 @@ def main() -> None:
     ap.add_argument("--from-table", action="store_true",
                     help="no tuning: measure the configs of the table in --table-dir (left as it is)")
     ap.add_argument("--tune", nargs="+", default=list(TUNABLE), choices=TUNABLE,
-                    help="launches to tune (replay: the fold and the non-flush launch; fold: the fold alone); "
+                    help="launches to tune (replay: the fold and the non-flush launch; fold: the fold alone; "
+                         "nonflush: the non-flush launch alone); "
                          "the others keep the table's")
     ap.add_argument("--max-candidates", type=int, default=None)
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/gdn_ar.json"))

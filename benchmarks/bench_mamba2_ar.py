@@ -97,7 +97,8 @@ def main() -> None:
     ap.add_argument("--table-dir", default=str(REPO / "trtllm_replayssm/tuned"))
     ap.add_argument("--max-candidates", type=int, default=None, help="tune over the first N configs of each kernel")
     ap.add_argument("--tune", nargs="+", default=list(TUNABLE), choices=TUNABLE,
-                    help="launches to tune (replay: the fold and the non-flush launch; fold: the fold alone); "
+                    help="launches to tune (replay: the fold and the non-flush launch; fold: the fold alone; "
+                         "nonflush: the non-flush launch alone); "
                          "the others keep the table's")
     args = ap.parse_args()
 

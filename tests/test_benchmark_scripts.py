@@ -91,7 +91,8 @@ def test_side_by_side_timing_alternates_and_takes_medians():
 
 def test_tuning_a_subset_times_only_those_launches():
     """``tune_table_kernels``: each named launch on its own route; "replay" tunes the fold
-    first, then the non-flush launch with the fold it chose."""
+    first, then the non-flush launch with the fold it chose; "fold" and "nonflush" tune
+    one of the two under the table's other."""
     import types
 
     import torch
@@ -106,7 +107,7 @@ def test_tuning_a_subset_times_only_those_launches():
             self.timed = []
 
         def table_configs(self, arch):
-            return {"output_only": {"config": LaunchConfig(2, 1)}}
+            return {"output_only": {"config": LaunchConfig(2, 1)}, "fold": {"config": LaunchConfig(3, 1)}}
 
         def time_worst_phase_us(self, launch, replays):
             self.timed.append(launch)
@@ -128,6 +129,10 @@ def test_tuning_a_subset_times_only_those_launches():
     best = tune_table_kernels(rig, candidates.__getitem__, ["fold"], LaunchConfig(32, 1))
     assert set(best) == {"fold"} and best["fold"]["config"] == LaunchConfig(4, 1)
     assert [(lc.config, lc.fold_config) for lc in rig.timed] == [(LaunchConfig(2, 1), c) for c in candidates["fold"]]
+    rig = FakeRig()  # the non-flush launch alone: under the table's fold, which stays
+    best = tune_table_kernels(rig, candidates.__getitem__, ["nonflush"], LaunchConfig(32, 1))
+    assert set(best) == {"output_only"} and best["output_only"]["config"] == LaunchConfig(4, 1)
+    assert [(lc.config, lc.fold_config) for lc in rig.timed] == [(c, LaunchConfig(3, 1)) for c in candidates["output_only"]]
 
 
 def test_baseline_is_the_fastest_launch_that_writes_the_state_every_step():

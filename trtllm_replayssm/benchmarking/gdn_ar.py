@@ -35,7 +35,11 @@ _ONE_WARP = [_C(rows, 1, maxnreg=cap) for cap in (0, 128) for rows in (4, 8, 16)
 CANDIDATES = {
     "standard": _ONE_WARP + [_C(8, 2), _C(16, 2), _C(16, 4), _C(32, 4)],
     "output_only": [_C(8, 1), _C(32, 4), _C(8, 1, loop_blocks=16), _C(8, 2, loop_blocks=16), _C(16, 2, loop_blocks=8),
-                    _C(16, 2, loop_blocks=4), _C(16, 4, loop_blocks=8), _C(32, 4, loop_blocks=4), _C(8, 1, loop_blocks=4)] +
+                    _C(16, 2, loop_blocks=4), _C(16, 4, loop_blocks=8), _C(32, 4, loop_blocks=4), _C(8, 1, loop_blocks=4),
+                    # staged, each the fastest in phase at a point the table had on prefetch: 8 rows
+                    # over 8 blocks at Qwen3.5-4B batch 32, 16 rows on one warp at 122B batch 128
+                    # (``benchmarks/results/gdn_nonflush_tiles.json``)
+                    _C(8, 1, loop_blocks=8), _C(16, 1, loop_blocks=8), _C(16, 1, loop_blocks=4)] +
                    # the loop's next block loaded into registers one block ahead
                    [_C(8, 1, loop_blocks=16, prefetch=1), _C(8, 1, loop_blocks=4, prefetch=1),
                     _C(8, 1, loop_blocks=8, prefetch=1), _C(16, 2, loop_blocks=8, prefetch=1)],
@@ -138,9 +142,9 @@ def make_gdn_rig(case: GDNCase) -> GDNRig:
 
 # What tune_gdn_case can tune: the standard kernel, the always_flush route's (the standard
 # kernel with the drain, which standard_step shares), the replay launches (the fold and
-# the non-flush launch, tuned together) and the fold alone (under the table's non-flush
-# launch).
-TUNABLE = ("standard", "always_flush", "replay", "fold")
+# the non-flush launch, tuned together), the fold alone (under the table's non-flush
+# launch) or the non-flush launch alone (under the table's fold).
+TUNABLE = ("standard", "always_flush", "replay", "fold", "nonflush")
 
 
 def tune_gdn_case(rig: GDNRig, replays: int = 5, limit: Optional[int] = None,

@@ -137,8 +137,9 @@ def make_rig(case: Mamba2Case) -> Mamba2Rig:
 # route's launch (the standard kernel with the cursor check and the drain; standard_step
 # shares its config; tuned on its own route, which the TensorRT-LLM glue runs where the
 # table says standard_step), the replay launches (the fold and the non-flush launch,
-# tuned together) and the fold alone (under the table's non-flush launch).
-TUNABLE = ("standard", "state_and_output", "always_flush", "replay", "fold")
+# tuned together), the fold alone (under the table's non-flush launch) or the non-flush
+# launch alone (under the table's fold).
+TUNABLE = ("standard", "state_and_output", "always_flush", "replay", "fold", "nonflush")
 
 
 def tune_case(rig: Mamba2Rig, replays: int = 5, limit: Optional[int] = None,

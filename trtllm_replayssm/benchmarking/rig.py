@@ -215,17 +215,19 @@ def tune_table_kernels(rig: CycleRig, candidates: Callable[[str], List[LaunchCon
     its own route, in the slower of the two phases (:meth:`CycleRig.time_worst_phase_us`);
     ``"replay"`` stands for the ``output_only`` route's two launches: its fold launch is
     tuned first (with the non-flush launch on ``nonflush0``), then its non-flush launch with
-    that fold; ``"fold"`` tunes the fold alone, with the table's non-flush launch.
+    that fold; ``"fold"`` tunes the fold alone, with the table's non-flush launch, and
+    ``"nonflush"`` the non-flush launch alone, with the table's fold.
     ``candidates(kernel)``: the configs to try."""
     best = {k: best_config(lambda c, k=k: rig.time_worst_phase_us(Launch(k, c), replays), candidates(k))
-            for k in kernels if k not in ("replay", "fold")}
-    if "fold" in kernels and "replay" not in kernels:
-        nonflush0 = rig.table_configs(device_arch(rig.cache.write_pos.device))["output_only"]["config"]
+            for k in kernels if k not in ("replay", "fold", "nonflush")}
+    if "replay" not in kernels and ("fold" in kernels or "nonflush" in kernels):
+        table = rig.table_configs(device_arch(rig.cache.write_pos.device))
+        nonflush0 = table["output_only"]["config"]
     if "replay" in kernels or "fold" in kernels:
         best["fold"] = best_config(lambda c: rig.time_worst_phase_us(Launch("output_only", nonflush0, c), replays),
                                    candidates("fold"))
-    if "replay" in kernels:
-        fold = best["fold"]["config"]
+    if "replay" in kernels or "nonflush" in kernels:
+        fold = best["fold"]["config"] if "fold" in best else table["fold"]["config"]
         best["output_only"] = best_config(lambda c: rig.time_worst_phase_us(Launch("output_only", c, fold), replays),
                                           candidates("output_only"))
     return best

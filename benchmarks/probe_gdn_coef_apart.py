@@ -42,6 +42,16 @@ from trtllm_replayssm.ops.launch import fold_programmatic_launch, launcher_in_fr
 SCALARS = 4  # exp(G), alpha, beta, k . q
 
 
+@triton.jit
+def _nonflush_row(slot_idx_ptr, write_pos_ptr, pid_b, num_slots, pad_slot_id, buffer_len,
+                  HAS_SLOT_IDX: tl.constexpr):
+    """Slot and cursor of batch row ``pid_b`` and whether this probe serves it: a valid row
+    that does not flush (padding, error rows and flushing rows are left to the package)."""
+    slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
+    w = tl.load(write_pos_ptr + slot, mask=(not is_pad) & (not is_bad), other=-1)
+    return slot, w, (w >= 0) & (w < buffer_len - 1)
+
+
 @triton.jit(do_not_specialize=["num_slots"])
 def _coef_kernel(
     k_cache_ptr, g_cache_ptr, write_pos_ptr, coef_ptr, qk_ptr,
@@ -60,11 +70,9 @@ def _coef_kernel(
     let_dependents_launch(LAUNCH_DEPENDENTS)
     hv = tl.program_id(0)
     pid_b = tl.program_id(1)
-    slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
-    if is_pad | is_bad:
-        return
-    w = tl.load(write_pos_ptr + slot)
-    if (w < 0) | (w >= buffer_len - 1):  # an error row (the stream launch reports it) or a flushing one
+    slot, w, serve = _nonflush_row(slot_idx_ptr, write_pos_ptr, pid_b, num_slots, pad_slot_id, buffer_len,
+                                   HAS_SLOT_IDX)
+    if not serve:
         return
     h = hv // v_heads_per_k_head
     offs_k = tl.arange(0, BLOCK_K)
@@ -116,11 +124,9 @@ def _stream_kernel(
     pid_v = tl.program_id(0)
     hv = tl.program_id(1)
     pid_b = tl.program_id(2)
-    slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
-    if is_pad | is_bad:
-        return
-    w = tl.load(write_pos_ptr + slot)
-    if (w < 0) | (w >= buffer_len - 1):
+    slot, w, serve = _nonflush_row(slot_idx_ptr, write_pos_ptr, pid_b, num_slots, pad_slot_id, buffer_len,
+                                   HAS_SLOT_IDX)
+    if not serve:
         return
     h = hv // v_heads_per_k_head
     offs_v0 = pid_v * (BLOCK_V * CHUNKS) + tl.arange(0, BLOCK_V)

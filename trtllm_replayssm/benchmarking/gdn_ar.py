@@ -36,9 +36,10 @@ CANDIDATES = {
     "standard": _ONE_WARP + [_C(8, 2), _C(16, 2), _C(16, 4), _C(32, 4)],
     "output_only": [_C(8, 1), _C(32, 4), _C(8, 1, loop_blocks=16), _C(8, 2, loop_blocks=16), _C(16, 2, loop_blocks=8),
                     _C(16, 2, loop_blocks=4), _C(16, 4, loop_blocks=8), _C(32, 4, loop_blocks=4), _C(8, 1, loop_blocks=4),
-                    # staged, each the fastest in phase at a point the table had on prefetch: 8 rows
-                    # over 8 blocks at Qwen3.5-4B batch 32, 16 rows on one warp at 122B batch 128
-                    # (``benchmarks/results/gdn_nonflush_tiles.json``)
+                    # staged (fp32) or plain (bf16): 8 rows over 8 blocks was the fastest in phase at
+                    # Qwen3.5-4B batch 32 and 122B batch 128, where the table had prefetch configs
+                    # (``benchmarks/results/gdn_nonflush_tiles.json``); 16 rows on one warp is what the
+                    # tuner takes for a bf16 state at batch >= 32 (``gdn_ar.json``, 0f3858b)
                     _C(8, 1, loop_blocks=8), _C(16, 1, loop_blocks=8), _C(16, 1, loop_blocks=4)] +
                    # the loop's next block loaded into registers one block ahead
                    [_C(8, 1, loop_blocks=16, prefetch=1), _C(8, 1, loop_blocks=4, prefetch=1),

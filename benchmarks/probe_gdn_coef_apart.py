@@ -242,6 +242,15 @@ def check_split(rig: SplitRig) -> float:
     return max((a - b).abs().max().item() for a, b in zip(*results))
 
 
+def timings(rig: SplitRig, launch: Launch, baseline_us: float, replays: int) -> dict:
+    """``launch``'s cycle in phase and staggered against ``baseline_us``, and its non-flush
+    step (every cursor at 8), microseconds a layer-step."""
+    us = [rig.time_cycle_us(launch, replays, staggered) for staggered in (False, True)]
+    return dict(baseline_us=round(baseline_us, 2), us_per_step=round(us[0], 2), staggered_us=round(us[1], 2),
+                speedup=round(baseline_us / us[0], 3), staggered_speedup=round(baseline_us / us[1], 3),
+                nonflush_us=round(rig.time_step_us(launch, 8, replays), 2))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["qwen3.5-4b", "qwen3.5-122b"])
@@ -264,23 +273,12 @@ def main() -> None:
             rig.coef_warps = args.coef_warps
             base = rig.baseline_launch()
             std = rig.time_cycle_us(base, args.replays)
-            pkg = Launch("output_only")
-            pkg_us = [rig.time_cycle_us(pkg, args.replays, s) for s in (False, True)]
-            pkg_nf = rig.time_step_us(pkg, 8, args.replays)
-            log.add(model=name, batch=batch, kernel="package", baseline=base.kernel, baseline_us=round(std, 2),
-                    us_per_step=round(pkg_us[0], 2), staggered_us=round(pkg_us[1], 2),
-                    speedup=round(std / pkg_us[0], 3), staggered_speedup=round(std / pkg_us[1], 3),
-                    nonflush_us=round(pkg_nf, 2))
+            log.add(model=name, batch=batch, kernel="package", baseline=base.kernel,
+                    **timings(rig, Launch("output_only"), std, args.replays))
             for spec in args.streams:
                 rig.stream = tuple(map(int, spec.split(",")))
-                err = check_split(rig)
-                split = Launch("split")
-                us = [rig.time_cycle_us(split, args.replays, s) for s in (False, True)]
-                nf = rig.time_step_us(split, 8, args.replays)
-                log.add(model=name, batch=batch, kernel="split", stream=spec, max_abs_diff=err,
-                        baseline_us=round(std, 2), us_per_step=round(us[0], 2), staggered_us=round(us[1], 2),
-                        speedup=round(std / us[0], 3), staggered_speedup=round(std / us[1], 3),
-                        nonflush_us=round(nf, 2))
+                log.add(model=name, batch=batch, kernel="split", stream=spec, max_abs_diff=check_split(rig),
+                        **timings(rig, Launch("split"), std, args.replays))
             del rig
             torch.cuda.empty_cache()
     log.print_table()

@@ -11,7 +11,9 @@
  * The op functions (rs_mamba2_step, ...) do what the Python wrappers do: pick the op case
  * for the call's shape and batch (nearest batch point in log scale, as the tuned table
  * does), give every kernel parameter its value by name, and launch the case's kernels in
- * order. The tables come from the AOT build (replayssm_kernels_table.c).
+ * order (a fold the case marks so on a side stream beside the launch after it, as
+ * trtllm_replayssm.ops.streams does). The tables come from the AOT build
+ * (replayssm_kernels_table.c).
  */
 #include "replayssm_kernels.h"
 #include "replayssm_kernels_table.h"
@@ -69,6 +71,11 @@ typedef struct {
   /* CUDA 12.0+; NULL on an older driver, where programmatic launches are made plainly */
   CUresult (*LaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**);
   CUresult (*GetErrorString)(CUresult, const char**);
+  CUresult (*StreamCreate)(CUstream*, unsigned);
+  CUresult (*EventCreate)(CUevent*, unsigned);
+  CUresult (*EventRecord)(CUevent, CUstream);
+  CUresult (*EventDestroy)(CUevent);
+  CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned);
 } driver_api;
 
 static driver_api g_cu;
@@ -106,6 +113,11 @@ static int load_driver_locked(void) {
   SYM(FuncSetAttribute, "cuFuncSetAttribute")
   SYM(LaunchKernel, "cuLaunchKernel")
   SYM(GetErrorString, "cuGetErrorString")
+  SYM(StreamCreate, "cuStreamCreate")
+  SYM(EventCreate, "cuEventCreate")
+  SYM(EventRecord, "cuEventRecord")
+  SYM(EventDestroy, "cuEventDestroy_v2")
+  SYM(StreamWaitEvent, "cuStreamWaitEvent")
 #undef SYM
   *(void**)(&g_cu.LaunchKernelEx) = dlsym(h, "cuLaunchKernelEx");
   if (g_programmatic < 0) g_programmatic = programmatic_from_env();
@@ -125,6 +137,7 @@ typedef struct {
   CUcontext ctx;
   int arch;
   CUfunction* functions; /* rs_num_kernels_built entries, loaded lazily */
+  CUstream side;         /* the side stream of cases that launch on one (made at first use) */
 } context_slot;
 static context_slot g_contexts[MAX_CONTEXTS];
 
@@ -345,21 +358,80 @@ static const char* route_name(int32_t r) {
 }
 static unsigned cdiv(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 
+/* ---- the side stream (trtllm_replayssm.ops.streams) ------------------------------------ */
+/* A case may launch some kernels on a second stream of the stream's context, forked from
+ * the caller's stream (an event) before them and joined back (an event) after the case's
+ * last launch: under CUDA-graph capture these are edges of the graph, with no host
+ * synchronisation. Events are made per call, so calls from several threads do not share
+ * them; the side stream is one per context. */
+typedef struct {
+  CUstream side;
+  CUevent forked, joined;
+} side_fork;
+
+static int fork_side_stream(CUstream stream, side_fork* f) {
+  memset(f, 0, sizeof *f);
+  context_slot* slot = NULL;
+  pthread_mutex_lock(&g_lock);
+  int status = context_for(stream, &slot);
+  CUresult r = CUDA_SUCCESS;
+  if (status == RS_SUCCESS) {
+    CUcontext popped;
+    if ((r = g_cu.CtxPushCurrent(slot->ctx)) == CUDA_SUCCESS) {
+      if (!slot->side) r = g_cu.StreamCreate(&slot->side, CU_STREAM_NON_BLOCKING);
+      if (r == CUDA_SUCCESS) r = g_cu.EventCreate(&f->forked, CU_EVENT_DISABLE_TIMING);
+      if (r == CUDA_SUCCESS) r = g_cu.EventCreate(&f->joined, CU_EVENT_DISABLE_TIMING);
+      g_cu.CtxPopCurrent(&popped);
+    }
+    f->side = slot->side;
+  }
+  pthread_mutex_unlock(&g_lock);
+  if (status != RS_SUCCESS) return status;
+  if (r == CUDA_SUCCESS) r = g_cu.EventRecord(f->forked, stream);
+  if (r == CUDA_SUCCESS) r = g_cu.StreamWaitEvent(f->side, f->forked, 0);
+  return r == CUDA_SUCCESS ? RS_SUCCESS : cuda_fail(r, "forking the side stream");
+}
+
+static void release_side_fork(side_fork* f) {
+  if (f->forked) g_cu.EventDestroy(f->forked); /* (released once the work recorded on it is done) */
+  if (f->joined) g_cu.EventDestroy(f->joined);
+}
+
+/* Join the side stream back into `stream` and release the events. */
+static int join_side_stream(CUstream stream, side_fork* f) {
+  CUresult r = g_cu.EventRecord(f->joined, f->side);
+  if (r == CUDA_SUCCESS) r = g_cu.StreamWaitEvent(stream, f->joined, 0);
+  release_side_fork(f);
+  return r == CUDA_SUCCESS ? RS_SUCCESS : cuda_fail(r, "joining the side stream");
+}
+
 /* Launch the case for `key` at the batch point nearest `batch`: each kernel over
- * (inner blocks, head groups, rows), the grid the Python wrappers use. */
+ * (inner blocks, head groups, rows), the grid the Python wrappers use, on the caller's
+ * stream or, where the case says so, on the side stream. */
 static int launch_step_case(const char* key, int64_t batch, int64_t inner, int64_t heads, const named_values* nv,
                             CUstream stream) {
   int arch = 0, status = device_arch(stream, &arch);
   if (status != RS_SUCCESS) return status;
   const rs_case_desc* c;
   if ((status = find_case(arch, key, batch, &c)) != RS_SUCCESS) return status;
-  for (int i = 0; i < c->num_launches; ++i) {
+  int beside = 0;
+  for (int i = 0; i < c->num_launches; ++i) beside |= c->side_stream[i];
+  side_fork f;
+  if (beside && (status = fork_side_stream(stream, &f)) != RS_SUCCESS) {
+    release_side_fork(&f);
+    return status;
+  }
+  for (int i = 0; i < c->num_launches && status == RS_SUCCESS; ++i) {
     const rs_kernel_desc* d = &rs_kernels[c->launches[i]];
     unsigned rows = d->row_progs ? (unsigned)d->row_progs : cdiv(batch, d->row_block); /* launch.fold_row_programs */
-    status = launch_named(c->launches[i], cdiv(inner, d->block), cdiv(heads, d->heads_per_prog), rows, nv, stream);
-    if (status != RS_SUCCESS) return status;
+    status = launch_named(c->launches[i], cdiv(inner, d->block), cdiv(heads, d->heads_per_prog), rows, nv,
+                          c->side_stream[i] ? f.side : stream);
   }
-  return RS_SUCCESS;
+  if (beside) {
+    int joined = join_side_stream(stream, &f);
+    if (status == RS_SUCCESS) status = joined;
+  }
+  return status;
 }
 
 #define PTR(v) ((rs_value){.p = (const void*)(v)})

@@ -9,7 +9,9 @@
  * The library loads the CUDA driver (libcuda.so.1) itself at the first call.
  * On sm_90+ an op may launch a kernel as a programmatic dependent launch of the one before
  * it (the build marks which, as Triton's JIT launches them); TRTLLM_REPLAYSSM_PDL=0 in the
- * environment at the first call launches every kernel plainly.
+ * environment at the first call launches every kernel plainly. At large batches an op may
+ * launch its fold on a second stream of the library's, forked from and joined back into
+ * the caller's stream with events (capturable; see trtllm_replayssm/ops/streams.py).
  */
 #ifndef REPLAYSSM_KERNELS_H
 #define REPLAYSSM_KERNELS_H

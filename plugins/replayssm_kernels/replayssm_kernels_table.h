@@ -33,6 +33,8 @@ typedef struct {
   int batch;             /* the batch point whose tuned configs these launches use */
   int num_launches;
   const int* launches;   /* indices into rs_kernels, in launch order */
+  const int* side_stream; /* per launch: 1 on the library's side stream (forked from the caller's stream
+                             before the first such launch, joined back after the case's last launch) */
 } rs_case_desc;
 
 extern const rs_kernel_desc rs_kernels[];

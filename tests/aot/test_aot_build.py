@@ -150,6 +150,31 @@ def test_sm90_build_makes_the_jits_programmatic_launches(manifest):
         "WAIT_RING_PART") for k in manifest["kernels"] if k.get("programmatic"))
 
 
+def test_large_batch_cases_fold_on_the_side_stream(aot_build, manifest):
+    """Beyond the programmatic launch's limit the fold goes on a side stream (ops.streams):
+    the case launches the fold first, marked ``side_stream``, then the non-flush kernel on
+    the caller's stream; at small batches nothing is on the side stream. The C table
+    carries the marks in launch order."""
+    kernels = {k["key"]: k for k in manifest["kernels"]}
+
+    def launches(op, batch, heads):
+        case = next(c for c in manifest["cases"] if c["op"] == op and c["batch"] == batch
+                    and f"|{heads}|" in c["key"] and "route=output_only" in c["key"] and "state=fp32" in c["key"])
+        return [(kernels[l["spec"]]["kernel"].rsplit(".", 1)[-1], dict(map(tuple, kernels[l["spec"]]["constexprs"])),
+                 l["side_stream"]) for l in case["launches"]]
+
+    assert [(name, side) for name, _, side in launches("mamba2_step", 512, "H=128")] == [
+        ("_replay_fold_kernel", True), ("_replay_step_kernel", False)]
+    assert [side for _, _, side in launches("mamba2_step", 8, "H=128")] == [False, False]
+    assert [(c.get("MODE"), side) for _, c, side in launches("gdn_step", 512, "HV=64")] == [(2, True), (1, False)]
+    assert [side for _, _, side in launches("gdn_step", 32, "HV=64")] == [False, False]
+    assert not any(l["side_stream"] for c in manifest["cases"] if "route=output_only" not in c["key"]
+                   for l in c["launches"])
+    table = (aot_build / "replayssm_kernels_table.c").read_text()
+    assert table.count("static const int rs_case_side_") == len(manifest["cases"])
+    assert "{1, 0}" in table and "{0, 0}" in table
+
+
 def test_pdl_flip_batches():
     """The batch served from a batch point but launched otherwise as to PDL: Super (128
     heads, PDL up to 4096 rows x heads, so batch <= 32) at 33 (point 32); none where the

@@ -224,6 +224,40 @@ def test_c_abi_step_equals_jit_and_rejects_bad_calls(lib):
     assert torch.equal(cache.ssm_state, before)
 
 
+def test_c_abi_step_with_the_fold_beside_captures_in_a_cuda_graph(lib):
+    """At batch 128 rs_mamba2_step launches its fold on the library's side stream (forked
+    from and joined back into the caller's stream with events): a cycle captured in one
+    CUDA graph and replayed equals the same calls made eagerly, bit for bit."""
+    runs = []
+    for captured in (True, False):
+        cache, slots, steps, params = _mamba2_setup(128, torch.float32, "output_only", seed=6)
+        outs = [torch.empty_like(s["x"]) for s in steps]
+
+        def cycle():
+            stream = torch.cuda.current_stream().cuda_stream
+            for s, out in zip(steps, outs):
+                lib.check(lib.lib.rs_mamba2_step(ctypes.byref(_c_args(cache, slots, s, params, out, "output_only")),
+                                                 ctypes.c_void_p(stream)), "rs_mamba2_step")
+                lib.check(lib.lib.rs_advance_write_pos(cache.write_pos.data_ptr(), cache.write_pos.shape[0], L,
+                                                       slots.data_ptr(), None, slots.shape[0], -1, 0,
+                                                       ctypes.c_void_p(stream)), "rs_advance_write_pos")
+
+        if captured:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                cycle()
+            graph.replay()
+        else:
+            cycle()
+        torch.cuda.synchronize()
+        runs.append((outs, cache))
+    (o_graph, c_graph), (o_eager, c_eager) = runs
+    for t, (a, b) in enumerate(zip(o_graph, o_eager)):
+        assert torch.equal(a, b), f"step {t}: outputs differ"
+    assert torch.equal(c_graph.ssm_state, c_eager.ssm_state)
+    assert torch.equal(c_graph.write_pos, c_eager.write_pos)
+
+
 def test_aot_launches_inside_a_cuda_graph(aot):
     """A captured AOT decode step (kernels + cursor advance) replays like the eager JIT one."""
     cache_e, slots, steps, params = _mamba2_setup(32, torch.float32, "output_only", seed=5)

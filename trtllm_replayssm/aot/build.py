@@ -95,7 +95,8 @@ def build(archs: Sequence[int], out_dir: Path, workers: int = 2, buffer_lens=(16
             if c.kernels_only:  # (compiled above; not a case of the C library)
                 continue
             cases.append(dict(arch=arch, op=c.op, key=c.key_string(), batch=c.batch,
-                              launches=[dict(spec=s.key, grid=list(g)) for s, g in c.launches]))
+                              launches=[dict(spec=s.key, grid=list(g), side_stream=i in c.side_launches)
+                                        for i, (s, g) in enumerate(c.launches)]))
     import triton
 
     manifest = dict(format=FORMAT_VERSION, triton=triton.__version__, archs=list(archs), kernels=kernels, cases=cases)

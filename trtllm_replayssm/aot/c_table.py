@@ -1,7 +1,7 @@
 """Write the C library's tables from an AOT manifest: kernel descriptors (name, arch,
 launch block, shared memory, whether it is a programmatic dependent launch, parameter
 names and types, divisibility hints, cubin symbols), op cases (which kernels a call
-shape launches, in order), and an assembly file that embeds the cubins with ``.incbin``.
+shape launches, in order, and which of them on the library's side stream), and an assembly file that embeds the cubins with ``.incbin``.
 Generated data only: the logic lives in ``plugins/replayssm_kernels/replayssm_kernels.c``.
 """
 
@@ -53,10 +53,12 @@ def write(manifest: dict, out_dir: Path) -> None:
     for j, case in enumerate(manifest["cases"]):
         ids = ", ".join(str(index[(case["arch"], l["spec"])]) for l in case["launches"])
         c.append(f"static const int rs_case_launches_{j}[] = {{{ids}}};")
+        sides = ", ".join(str(int(l.get("side_stream", False))) for l in case["launches"])
+        c.append(f"static const int rs_case_side_{j}[] = {{{sides}}};")
     c.append("const rs_case_desc rs_cases[] = {")
     for j, case in enumerate(manifest["cases"]):
         c.append(f"  {{{case['arch']}, {_c_str(case['key'])}, {case['batch']}, {len(case['launches'])}, "
-                 f"rs_case_launches_{j}}},")
+                 f"rs_case_launches_{j}, rs_case_side_{j}}},")
     c += ["};", f"const int rs_num_cases = {len(manifest['cases'])};", ""]
     (out_dir / "replayssm_kernels_table.c").write_text("\n".join(c))
     (out_dir / "replayssm_cubins.S").write_text("\n".join(asm) + "\n")

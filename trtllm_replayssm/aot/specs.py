@@ -22,6 +22,7 @@ import torch
 
 from ..models import GDN_MODELS, MAMBA2_MODELS
 from ..ops.launch import nearest_batch_point, pop_launcher, push_launcher, recording_for_arch, select_config
+from ..ops.streams import launching_on_side_stream
 
 META = torch.device("meta")
 BATCH_POINTS = (1, 8, 32, 128, 256, 512)  # the tuned table's batch sizes
@@ -118,6 +119,7 @@ class RecordedLaunch:
     kernel: object
     grid: Tuple[int, ...]
     kwargs: dict
+    side_stream: bool = False  # made on the side stream (ops.streams)
 
 
 class Recorder:
@@ -129,7 +131,7 @@ class Recorder:
         self.launches: List[RecordedLaunch] = []
 
     def __call__(self, kernel, grid, kwargs) -> bool:
-        self.launches.append(RecordedLaunch(kernel, grid, dict(kwargs)))
+        self.launches.append(RecordedLaunch(kernel, grid, dict(kwargs), launching_on_side_stream()))
         return True
 
     def __enter__(self) -> "Recorder":
@@ -148,6 +150,9 @@ class OpCase:
     key: Dict[str, object]
     batch: int
     launches: List[Tuple[KernelSpec, Tuple[int, ...]]] = field(default_factory=list)
+    # Indices of the launches made on a side stream, forked from the caller's stream before
+    # the first of them and joined back after the case's last launch (ops.streams).
+    side_launches: List[int] = field(default_factory=list)
     # Built for its kernels only (the AOT backend's exact lookups), not a case of the C
     # library (whose nearest batch point it would move).
     kernels_only: bool = False
@@ -365,8 +370,10 @@ def op_cases(arch: str, buffer_lens: Sequence[int] = DEFAULT_BUFFER_LENS,
         with Recorder() as rec, recording_for_arch(capability):
             thunk()
         case = OpCase(op, key, batch, kernels_only=kernels_only)
-        for launch in rec.launches:
+        for i, launch in enumerate(rec.launches):
             case.launches.append((spec_of(launch.kernel, launch.kwargs), launch.grid))
+            if launch.side_stream:
+                case.side_launches.append(i)
         cases.append(case)
 
     def pdl_flips(points, point, heads, enabled, max_head_rows) -> List[int]:

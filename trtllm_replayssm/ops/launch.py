@@ -269,6 +269,29 @@ def programmatic_launch_allowed(device: torch.device, head_rows: int, enabled: b
 FOLD_PDL = True
 FOLD_PDL_MAX_HEAD_ROWS = {"mamba2": 4096, "gdn": 8192}
 
+# Beyond FOLD_PDL_MAX_HEAD_ROWS the fold launch goes on a second stream, forked from the
+# caller's before the non-flush launch and joined after it (:mod:`.streams`): the two
+# serve disjoint rows and only read the cursors, and side by side the fold's programs
+# (where no row of theirs flushes, a cursor check; with staggered cursors, chains of
+# loads over 1/L of the state) run among the non-flush launch's instead of after it.
+# H200, L = 16, cycle speedups plain -> side stream at batch 128 / 512, in phase and
+# staggered (``python benchmarks/probe_fold_side_stream.py``,
+# ``benchmarks/results/fold_side_stream.json``, 731fb4e): Super fp32 1.64 / 1.69x ->
+# 1.68 / 1.71x, staggered 1.59 / 1.68x -> 1.63 / 1.71x; Nano-4B fp32 1.60 / 1.66x ->
+# 1.64 / 1.69x, staggered 1.54 / 1.65x -> 1.61 / 1.68x; Qwen3.5-122B bf16 at 512 1.35x
+# -> 1.37x, staggered 1.33x -> 1.40x. Below the threshold the programmatic launch is
+# the faster form (at batch 32 the side stream lost 5-15% on GDN).
+FOLD_SIDE_STREAM = True
+
+
+def fold_side_stream(device: torch.device, head_rows: int, family: str) -> bool:
+    """Whether this step's fold launch goes on a side stream (:data:`FOLD_SIDE_STREAM`):
+    on a GPU (or when the AOT build records for one), beyond the programmatic launch's
+    ``FOLD_PDL_MAX_HEAD_ROWS``; never on the CPU interpreter."""
+    if not FOLD_SIDE_STREAM or head_rows <= FOLD_PDL_MAX_HEAD_ROWS[family]:
+        return False
+    return device.type == "cuda" or (device.type == "meta" and _recording_arch is not None)
+
 
 def fold_programmatic_launch(device: torch.device, head_rows: int, family: str) -> bool:
     """Whether this step's fold launch is a programmatic dependent launch (:data:`FOLD_PDL`)."""

@@ -12,7 +12,8 @@ so a non-flush step reads the checkpoint once (``S_0 k`` and ``S_0 q`` together)
 forms a state; a flush folds the ring and this token into the checkpoint and stores it.
 
 Routes: ``output_only`` (a non-flush launch and a fold launch, each compiled and tuned
-for itself, as for Mamba2), ``standard_step`` (the standard kernel on an empty ring: its
+for itself, as for Mamba2; at large batches the fold on a side stream beside the
+non-flush launch: :mod:`..streams`), ``standard_step`` (the standard kernel on an empty ring: its
 cost; a row whose ring is not empty gets NaN) and ``always_flush`` (the same for any ring,
 in one launch: the standard kernel replays a non-empty ring on the state first). Cursors
 (``write_pos``) and their ops are shared with Mamba2.
@@ -32,8 +33,9 @@ from ..._validation import check_buffer_len, check_contiguous, check_slot_major,
 from ..common import (DOT_PRECISION, block_flush_ordinals, complete_after_primary, dim_mask, even_tile,
                       fold_row_blocks, let_dependents_launch, load_slot, row_of_ordinal, store_nan_heads)
 from ..cursors import FLUSH_EVERY_STEP
-from ..launch import (LaunchConfig, clamp_loop_blocks, fold_programmatic_launch, fold_row_programs, launch_kernel,
-                      pdl_options, select_config, select_route)
+from ..launch import (LaunchConfig, clamp_loop_blocks, fold_programmatic_launch, fold_row_programs, fold_side_stream,
+                      launch_kernel, pdl_options, select_config, select_route)
+from ..streams import launch_fold_beside
 from ._common import delta_rule_step, load_gates, load_qk, ring_args, state_tile_ptrs
 from .standard import launch_standard_step
 from .step_inputs import GDNStep, check_gdn_state_pool, parse_gdn_step
@@ -399,12 +401,14 @@ def fused_recurrent_gated_delta_rule_replayssm(
         else:
             launch_standard_step(state, step, cfg, write_pos, 1, layout=layout)
         return step.out
-    launches = [(NONFLUSH.value, pick("output_only", config)), (FOLD.value, pick("fold", fold_config))]
+    nonflush_cfg, fold_cfg = pick("output_only", config), pick("fold", fold_config)
     # Ring tiles of at least 16 (masked past w): small tiles along the ring gave wrong
     # results on the GPU in the speculative kernels (see common.ring_positions).
     block_l, block_k = max(16, triton.next_power_of_2(L)), triton.next_power_of_2(step.head_k_dim)
-    pdl = fold_programmatic_launch(q.device, step.batch * step.num_v_heads, "gdn")
-    for mode, cfg in launches:
+    head_rows = step.batch * step.num_v_heads
+    pdl = fold_programmatic_launch(q.device, head_rows, "gdn")
+
+    def launch_mode(mode: int, cfg: LaunchConfig) -> None:
         # Heads and row blocks of a program: the fold launch's (the non-flush launch takes one of each).
         if mode != FOLD.value:
             cfg = replace(cfg, heads_per_prog=1, row_block=1, row_progs=0)
@@ -430,4 +434,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
             num_warps=cfg.num_warps,
             **pdl_options(pdl, primary=mode == NONFLUSH.value),
         )
+
+    launch_fold_beside(lambda: launch_mode(FOLD.value, fold_cfg), lambda: launch_mode(NONFLUSH.value, nonflush_cfg),
+                       q.device, fold_side_stream(q.device, head_rows, "gdn"))
     return step.out

@@ -16,7 +16,8 @@ Routes (``MODE`` is a compile-time switch of the step kernel):
   second launch of a kernel of its own (:mod:`.replay_fold`), compiled and tuned apart
   so the fold does not set the register budget of the common step; a fold program may
   loop over several heads (``heads_per_prog``) so the launch is cheap on the many steps
-  where no row flushes.
+  where no row flushes. At large batches the fold runs on a side stream beside the
+  non-flush launch (:mod:`..streams`, ``launch.FOLD_SIDE_STREAM``).
 - ``state_and_output``: every step rebuilds the ``S`` tile (``w`` rank-1 updates on top
   of ``exp(A T) S_0``, the ``(P x w) @ (w x N)`` product) and takes ``y = S C``.
 - ``standard_step``: the standard kernel takes the step and the ring stays empty: what
@@ -45,8 +46,9 @@ from ..._validation import check_buffer_len, check_contiguous, check_slot_major,
 from ..common import even_tile, let_dependents_launch, load_slot, store_nan_output, tile_masks
 from ._common import load_dt, load_output_terms, ring_args, store_output
 from ..cursors import FLUSH_EVERY_STEP
-from ..launch import (LaunchConfig, fold_programmatic_launch, grid, launch_kernel, pdl_options, select_config,
-                      select_route)
+from ..launch import (LaunchConfig, fold_programmatic_launch, fold_side_stream, grid, launch_kernel, pdl_options,
+                      select_config, select_route)
+from ..streams import launch_fold_beside
 from .replay_fold import launch_fold
 from .standard import launch_standard_step
 from .step_inputs import Mamba2Step, check_state_pool, parse_mamba2_step
@@ -285,10 +287,7 @@ def selective_state_update_replayssm(
         else:
             launch_standard_step(state, step, cfg, write_pos, 1)
         return step.out
-    launches = {
-        "output_only": [(NONFLUSH.value, pick("output_only", config)), ("fold", pick("fold", fold_config))],
-        "state_and_output": [(REBUILD.value, pick("state_and_output", config))],
-    }[route]
+    step_cfg = pick(route, config)
     args = dict(
         state_ptr=state, **ring_args(x_cache, dt_cache, B_cache), write_pos_ptr=write_pos,
         force_flush_ptr=force_flush if force_flush is not None else write_pos,
@@ -298,17 +297,25 @@ def selective_state_update_replayssm(
         **step.kernel_args(), HAS_FORCE_FLUSH=force_flush is not None,
     )
     block_n, block_l = triton.next_power_of_2(step.dstate), max(2, triton.next_power_of_2(L))
-    pdl = route == "output_only" and fold_programmatic_launch(x.device, step.batch * step.nheads, "mamba2")
-    for mode, cfg in launches:
-        if mode == "fold":
-            launch_fold(args, step, cfg, block_n, block_l, pdl=pdl)
-        else:
-            launch_kernel(_replay_step_kernel, grid(step.batch, step.nheads, step.headdim, cfg), **args,
-                          MODE=mode, BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_L=block_l,
-                          # 0: the non-flush launch walks the ring as whole tiles (no chunks)
-                          FOLD_CHUNK=min(cfg.fold_chunk, block_l) if mode == NONFLUSH.value else max(1, min(cfg.fold_chunk, block_l)),
-                          EVEN_TILE=even_tile(step.headdim, cfg.block_p, step.dstate, block_n),
-                          num_warps=cfg.num_warps, **pdl_options(pdl, primary=True))
+    head_rows = step.batch * step.nheads
+    pdl = route == "output_only" and fold_programmatic_launch(x.device, head_rows, "mamba2")
+    mode = NONFLUSH.value if route == "output_only" else REBUILD.value
+
+    def launch_step():
+        launch_kernel(_replay_step_kernel, grid(step.batch, step.nheads, step.headdim, step_cfg), **args,
+                      MODE=mode, BLOCK_P=step_cfg.block_p, BLOCK_N=block_n, BLOCK_L=block_l,
+                      # 0: the non-flush launch walks the ring as whole tiles (no chunks)
+                      FOLD_CHUNK=(min(step_cfg.fold_chunk, block_l) if mode == NONFLUSH.value
+                                  else max(1, min(step_cfg.fold_chunk, block_l))),
+                      EVEN_TILE=even_tile(step.headdim, step_cfg.block_p, step.dstate, block_n),
+                      num_warps=step_cfg.num_warps, **pdl_options(pdl, primary=True))
+
+    if route == "state_and_output":
+        launch_step()
+    else:
+        fold_cfg = pick("fold", fold_config)
+        launch_fold_beside(lambda: launch_fold(args, step, fold_cfg, block_n, block_l, pdl=pdl), launch_step,
+                           x.device, fold_side_stream(x.device, head_rows, "mamba2"))
     return step.out
 
 

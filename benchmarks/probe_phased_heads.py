@@ -60,19 +60,15 @@ def fold_share_rig(rig, L: int):
     """A rig of the same family and batch with the ``H / L`` heads a phase folds, or None
     where the heads do not split into L phases. Heads ``k, k + L, ...`` fall in distinct
     groups (key heads) in every geometry here, so the rig has a group a head."""
-    case = rig.case
-    if isinstance(rig, gdn_ar.GDNRig):
-        g = case.geom
-        if g.num_v_heads % L:
-            return None
-        heads = g.num_v_heads // L
-        geom = dataclasses.replace(g, num_v_heads=heads, num_k_heads=heads)
-        return gdn_ar.make_gdn_rig(dataclasses.replace(case, geom=geom))
-    g = case.geom
-    if g.nheads % L:
+    case, gdn = rig.case, isinstance(rig, gdn_ar.GDNRig)
+    total = case.geom.num_v_heads if gdn else case.geom.nheads
+    if total % L:
         return None
-    heads = g.nheads // L
-    geom = dataclasses.replace(g, nheads=heads, ngroups=heads)
+    heads = total // L
+    if gdn:
+        geom = dataclasses.replace(case.geom, num_v_heads=heads, num_k_heads=heads)
+        return gdn_ar.make_gdn_rig(dataclasses.replace(case, geom=geom))
+    geom = dataclasses.replace(case.geom, nheads=heads, ngroups=heads)
     return mamba2_ar.make_rig(dataclasses.replace(case, geom=geom))
 
 

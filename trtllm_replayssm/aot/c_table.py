@@ -1,7 +1,8 @@
 """Write the C library's tables from an AOT manifest: kernel descriptors (name, arch,
 launch block, shared memory, whether it is a programmatic dependent launch, parameter
 names and types, divisibility hints, cubin symbols), op cases (which kernels a call
-shape launches, in order, and which of them on the library's side stream), and an assembly file that embeds the cubins with ``.incbin``.
+shape launches, in order, and which of them on the library's side stream), and an
+assembly file that embeds the cubins with ``.incbin``.
 Generated data only: the logic lives in ``plugins/replayssm_kernels/replayssm_kernels.c``.
 """
 

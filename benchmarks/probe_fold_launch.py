@@ -26,21 +26,12 @@ import torch
 
 from trtllm_replayssm.aot.backend import AOTLauncher
 from trtllm_replayssm.aot.library import KernelLibrary, load
+from trtllm_replayssm.benchmarking.probes import SkipLaunches, is_fold_launch
 from trtllm_replayssm.benchmarking.records import REPO, ProbeLog
 from trtllm_replayssm.benchmarking.rig import Launch, time_cycle_and_steps
 from trtllm_replayssm.benchmarking.rigs import make_model_rig
-from trtllm_replayssm.ops.gdn import replay as gdn_replay
 from trtllm_replayssm.ops import launch
 from trtllm_replayssm.ops.launch import launcher_in_front
-from trtllm_replayssm.ops.mamba2 import replay_fold
-
-
-class SkipFold:
-    """A launcher that skips the fold launch (a non-flush step's bound)."""
-
-    def __call__(self, kernel, grid, kwargs) -> bool:
-        return kernel is replay_fold._replay_fold_kernel or (
-            kernel is gdn_replay._gdn_replay_kernel and kwargs.get("MODE") == gdn_replay.FOLD.value)
 
 
 @contextmanager
@@ -53,7 +44,7 @@ def fold_launch(mode: str, library: Optional[KernelLibrary] = None):
     launch.FOLD_PDL = mode != "plain"
     if mode == "pdl_all":
         launch.FOLD_PDL_MAX_HEAD_ROWS = {family: 1 << 62 for family in saved[1]}
-    front = SkipFold() if mode == "skip" else AOTLauncher(library, strict=True) if mode.startswith("aot") else None
+    front = SkipLaunches(is_fold_launch) if mode == "skip" else AOTLauncher(library, strict=True) if mode.startswith("aot") else None
     previous = library.set_programmatic_launches(mode != "aot_plain") if library is not None else None
     try:
         with launcher_in_front(front):

@@ -25,26 +25,13 @@ from typing import Optional
 
 import torch
 
-from trtllm_replayssm.benchmarking.probes import add_case_args, case_rigs
+from trtllm_replayssm.benchmarking.probes import add_case_args, case_rigs, is_fold_launch, is_nonflush_launch
 from trtllm_replayssm.benchmarking.records import ProbeLog
 from trtllm_replayssm.benchmarking.rig import Launch, fastest_baseline, median_of_rounds
 from trtllm_replayssm.ops import launch
-from trtllm_replayssm.ops.gdn import replay as gdn_replay
 from trtllm_replayssm.ops.launch import launcher_in_front
-from trtllm_replayssm.ops.mamba2 import replay as mamba2_replay
-from trtllm_replayssm.ops.mamba2 import replay_fold
 
 MODES = ("package", "fold_first", "side_stream", "side_stream_high")
-
-
-def is_nonflush(kernel, kwargs) -> bool:
-    return ((kernel is mamba2_replay._replay_step_kernel and kwargs.get("MODE") == mamba2_replay.NONFLUSH.value)
-            or (kernel is gdn_replay._gdn_replay_kernel and kwargs.get("MODE") == gdn_replay.NONFLUSH.value))
-
-
-def is_fold(kernel, kwargs) -> bool:
-    return kernel is replay_fold._replay_fold_kernel or (
-        kernel is gdn_replay._gdn_replay_kernel and kwargs.get("MODE") == gdn_replay.FOLD.value)
 
 
 class FoldFirst:
@@ -56,10 +43,10 @@ class FoldFirst:
         self.side, self.held = side, None
 
     def __call__(self, kernel, grid, kwargs) -> bool:
-        if is_nonflush(kernel, kwargs):
+        if is_nonflush_launch(kernel, kwargs):
             self.held = (kernel, grid, kwargs)
             return True
-        if not is_fold(kernel, kwargs):
+        if not is_fold_launch(kernel, kwargs):
             return False
         if self.side is None:
             kernel[grid](**kwargs)

@@ -32,28 +32,11 @@ import torch
 
 from trtllm_replayssm._runtime import device_arch
 from trtllm_replayssm.benchmarking import gdn_ar, mamba2_ar
-from trtllm_replayssm.benchmarking.probes import add_case_args, case_rigs
+from trtllm_replayssm.benchmarking.probes import (SkipLaunches, add_case_args, case_rigs, is_fold_launch,
+                                                  is_nonflush_launch)
 from trtllm_replayssm.benchmarking.records import ProbeLog
 from trtllm_replayssm.benchmarking.rig import Launch, fastest_baseline, median_of_rounds
-from trtllm_replayssm.ops.gdn import replay as gdn_replay
 from trtllm_replayssm.ops.launch import launcher_in_front
-from trtllm_replayssm.ops.mamba2 import replay as mamba2_replay
-from trtllm_replayssm.ops.mamba2 import replay_fold
-
-
-class Skip:
-    """A launcher in front of Triton's JIT that drops the fold launch (``"fold"``) or the
-    non-flush launch (``"nonflush"``) of either family."""
-
-    def __init__(self, which: str):
-        self.which = which
-
-    def __call__(self, kernel, grid, kwargs) -> bool:
-        if self.which == "fold":
-            return kernel is replay_fold._replay_fold_kernel or (
-                kernel is gdn_replay._gdn_replay_kernel and kwargs.get("MODE") == gdn_replay.FOLD.value)
-        return ((kernel is mamba2_replay._replay_step_kernel and kwargs.get("MODE") == mamba2_replay.NONFLUSH.value)
-                or (kernel is gdn_replay._gdn_replay_kernel and kwargs.get("MODE") == gdn_replay.NONFLUSH.value))
 
 
 def fold_share_rig(rig, L: int):
@@ -115,19 +98,19 @@ def main() -> None:
             launches["fla"] = Launch("fla")
         package = Launch("output_only", nonflush, table["fold"]["config"])
 
-        def skipped(which, fn):
+        def skipped(matches, fn):
             def run():
-                with launcher_in_front(Skip(which)):
+                with launcher_in_front(SkipLaunches(matches)):
                     return fn()
             return run
 
-        with launcher_in_front(Skip("nonflush")):
+        with launcher_in_front(SkipLaunches(is_nonflush_launch)):
             best_fold = min(fold_candidates(share, nonflush), key=lambda lc: flush_step_us(share, lc, args.sweep_replays))
         timers = {k: (lambda lc=lc: rig.time_cycle_us(lc, args.replays)) for k, lc in launches.items()}
         timers["package_aligned"] = lambda: rig.time_cycle_us(package, args.replays)
         timers["package_staggered"] = lambda: rig.time_cycle_us(package, args.replays, staggered=True)
-        timers["nonflush_part"] = skipped("fold", lambda: rig.time_cycle_us(package, args.replays, staggered=True))
-        timers["fold_part"] = skipped("nonflush", lambda: share.time_step_us(best_fold, L - 1, args.replays))
+        timers["nonflush_part"] = skipped(is_fold_launch, lambda: rig.time_cycle_us(package, args.replays, staggered=True))
+        timers["fold_part"] = skipped(is_nonflush_launch, lambda: share.time_step_us(best_fold, L - 1, args.replays))
         us = median_of_rounds(timers, args.rounds)
         base = fastest_baseline({k: us[k] for k in launches})
         phased = us["nonflush_part"] + us["fold_part"]

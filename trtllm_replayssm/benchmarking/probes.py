@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 import itertools
-from typing import Iterator, Sequence, Tuple
+from typing import Callable, Iterator, Sequence, Tuple
 
 import torch
 
+from ..ops.gdn import replay as gdn_replay
+from ..ops.mamba2 import replay as mamba2_replay
+from ..ops.mamba2 import replay_fold
 from .records import REPO
 from .rig import CycleRig
 from .rigs import make_model_rig
@@ -34,3 +37,26 @@ def case_rigs(args: argparse.Namespace, buffer_len: int = 16) -> Iterator[Tuple[
     for name, dtype, batch in itertools.product(args.models, args.state_dtypes, args.batches):
         yield name, dtype, batch, make_model_rig(name, batch, buffer_len, DTYPES[dtype])
         torch.cuda.empty_cache()
+
+
+def is_fold_launch(kernel, kwargs) -> bool:
+    """Whether a launch is the output_only route's fold launch (either family)."""
+    return kernel is replay_fold._replay_fold_kernel or (
+        kernel is gdn_replay._gdn_replay_kernel and kwargs.get("MODE") == gdn_replay.FOLD.value)
+
+
+def is_nonflush_launch(kernel, kwargs) -> bool:
+    """Whether a launch is the output_only route's non-flush launch (either family)."""
+    return ((kernel is mamba2_replay._replay_step_kernel and kwargs.get("MODE") == mamba2_replay.NONFLUSH.value)
+            or (kernel is gdn_replay._gdn_replay_kernel and kwargs.get("MODE") == gdn_replay.NONFLUSH.value))
+
+
+class SkipLaunches:
+    """A launcher (``ops.launch.launcher_in_front``) that drops the launches ``matches``
+    picks (:func:`is_fold_launch`, :func:`is_nonflush_launch`): a probe's bound on the rest."""
+
+    def __init__(self, matches: Callable[[object, dict], bool]):
+        self.matches = matches
+
+    def __call__(self, kernel, grid, kwargs) -> bool:
+        return self.matches(kernel, kwargs)

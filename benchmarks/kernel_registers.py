@@ -86,14 +86,14 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
             elif kernel == "fold":
                 fn, c = m2_replay_fold._replay_fold_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, BLOCK_P=max(16, cfg.block_p), BLOCK_N=dstate,
-                    BLOCK_L=max(16, L), EVEN_TILE=headdim % max(16, cfg.block_p) == 0, EXACT_B=True, DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32",
+                    BLOCK_L=max(16, L), EVEN_ROWS=headdim % max(16, cfg.block_p) == 0, EVEN_COLS=True, EXACT_B=True, DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32",
                     HEADS_PER_PROG=cfg.heads_per_prog, CHUNKS=clamp_loop_blocks(replace(cfg, block_p=max(16, cfg.block_p)), headdim).loop_blocks,
                     EVEN_HEADS=True, ROW_BLOCK=cfg.row_block, ROW_PROGS=cfg.row_progs,
                     LOOP_STAGES=m2_replay_fold.LOOP_STAGES)
             else:
                 fn, c = m2_replay._replay_step_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, MODE=modes[kernel], BLOCK_P=cfg.block_p, BLOCK_N=dstate,
-                    BLOCK_L=L, FOLD_CHUNK=cfg.fold_chunk, EVEN_TILE=headdim % cfg.block_p == 0)
+                    BLOCK_L=L, FOLD_CHUNK=cfg.fold_chunk, EVEN_ROWS=headdim % cfg.block_p == 0, EVEN_COLS=True)
             yield ["mamba2", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype)]
 
 

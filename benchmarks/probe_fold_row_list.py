@@ -73,7 +73,7 @@ def _list_fold_kernel(
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
     HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr,
-    EVEN_TILE: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
+    EVEN_ROWS: tl.constexpr, EVEN_COLS: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
     HEADS_PER_PROG: tl.constexpr, CHUNKS: tl.constexpr, EVEN_HEADS: tl.constexpr, ROW_PROGS: tl.constexpr,
     ROWS_PER_PROG: tl.constexpr, LOOP_STAGES: tl.constexpr = None,
 ):
@@ -87,7 +87,7 @@ def _list_fold_kernel(
     offs_p0 = pid_p * (BLOCK_P * CHUNKS) + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
     offs_l = tl.arange(0, BLOCK_L)
-    mask_n = dim_mask(offs_n, dstate, EVEN_TILE)
+    mask_n = dim_mask(offs_n, dstate, EVEN_COLS)
     for k in range(0, ROWS_PER_PROG):
         i = tl.program_id(2) + k * ROW_PROGS
         if i < n:
@@ -101,7 +101,7 @@ def _list_fold_kernel(
                            stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h,
                            stride_B_b, stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p,
                            stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
-                           HAS_D, HAS_Z, HAS_DT_BIAS, HAS_SLOT_IDX, DT_SOFTPLUS, BLOCK_P, EVEN_TILE, EXACT_B,
+                           HAS_D, HAS_Z, HAS_DT_BIAS, HAS_SLOT_IDX, DT_SOFTPLUS, BLOCK_P, EVEN_ROWS, EXACT_B,
                            DOT_PRECISION, ONE_PASS_PRECISION, HEADS_PER_PROG, CHUNKS, EVEN_HEADS, LOOP_STAGES)
 
 

@@ -56,6 +56,19 @@ def test_headdim_not_power_of_two_and_tied_parameters():
     run_replay(Scenario(geom, 4, tied_params=True, seed=4), cycles(4))
 
 
+@pytest.mark.parametrize("headdim,dstate", [(80, 16), (16, 12), (80, 12)],
+                         ids=["rows_past_P", "cols_past_N", "both_past"])
+@pytest.mark.parametrize("route", ["output_only", "state_and_output"])
+def test_tiles_whose_rows_or_columns_run_past_the_sizes(route, headdim, dstate):
+    """The row and column masks are dropped apart (``EVEN_ROWS`` / ``EVEN_COLS``): a tile
+    of 32 rows over headdim 80, a dstate of 12 in a 16-column tile, and both."""
+    from trtllm_replayssm.ops.launch import LaunchConfig
+
+    geom = Mamba2Geometry(nheads=2, headdim=headdim, dstate=dstate, ngroups=1)
+    run_replay(Scenario(geom, 4, seed=16), cycles(4), route=route, config=LaunchConfig(32, 1, 4),
+               fold_config=LaunchConfig(16, 2, 1, 1, loop_blocks=2))
+
+
 @pytest.mark.parametrize("early_terms", [0, 1], ids=["late_D_z", "early_D_z"])
 def test_always_flush_route_equals_recurrence(early_terms):
     """Staggered non-empty rings drained in the standard kernel, with ``D`` and ``z``

@@ -25,8 +25,18 @@ def exact_in_tf32(dtype: torch.dtype) -> bool:
 
 
 def even_tile(rows: int, block_rows: int, cols: int, block_cols: int) -> bool:
-    """``EVEN_TILE`` of :func:`tile_masks`: the sizes fill every tile."""
+    """``EVEN_TILE`` of :func:`dim_mask`: the sizes fill every tile."""
     return rows % block_rows == 0 and cols == block_cols
+
+
+def even_rows_and_cols(rows: int, block_rows: int, cols: int, block_cols: int) -> dict:
+    """``EVEN_ROWS`` and ``EVEN_COLS`` of :func:`tile_masks`: whether each size fills its
+    tiles, apart. Where only the rows run past the size (Nano-4B's headdim 80 in blocks of
+    32), the columns stay unmasked, and a mask that is constant along the contiguous axis
+    keeps the state's loads 16-byte vectors: with both masked, the non-flush launch's
+    [32, 128] fp32 tile took 128 predicated 4-byte loads a thread against 32 (sm_90 SASS;
+    1688 against 1272 instructions)."""
+    return dict(EVEN_ROWS=rows % block_rows == 0, EVEN_COLS=cols == block_cols)
 
 
 @triton.jit
@@ -75,11 +85,11 @@ def complete_after_primary(WAIT: tl.constexpr):
 
 
 @triton.jit
-def tile_masks(offs_p, offs_n, headdim, dstate, EVEN_TILE: tl.constexpr):
-    """Masks of a (headdim block, dstate) tile; constant true where the sizes fill the tile
-    (``EVEN_TILE``), so the compiler drops them: a [32, 128] mask costs ~40 registers a
-    thread, which is occupancy a state-streaming kernel needs."""
-    return dim_mask(offs_p, headdim, EVEN_TILE), dim_mask(offs_n, dstate, EVEN_TILE)
+def tile_masks(offs_p, offs_n, headdim, dstate, EVEN_ROWS: tl.constexpr, EVEN_COLS: tl.constexpr):
+    """Masks of a (headdim block, dstate) tile; each constant true where its size fills the
+    tile (:func:`even_rows_and_cols`), so the compiler drops it: a [32, 128] mask costs ~40
+    registers a thread, which is occupancy a state-streaming kernel needs."""
+    return dim_mask(offs_p, headdim, EVEN_ROWS), dim_mask(offs_n, dstate, EVEN_COLS)
 
 
 @triton.jit

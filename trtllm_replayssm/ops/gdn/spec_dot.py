@@ -241,7 +241,7 @@ def _gdn_spec_verify_dot_kernel(
     offs_v = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
     offs_k = tl.arange(0, BLOCK_K)
     offs_u, tok, is_key, mask_u = _draft_column_ids(NUM_TOKENS)
-    mask_v, mask_k = tile_masks(offs_v, offs_k, head_v_dim, head_k_dim, EVEN_TILE)
+    mask_v, mask_k = tile_masks(offs_v, offs_k, head_v_dim, head_k_dim, EVEN_TILE, EVEN_TILE)
 
     slot, wp, origin, is_flush, is_pad, is_bad = load_spec_row(slot_idx_ptr, wp_ptr, origin_ptr, flush_ptr, pid_b,
                                                                num_slots, NUM_TOKENS, capacity, pad_slot_id,

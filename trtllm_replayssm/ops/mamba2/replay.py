@@ -43,7 +43,7 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
-from ..common import even_tile, let_dependents_launch, load_slot, store_nan_output, tile_masks
+from ..common import even_rows_and_cols, let_dependents_launch, load_slot, store_nan_output, tile_masks
 from ._common import load_dt, load_output_terms, ring_args, store_output
 from ..cursors import FLUSH_EVERY_STEP
 from ..launch import (LaunchConfig, fold_programmatic_launch, fold_side_stream, grid, launch_kernel, pdl_options,
@@ -93,7 +93,7 @@ def _replay_step_kernel(
     HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
     HAS_FORCE_FLUSH: tl.constexpr, MODE: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr, FOLD_CHUNK: tl.constexpr,
-    EVEN_TILE: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr = False,
+    EVEN_ROWS: tl.constexpr, EVEN_COLS: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr = False,
 ):
     let_dependents_launch(LAUNCH_DEPENDENTS)  # the fold's programmatic launch
     pid_p = tl.program_id(0)
@@ -101,7 +101,7 @@ def _replay_step_kernel(
     pid_b = tl.program_id(2)
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
-    mask_p, mask_n = tile_masks(offs_p, offs_n, headdim, dstate, EVEN_TILE)
+    mask_p, mask_n = tile_masks(offs_p, offs_n, headdim, dstate, EVEN_ROWS, EVEN_COLS)
 
     # This launch reports an invalid slot or cursor (NaN outputs); the fold launch skips them.
     slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
@@ -307,7 +307,7 @@ def selective_state_update_replayssm(
                       # 0: the non-flush launch walks the ring as whole tiles (no chunks)
                       FOLD_CHUNK=(min(step_cfg.fold_chunk, block_l) if mode == NONFLUSH.value
                                   else max(1, min(step_cfg.fold_chunk, block_l))),
-                      EVEN_TILE=even_tile(step.headdim, step_cfg.block_p, step.dstate, block_n),
+                      **even_rows_and_cols(step.headdim, step_cfg.block_p, step.dstate, block_n),
                       num_warps=step_cfg.num_warps, **pdl_options(pdl, primary=True))
 
     if route == "state_and_output":

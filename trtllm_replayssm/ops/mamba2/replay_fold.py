@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, block_flush_ordinals, complete_after_primary, dim_mask,
-                      even_tile, exact_in_tf32, fold_row_blocks, load_slot, row_in_block, row_of_ordinal,
+                      even_rows_and_cols, exact_in_tf32, fold_row_blocks, load_slot, row_in_block, row_of_ordinal,
                       small_matmul, step_flush_rows)
 from ..launch import LaunchConfig, clamp_loop_blocks, fold_row_programs, launch_kernel, pdl_options
 from ._common import finish_output, load_dt
@@ -83,7 +83,7 @@ def fold_row_heads(pid_b, pid_hg, offs_p0, offs_n, offs_l, mask_n,
                    stride_B_b, stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p,
                    stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
                    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
-                   DT_SOFTPLUS: tl.constexpr, BLOCK_P: tl.constexpr, EVEN_TILE: tl.constexpr, EXACT_B: tl.constexpr,
+                   DT_SOFTPLUS: tl.constexpr, BLOCK_P: tl.constexpr, EVEN_ROWS: tl.constexpr, EXACT_B: tl.constexpr,
                    DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
                    CHUNKS: tl.constexpr, EVEN_HEADS: tl.constexpr, LOOP_STAGES: tl.constexpr):
     """Batch row ``pid_b``'s flush step (fold, store, output) on a fold program's heads
@@ -114,7 +114,7 @@ def fold_row_heads(pid_b, pid_hg, offs_p0, offs_n, offs_l, mask_n,
                         other=0.0).to(tl.float32)
             for c in tl.range(0, CHUNKS, num_stages=LOOP_STAGES):
                 offs_p = offs_p0 + c * BLOCK_P
-                mask_p = dim_mask(offs_p, headdim, EVEN_TILE)
+                mask_p = dim_mask(offs_p, headdim, EVEN_ROWS)
                 mask_pn = mask_p[:, None] & mask_n[None, :]
                 x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p,
                             other=0.0).to(tl.float32)
@@ -144,8 +144,8 @@ def _replay_fold_kernel(
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
     HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr,
-    EVEN_TILE: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
-    HEADS_PER_PROG: tl.constexpr, CHUNKS: tl.constexpr, EVEN_HEADS: tl.constexpr, ROW_BLOCK: tl.constexpr = 1,
+    EVEN_ROWS: tl.constexpr, EVEN_COLS: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    ONE_PASS_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr, CHUNKS: tl.constexpr, EVEN_HEADS: tl.constexpr, ROW_BLOCK: tl.constexpr = 1,
     ROW_PROGS: tl.constexpr = 0, LOOP_STAGES: tl.constexpr = None, WAIT_PRIMARY: tl.constexpr = False,
 ):
     """Programs ``(runs of CHUNKS headdim blocks, groups of HEADS_PER_PROG heads, blocks of
@@ -161,7 +161,7 @@ def _replay_fold_kernel(
     offs_p0 = pid_p * (BLOCK_P * CHUNKS) + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
     offs_l = tl.arange(0, BLOCK_L)
-    mask_n = dim_mask(offs_n, dstate, EVEN_TILE)
+    mask_n = dim_mask(offs_n, dstate, EVEN_COLS)
     if ROW_PROGS == 0:
         # A block of rows: one vector load of its cursors, and on the many steps where none
         # of them flush the program returns at once. No loop around the fold here: the
@@ -184,7 +184,7 @@ def _replay_fold_kernel(
                                stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h,
                                stride_B_b, stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p,
                                stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
-                               HAS_D, HAS_Z, HAS_DT_BIAS, HAS_SLOT_IDX, DT_SOFTPLUS, BLOCK_P, EVEN_TILE, EXACT_B,
+                               HAS_D, HAS_Z, HAS_DT_BIAS, HAS_SLOT_IDX, DT_SOFTPLUS, BLOCK_P, EVEN_ROWS, EXACT_B,
                                DOT_PRECISION, ONE_PASS_PRECISION, HEADS_PER_PROG, CHUNKS, EVEN_HEADS, LOOP_STAGES)
     else:
         block, end_block, place = fold_row_blocks(batch, ROW_BLOCK, ROW_PROGS)
@@ -208,7 +208,7 @@ def _replay_fold_kernel(
                                    stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h,
                                    stride_B_b, stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p,
                                    stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
-                                   HAS_D, HAS_Z, HAS_DT_BIAS, HAS_SLOT_IDX, DT_SOFTPLUS, BLOCK_P, EVEN_TILE, EXACT_B,
+                                   HAS_D, HAS_Z, HAS_DT_BIAS, HAS_SLOT_IDX, DT_SOFTPLUS, BLOCK_P, EVEN_ROWS, EXACT_B,
                                    DOT_PRECISION, ONE_PASS_PRECISION, HEADS_PER_PROG, CHUNKS, EVEN_HEADS, LOOP_STAGES)
             block += 1
     complete_after_primary(WAIT_PRIMARY)
@@ -225,7 +225,7 @@ def fold_launch_plan(args: dict, step, cfg: LaunchConfig, block_n: int, block_l:
     programs = (triton.cdiv(step.headdim, cfg.block_p * cfg.loop_blocks), triton.cdiv(step.nheads, hpp))
     return programs, dict(
         BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_L=max(16, block_l),
-        EVEN_TILE=even_tile(step.headdim, cfg.block_p * cfg.loop_blocks, step.dstate, block_n),
+        **even_rows_and_cols(step.headdim, cfg.block_p * cfg.loop_blocks, step.dstate, block_n),
         # fp32-accurate products (plain TF32 drifts ~1e-2); the interpreter has only fp32.
         EXACT_B=exact_in_tf32(args["B_cache_ptr"].dtype),
         DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, HEADS_PER_PROG=hpp,

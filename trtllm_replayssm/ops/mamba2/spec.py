@@ -260,7 +260,7 @@ def _spec_verify_kernel(
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
     offs_t = tl.arange(0, BLOCK_T)
-    mask_p, mask_n = tile_masks(offs_p, offs_n, headdim, dstate, EVEN_TILE)
+    mask_p, mask_n = tile_masks(offs_p, offs_n, headdim, dstate, EVEN_TILE, EVEN_TILE)
     mask_t = offs_t < NUM_TOKENS
 
     if ROW_BLOCK > 1:  # a launch of the flush rows alone: a program takes those of ROW_BLOCK rows

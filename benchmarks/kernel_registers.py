@@ -7,6 +7,7 @@ kernel loses occupancy, so this prunes tuning candidates before device time is s
 
     python benchmarks/kernel_registers.py                    # Mamba2 and GDN, fp32 state
     python benchmarks/kernel_registers.py --state-dtype bf16 --family gdn
+    python benchmarks/kernel_registers.py --family mamba2 --headdim 80   # Nano-4B's tiles
 """
 
 from __future__ import annotations
@@ -83,12 +84,13 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
                                                                         HAS_CURSOR=kernel == "always_flush",
                                                                         DRAIN=kernel == "always_flush", BLOCK_L=L,
                                                                         EARLY_TERMS=bool(cfg.early_terms))
-            elif kernel == "fold":
+            elif kernel == "fold":  # as ops.mamba2.replay_fold.fold_launch_plan shapes it
+                run = clamp_loop_blocks(replace(cfg, block_p=max(16, cfg.block_p)), headdim)
                 fn, c = m2_replay_fold._replay_fold_kernel, dict(
-                    common, HAS_FORCE_FLUSH=False, BLOCK_P=max(16, cfg.block_p), BLOCK_N=dstate,
-                    BLOCK_L=max(16, L), EVEN_ROWS=headdim % max(16, cfg.block_p) == 0, EVEN_COLS=True, EXACT_B=True, DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32",
-                    HEADS_PER_PROG=cfg.heads_per_prog, CHUNKS=clamp_loop_blocks(replace(cfg, block_p=max(16, cfg.block_p)), headdim).loop_blocks,
-                    EVEN_HEADS=True, ROW_BLOCK=cfg.row_block, ROW_PROGS=cfg.row_progs,
+                    common, HAS_FORCE_FLUSH=False, BLOCK_P=run.block_p, BLOCK_N=dstate, BLOCK_L=max(16, L),
+                    EVEN_ROWS=headdim % (run.block_p * run.loop_blocks) == 0, EVEN_COLS=True, EXACT_B=True,
+                    DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32", HEADS_PER_PROG=cfg.heads_per_prog,
+                    CHUNKS=run.loop_blocks, EVEN_HEADS=True, ROW_BLOCK=cfg.row_block, ROW_PROGS=cfg.row_progs,
                     LOOP_STAGES=m2_replay_fold.LOOP_STAGES)
             else:
                 fn, c = m2_replay._replay_step_kernel, dict(
@@ -204,10 +206,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--family", choices=["mamba2", "gdn", "spec", "all"], default="all")
     ap.add_argument("--state-dtype", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--headdim", type=int, default=64, help="Mamba2 headdim (Super 64, Nano-4B 80)")
     args = ap.parse_args()
     rows = []
     if args.family in ("mamba2", "all"):
-        rows += list(mamba2_rows(args.state_dtype))
+        rows += list(mamba2_rows(args.state_dtype, args.headdim))
     if args.family in ("gdn", "all"):
         rows += list(gdn_rows(args.state_dtype))
     if args.family in ("spec", "all"):

@@ -73,7 +73,8 @@ def _list_fold_kernel(
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
     HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr,
-    EVEN_ROWS: tl.constexpr, EVEN_COLS: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr,
+    EVEN_ROWS: tl.constexpr, EVEN_COLS: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    ONE_PASS_PRECISION: tl.constexpr,
     HEADS_PER_PROG: tl.constexpr, CHUNKS: tl.constexpr, EVEN_HEADS: tl.constexpr, ROW_PROGS: tl.constexpr,
     ROWS_PER_PROG: tl.constexpr, LOOP_STAGES: tl.constexpr = None,
 ):

@@ -24,11 +24,6 @@ def exact_in_tf32(dtype: torch.dtype) -> bool:
     return dtype in (torch.bfloat16, torch.float16)
 
 
-def even_tile(rows: int, block_rows: int, cols: int, block_cols: int) -> bool:
-    """``EVEN_TILE`` of :func:`dim_mask`: the sizes fill every tile."""
-    return rows % block_rows == 0 and cols == block_cols
-
-
 def even_rows_and_cols(rows: int, block_rows: int, cols: int, block_cols: int) -> dict:
     """``EVEN_ROWS`` and ``EVEN_COLS`` of :func:`tile_masks`: whether each size fills its
     tiles, apart. Where only the rows run past the size (Nano-4B's headdim 80 in blocks of
@@ -37,6 +32,12 @@ def even_rows_and_cols(rows: int, block_rows: int, cols: int, block_cols: int) -
     [32, 128] fp32 tile took 128 predicated 4-byte loads a thread against 32 (sm_90 SASS;
     1688 against 1424 instructions)."""
     return dict(EVEN_ROWS=rows % block_rows == 0, EVEN_COLS=cols == block_cols)
+
+
+def even_tile(rows: int, block_rows: int, cols: int, block_cols: int) -> bool:
+    """``EVEN_TILE`` of :func:`dim_mask` for kernels that drop both masks together: both
+    sizes fill their tiles (:func:`even_rows_and_cols`)."""
+    return all(even_rows_and_cols(rows, block_rows, cols, block_cols).values())
 
 
 @triton.jit

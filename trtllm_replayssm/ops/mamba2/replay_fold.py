@@ -145,8 +145,8 @@ def _replay_fold_kernel(
     HAS_SLOT_IDX: tl.constexpr, DT_SOFTPLUS: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr,
     EVEN_ROWS: tl.constexpr, EVEN_COLS: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    ONE_PASS_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr, CHUNKS: tl.constexpr, EVEN_HEADS: tl.constexpr, ROW_BLOCK: tl.constexpr = 1,
-    ROW_PROGS: tl.constexpr = 0, LOOP_STAGES: tl.constexpr = None, WAIT_PRIMARY: tl.constexpr = False,
+    ONE_PASS_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr, CHUNKS: tl.constexpr, EVEN_HEADS: tl.constexpr,
+    ROW_BLOCK: tl.constexpr = 1, ROW_PROGS: tl.constexpr = 0, LOOP_STAGES: tl.constexpr = None, WAIT_PRIMARY: tl.constexpr = False,
 ):
     """Programs ``(runs of CHUNKS headdim blocks, groups of HEADS_PER_PROG heads, blocks of
     ROW_BLOCK batch rows, or ROW_PROGS programs that share the batch's flushing rows)``

@@ -17,10 +17,11 @@ import os
 import re
 import subprocess
 import tempfile
-from dataclasses import replace
+from types import SimpleNamespace
 
 os.environ["TRITON_INTERPRET"] = "0"  # compile for the GPU even on a machine without one
 
+import torch  # noqa: E402
 import triton  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
@@ -84,14 +85,13 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
                                                                         HAS_CURSOR=kernel == "always_flush",
                                                                         DRAIN=kernel == "always_flush", BLOCK_L=L,
                                                                         EARLY_TERMS=bool(cfg.early_terms))
-            elif kernel == "fold":  # as ops.mamba2.replay_fold.fold_launch_plan shapes it
-                run = clamp_loop_blocks(replace(cfg, block_p=max(16, cfg.block_p)), headdim)
-                fn, c = m2_replay_fold._replay_fold_kernel, dict(
-                    common, HAS_FORCE_FLUSH=False, BLOCK_P=run.block_p, BLOCK_N=dstate, BLOCK_L=max(16, L),
-                    EVEN_ROWS=headdim % (run.block_p * run.loop_blocks) == 0, EVEN_COLS=True, EXACT_B=True,
-                    DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32", HEADS_PER_PROG=cfg.heads_per_prog,
-                    CHUNKS=run.loop_blocks, EVEN_HEADS=True, ROW_BLOCK=cfg.row_block, ROW_PROGS=cfg.row_progs,
-                    LOOP_STAGES=m2_replay_fold.LOOP_STAGES)
+            elif kernel == "fold":  # the constexprs the launch plan gives (bf16 B ring, heads even)
+                _, plan = m2_replay_fold.fold_launch_plan({"B_cache_ptr": torch.empty(0, dtype=torch.bfloat16)},
+                                                          SimpleNamespace(headdim=headdim, dstate=dstate, nheads=128),
+                                                          cfg, dstate, L)
+                plan.pop("num_warps")
+                fn, c = m2_replay_fold._replay_fold_kernel, dict(common, HAS_FORCE_FLUSH=False, ROW_BLOCK=cfg.row_block,
+                                                                 ROW_PROGS=cfg.row_progs, **plan)
             else:
                 fn, c = m2_replay._replay_step_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, MODE=modes[kernel], BLOCK_P=cfg.block_p, BLOCK_N=dstate,

@@ -126,8 +126,8 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
     a key head) tiles; a ``split_fold`` config is two launches (the fold of flush rows, then the verify), or for
     split_fold 3 three (the fold, the ring's part, the state's product)."""
     buf = m2_spec.ring_capacity(T, history_len)
-    common = dict(HAS_SLOT_IDX=True, BUF=buf, BLOCK_L=m2_spec.history_tile(history_len), DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32",
-                  EVEN_TILE=True)
+    common = dict(HAS_SLOT_IDX=True, BUF=buf, BLOCK_L=m2_spec.history_tile(history_len), DOT_PRECISION="tf32x3", ONE_PASS_PRECISION="tf32")
+    even_mamba2 = dict(EVEN_ROWS=True, EVEN_COLS=True)  # Super's headdim 64 fills these tiles
 
     def flush_rows(phase):  # a launch of the flush rows alone looks through blocks of rows (at batch >= 128)
         return m2_spec.FLUSH_ROW_BLOCK if m2_spec.serves_flush_rows_alone(phase) else 1
@@ -135,7 +135,8 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
     def mamba2_phase(cfg, phase):  # -> (kernel, constexprs, warps); phase: one of m2_spec.PHASES
         launch_cfg = m2_spec.phase_config(cfg, phase)
         return m2_spec._spec_verify_kernel, dict(
-            common, HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, DT_SOFTPLUS=True, NUM_TOKENS=T, PHASE=phase.value,
+            common, **even_mamba2, HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, DT_SOFTPLUS=True, NUM_TOKENS=T,
+            PHASE=phase.value,
             USE_DOT=True, BLOCK_T=m2_spec.token_tile(T, use_dot=True), BLOCK_P=min(launch_cfg.block_p, 64), BLOCK_N=128,
             EXACT_B=True,  # B ring in bf16
             HEADS_PER_PROG=m2_spec.heads_per_program(launch_cfg, 16, fold_only=phase is m2_spec.FOLD_ONLY),
@@ -147,10 +148,10 @@ def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
         return m2_spec._spec_state_product_kernel, dict(
             HAS_Z=True, HAS_SLOT_IDX=True, NUM_TOKENS=T, BLOCK_P=rows, BLOCK_K=m2_spec.STATE_PRODUCT_COLS, BLOCK_N=128,
             BLOCK_T=m2_spec.token_tile(T, use_dot=True), BUF=buf, USE_DOT=True, EXACT_B=True, DOT_PRECISION="tf32x3",
-            ONE_PASS_PRECISION="tf32", EVEN_TILE=True, STAGES=m2_spec.STATE_PRODUCT_STAGES), m2_spec.STATE_PRODUCT_WARPS
+            ONE_PASS_PRECISION="tf32", **even_mamba2, STAGES=m2_spec.STATE_PRODUCT_STAGES), m2_spec.STATE_PRODUCT_WARPS
 
     def gdn_phase(cfg, phase):  # the chunked kernel's fold-only launch (a config of its own), then the tl.dot verify
-        shape = dict(common, USE_QK_L2NORM=True, BLOCK_K=128)
+        shape = dict(common, USE_QK_L2NORM=True, BLOCK_K=128, EVEN_TILE=True)
         if phase is m2_spec.FOLD_ONLY:  # k ring in fp32 (the default)
             fold = gdn_spec.GDN_SPEC_FOLD_CONFIG
             return gdn_spec._gdn_spec_verify_kernel, dict(shape, PHASE=phase.value, USE_DOT=True, BLOCK_V=fold.block_p,

@@ -156,6 +156,23 @@ def test_state_product_launch_tiles(monkeypatch, rows, cols):
     assert min(flushes.values()) >= 1, flushes
 
 
+@pytest.mark.parametrize("headdim,dstate", [(24, 16), (16, 12), (24, 12)],
+                         ids=["rows_past_P", "cols_past_N", "both_past"])
+@pytest.mark.parametrize("config", [LaunchConfig(16, 1), LaunchConfig(16, 1, split_fold=1, key_chunk=8),
+                                    LaunchConfig(16, 1, split_fold=3)],
+                         ids=["fold_in_verify", "state_in_chunks", "state_apart"])
+def test_tiles_whose_rows_or_columns_run_past_the_sizes(monkeypatch, config, headdim, dstate):
+    """The row and column masks are dropped apart (``EVEN_ROWS`` / ``EVEN_COLS``, as on the
+    autoregressive kernels): headdim 24 in tiles of 16 rows, a dstate of 12 in a 16-column
+    tile, and both, in the verify, its state streamed in chunks and the state's product."""
+    monkeypatch.setattr(m2_spec_module, "STATE_PRODUCT_ROWS", 16)
+    monkeypatch.setattr(m2_spec_module, "STATE_PRODUCT_COLS", 8)
+    flushes = run_spec_fuzz(T=3, Bh=5, steps=10, seed=41, geom=Mamba2Geometry(nheads=2, headdim=headdim,
+                                                                              dstate=dstate, ngroups=1),
+                            config=config)
+    assert min(flushes.values()) >= 1, flushes
+
+
 def test_workspace_is_checked():
     """split_fold 3's workspace: too small or of another dtype raises before any launch."""
     H, P, N, G, T, Bh, Bsz = GEOM.nheads, GEOM.headdim, GEOM.dstate, GEOM.ngroups, 2, 4, 2

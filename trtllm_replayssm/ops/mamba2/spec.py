@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_slot_major, check_tensor
-from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_tile, exact_in_tf32, exact_lhs_matmul,
+from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_rows_and_cols, exact_in_tf32, exact_lhs_matmul,
                       load_row_slots, load_spec_row, native_dot, ring_positions, small_matmul, spec_cursors_bad,
                       row_in_block, store_nan_tokens, tile_masks)
 from ..launch import LaunchConfig, launch_kernel, nearest_batch_point
@@ -251,8 +251,8 @@ def _spec_verify_kernel(
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
     DT_SOFTPLUS: tl.constexpr, NUM_TOKENS: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_T: tl.constexpr, BUF: tl.constexpr, BLOCK_L: tl.constexpr, USE_DOT: tl.constexpr, EXACT_B: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, PHASE: tl.constexpr, EVEN_TILE: tl.constexpr,
-    HEADS_PER_PROG: tl.constexpr, STATE_CHUNK: tl.constexpr, SMALL_ON_FMA: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, PHASE: tl.constexpr, EVEN_ROWS: tl.constexpr,
+    EVEN_COLS: tl.constexpr, HEADS_PER_PROG: tl.constexpr, STATE_CHUNK: tl.constexpr, SMALL_ON_FMA: tl.constexpr,
     ROW_BLOCK: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
@@ -260,7 +260,7 @@ def _spec_verify_kernel(
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
     offs_t = tl.arange(0, BLOCK_T)
-    mask_p, mask_n = tile_masks(offs_p, offs_n, headdim, dstate, EVEN_TILE, EVEN_TILE)
+    mask_p, mask_n = tile_masks(offs_p, offs_n, headdim, dstate, EVEN_ROWS, EVEN_COLS)
     mask_t = offs_t < NUM_TOKENS
 
     if ROW_BLOCK > 1:  # a launch of the flush rows alone: a program takes those of ROW_BLOCK rows
@@ -377,7 +377,7 @@ def _spec_verify_kernel(
                             Y = tl.zeros((BLOCK_P, BLOCK_T), tl.float32)
                             for c in tl.range(0, BLOCK_N // STATE_CHUNK):
                                 offs_c = c * STATE_CHUNK + tl.arange(0, STATE_CHUNK)
-                                mask_c = dim_mask(offs_c, dstate, EVEN_TILE)
+                                mask_c = dim_mask(offs_c, dstate, EVEN_COLS)
                                 S0 = tl.load(state_rows + offs_c[None, :], mask=mask_p[:, None] & mask_c[None, :],
                                              other=0.0).to(tl.float32)
                                 CT_c = tl.load(C_ptr + pid_b * stride_C_b + offs_t[None, :] * stride_C_t
@@ -423,8 +423,8 @@ def _spec_state_product_kernel(
     stride_z_b, stride_z_t, stride_z_h, stride_out_b, stride_out_t, stride_out_h,
     HAS_Z: tl.constexpr, HAS_SLOT_IDX: tl.constexpr, NUM_TOKENS: tl.constexpr, BLOCK_P: tl.constexpr,
     BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BUF: tl.constexpr, USE_DOT: tl.constexpr,
-    EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, EVEN_TILE: tl.constexpr,
-    STAGES: tl.constexpr,
+    EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, EVEN_ROWS: tl.constexpr,
+    EVEN_COLS: tl.constexpr, STAGES: tl.constexpr,
 ):
     """split_fold 3's last launch: ``out_t = gate(decay_t (S_0 C_t) + part_t)`` for a block
     of a head's rows, with ``part`` and ``decay`` from the RING_PART launch. It holds
@@ -440,7 +440,7 @@ def _spec_state_product_kernel(
         return
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_t = tl.arange(0, BLOCK_T)
-    mask_p = dim_mask(offs_p, headdim, EVEN_TILE)
+    mask_p = dim_mask(offs_p, headdim, EVEN_ROWS)
     mask_t = offs_t < NUM_TOKENS
     g = pid_h // heads_per_group
     state_rows = state_ptr + slot * stride_state_slot + pid_h * stride_state_h + offs_p[:, None] * stride_state_p
@@ -448,7 +448,7 @@ def _spec_state_product_kernel(
     Y = tl.zeros((BLOCK_P, BLOCK_T), tl.float32)
     for c in tl.range(0, BLOCK_N // BLOCK_K, num_stages=STAGES):
         offs_k = c * BLOCK_K + tl.arange(0, BLOCK_K)
-        mask_k = dim_mask(offs_k, dstate, EVEN_TILE)
+        mask_k = dim_mask(offs_k, dstate, EVEN_COLS)
         S0 = tl.load(state_rows + offs_k[None, :], mask=mask_p[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
         CT = tl.load(C_cols + offs_k[:, None], mask=mask_k[:, None] & mask_t[None, :], other=0.0)
         Y += small_matmul(S0, CT.to(tl.float32), USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
@@ -608,7 +608,7 @@ def selective_state_update_replayssm_spec(
             BLOCK_P=block_p, BLOCK_N=block_n, BLOCK_T=token_tile(T, use_dot), BUF=buf,
             BLOCK_L=history_tile(history_len), USE_DOT=use_dot, EXACT_B=exact_in_tf32(B_ring.dtype),
             DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, PHASE=phase.value,
-            EVEN_TILE=even_tile(P, block_p, N, block_n), HEADS_PER_PROG=hpp,
+            **even_rows_and_cols(P, block_p, N, block_n), HEADS_PER_PROG=hpp,
             # dstate columns a step of the outputs' matmul takes: a verify launch compiled
             # without the fold (split_fold) can stream the state, the fold needs the whole tile.
             STATE_CHUNK=(min(cfg.key_chunk or block_n, block_n) if phase is AFTER_FOLD or phase is NONFLUSH_ROWS
@@ -630,7 +630,7 @@ def selective_state_update_replayssm_spec(
             HAS_Z=z is not None, HAS_SLOT_IDX=state_batch_indices is not None, NUM_TOKENS=T, BLOCK_P=block_p,
             BLOCK_K=block_k, BLOCK_N=block_n, BLOCK_T=token_tile(T, use_dot), BUF=buf, USE_DOT=use_dot,
             EXACT_B=exact_in_tf32(C.dtype), DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION,
-            EVEN_TILE=even_tile(P, block_p, N, block_n),
+            **even_rows_and_cols(P, block_p, N, block_n),
             STAGES=STATE_PRODUCT_STAGES, num_warps=STATE_PRODUCT_WARPS)
     return out
 

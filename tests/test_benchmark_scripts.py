@@ -368,3 +368,39 @@ def test_probe_case_arguments_and_rigs():
     assert args.out.endswith("benchmarks/results/x.json") and (args.replays, args.rounds) == (20, 3)
     cases = [(name, dtype, batch, rig.case.batch, rig.case.buffer_len) for name, dtype, batch, rig in case_rigs(args)]
     assert cases == [("tiny", "fp32", 2, 2, 16), ("tiny", "fp32", 3, 3, 16)]
+
+
+def test_nonflush_chain_probe_forms_read_the_same_rows():
+    """``probe_nonflush_chain.py``: with the rig's slots in batch order, its non-flush
+    launch without slot indices gives the package's outputs and ring appends (the fold
+    skipped: no row flushes at ``w = 3``); with the slots permuted it does not, so the
+    form really drops the indices."""
+    import importlib.util
+
+    import torch
+
+    from trtllm_replayssm.benchmarking.rig import Launch
+    from trtllm_replayssm.benchmarking.rigs import make_model_rig
+    from trtllm_replayssm.ops.launch import launcher_in_front
+
+    spec = importlib.util.spec_from_file_location("probe_nonflush_chain", REPO / "benchmarks/probe_nonflush_chain.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    rig = make_model_rig("tiny", 3, 8, torch.float32)
+    cache, launch = rig.cache, Launch("output_only")
+    start = {k: getattr(cache, k).clone() for k in ("x_cache", "dt_cache", "B_cache")}
+
+    def step(form):
+        for k, t in start.items():
+            getattr(cache, k).copy_(t)
+        cache.write_pos.fill_(3)
+        with launcher_in_front(probe.front(form)):
+            rig.step_fn(launch)()
+        return {k: getattr(cache, k).clone() for k in start} | {"out": rig.step["out"].clone()}
+
+    package = step("package")
+    for k, t in step("alone_no_slot_idx").items():
+        assert torch.equal(t, package[k]), k
+    rig.slot_idx.copy_(torch.tensor([2, 0, 1], dtype=rig.slot_idx.dtype))
+    permuted = step("package")
+    assert not torch.equal(step("alone_no_slot_idx")["out"], permuted["out"])

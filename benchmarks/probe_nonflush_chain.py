@@ -18,16 +18,21 @@ The time's growth with ``w`` is the ring walk's; what ``w = 0`` costs beyond the
 the program's fixed chain (slot, cursor, tile) and the launch.
 
     python benchmarks/probe_nonflush_chain.py    # -> benchmarks/results/nonflush_chain.json
+    python benchmarks/probe_nonflush_chain.py --forms alone --configs table 32,1,4,0 32,1,2,1 32,1,4,1
+
+``--configs``: the non-flush launch's configs to time (``table``: the tuned one;
+``block_p,num_warps,fold_chunk,prefetch`` otherwise).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 
 from trtllm_replayssm.benchmarking.probes import SkipLaunches, add_case_args, case_rigs, is_fold_launch, is_nonflush_launch
 from trtllm_replayssm.benchmarking.records import ProbeLog
 from trtllm_replayssm.benchmarking.rig import Launch
-from trtllm_replayssm.ops.launch import launcher_in_front
+from trtllm_replayssm.ops.launch import LaunchConfig, launcher_in_front
 
 FORMS = ("package", "alone", "alone_no_slot_idx")
 
@@ -54,6 +59,7 @@ def main() -> None:
     add_case_args(ap, ["nemotron-3-nano-4b", "nemotron-3-super"], [8, 32, 128], "nonflush_chain.json")
     ap.add_argument("--cursors", nargs="+", type=int, default=[0, 1, 4, 8, 14])
     ap.add_argument("--forms", nargs="+", default=list(FORMS), choices=FORMS)
+    ap.add_argument("--configs", nargs="+", default=["table"])
     ap.set_defaults(state_dtypes=["fp32"])
     args = ap.parse_args()
     log = ProbeLog(args.out)
@@ -62,12 +68,14 @@ def main() -> None:
         std = rig.time_step_us(Launch("standard"), 0, args.replays)
         log.add(model=name, state_dtype=dtype, batch=batch, form="standard", w=None, us=round(std, 2),
                 moved_gbps=round(2 * gb / std * 1e6, 1))
-        for form in args.forms:
+        for form, config in itertools.product(args.forms, args.configs):
+            cfg = None if config == "table" else LaunchConfig(*map(int, config.split(",")[:3]),
+                                                              prefetch=int(config.split(",")[3]))
             with launcher_in_front(front(form)):
                 for w in args.cursors:
-                    us = rig.time_step_us(Launch("output_only"), w, args.replays)
-                    log.add(model=name, state_dtype=dtype, batch=batch, form=form, w=w, us=round(us, 2),
-                            moved_gbps=round(gb / us * 1e6, 1))
+                    us = rig.time_step_us(Launch("output_only", cfg), w, args.replays)
+                    log.add(model=name, state_dtype=dtype, batch=batch, form=form, config=config, w=w,
+                            us=round(us, 2), moved_gbps=round(gb / us * 1e6, 1))
         del rig
     log.print_table()
 

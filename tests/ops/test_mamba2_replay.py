@@ -233,25 +233,3 @@ def test_fold_with_staged_block_loop(monkeypatch):
     monkeypatch.setattr(replay_fold, "LOOP_STAGES", 2)
     geom = Mamba2Geometry(nheads=4, headdim=80, dstate=16, ngroups=2)
     run_replay(Scenario(geom, 4, seed=16), cycles(4), fold_config=LaunchConfig(16, 2, 1, 1, 1, 0, 8))
-
-
-@pytest.mark.parametrize("L", [4, 16])
-@pytest.mark.parametrize("fold_chunk,headdim", [(2, 16), (4, 24)], ids=["chunks_of_2", "chunks_of_4_rows_past_P"])
-def test_ring_chunks_prefetched(fold_chunk, headdim, L):
-    """``prefetch`` on the non-flush launch: the ring walked as tiles of ``fold_chunk``
-    entries, the next chunk's loads in flight while this one is summed (on a ring of 4 a
-    chunk of 4 is the whole ring; of 16, up to 8 chunks of 2), over 3 cycles."""
-    from trtllm_replayssm.ops.launch import LaunchConfig
-
-    geom = Mamba2Geometry(nheads=2, headdim=headdim, dstate=16, ngroups=1)
-    run_replay(Scenario(geom, L, act_dtype=torch.bfloat16, seed=21), cycles(L),
-               config=LaunchConfig(16, 1, fold_chunk, prefetch=1))
-
-
-@pytest.mark.parametrize("name", ["x_cache", "dt_cache", "B_cache"])
-def test_corrupted_cache_entry_is_detected_with_prefetched_chunks(name):
-    from trtllm_replayssm.ops.launch import LaunchConfig
-
-    with pytest.raises(AssertionError, match="error"):
-        run_replay(Scenario(GEOM, 8, seed=8), 12, corrupt=_corrupt_latest(name),
-                   config=LaunchConfig(16, 1, 2, prefetch=1))

@@ -41,10 +41,7 @@ CANDIDATES = {
     # fold_chunk: ring entries loaded together (0: the ring as whole tiles)
     "output_only": [_C(16, 1), _C(16, 1, 4), _C(32, 1), _C(32, 1, 4), _C(32, 2), _C(32, 4), _C(32, 4, 4),
                     _C(64, 2, 4), _C(64, 4), _C(64, 4, 4), _C(16, 1, 0), _C(32, 1, 0), _C(32, 2, 0), _C(32, 4, 0),
-                    _C(64, 4, 0), _C(64, 2, 0),
-                    # the ring's chunks as tiles, the next one's loads in flight (prefetch)
-                    _C(32, 1, 2, prefetch=1), _C(32, 1, 4, prefetch=1), _C(32, 1, 8, prefetch=1),
-                    _C(16, 1, 4, prefetch=1)],
+                    _C(64, 4, 0), _C(64, 2, 0)],
     # The fold launch (a kernel of its own, one tf32x3 matmul over the ring; tiles of at
     # least 16 rows) also runs, and returns at once, on every non-flush step, so fewer,
     # larger programs can win over the fastest flush step: heads_per_prog is the heads one

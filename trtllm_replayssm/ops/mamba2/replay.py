@@ -70,22 +70,6 @@ def _ring_entry(j, w, seen, total, A, dtc_base, xc_base, Bc_base, stride_xc_l, s
     return seen, coef_j, x_j, B_j
 
 
-@triton.jit
-def _ring_chunk(c, w, dtc_base, xc_base, Bc_base, stride_xc_l, stride_Bc_l, offs_p, offs_n, mask_p, mask_n,
-                FOLD_CHUNK: tl.constexpr):
-    """Ring entries ``c * FOLD_CHUNK ...`` as tiles (nothing read past ``w``): dt
-    ``[FOLD_CHUNK]``, x ``[P, FOLD_CHUNK]`` and B ``[FOLD_CHUNK, N]``, left in the cache's dtype
-    until used (half the registers while the chunk is in flight)."""
-    offs_j = c * FOLD_CHUNK + tl.arange(0, FOLD_CHUNK)
-    in_ring = offs_j < w
-    dt_c = tl.load(dtc_base + offs_j, mask=in_ring, other=0.0)
-    X_c = tl.load(xc_base + offs_j[None, :] * stride_xc_l + offs_p[:, None], mask=mask_p[:, None] & in_ring[None, :],
-                  other=0.0)
-    B_c = tl.load(Bc_base + offs_j[:, None] * stride_Bc_l + offs_n[None, :], mask=in_ring[:, None] & mask_n[None, :],
-                  other=0.0)
-    return dt_c, X_c, B_c
-
-
 # Kernel modes: which rows a launch serves and how it forms the output. (Rows that flush
 # on the output_only route are the fold kernel's: :mod:`.replay_fold`.)
 NONFLUSH = tl.constexpr(1)  # rows that do not flush: output only, never forms S; appends
@@ -110,7 +94,6 @@ def _replay_step_kernel(
     HAS_FORCE_FLUSH: tl.constexpr, MODE: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr, FOLD_CHUNK: tl.constexpr,
     EVEN_ROWS: tl.constexpr, EVEN_COLS: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr = False,
-    PREFETCH: tl.constexpr = False,
 ):
     let_dependents_launch(LAUNCH_DEPENDENTS)  # the fold's programmatic launch
     pid_p = tl.program_id(0)
@@ -160,10 +143,6 @@ def _replay_step_kernel(
     Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
     offs_l = tl.arange(0, BLOCK_L)
     dt_hist = tl.load(dtc_base + offs_l, mask=offs_l < w, other=0.0)
-    if MODE == NONFLUSH and PREFETCH:
-        # The first chunk's loads go out with the checkpoint tile's, not after its reduction.
-        dt_c, X_c, B_c = _ring_chunk(0, w, dtc_base, xc_base, Bc_base, stride_xc_l, stride_Bc_l, offs_p, offs_n,
-                                     mask_p, mask_n, FOLD_CHUNK)
     total = tl.sum(dt_hist, axis=0) + dt  # T: dt summed over the cached steps and this one
     decay0 = tl.exp(tl.minimum(A * total, 0.0))
     seen = dt * 0.0
@@ -186,19 +165,6 @@ def _replay_step_kernel(
             X = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
                         mask=mask_p[:, None] & in_ring[None, :], other=0.0).to(tl.float32)
             y += tl.sum(X * (coef * tl.sum(Bm * C[None, :], axis=1))[None, :], axis=1)
-        elif PREFETCH:
-            # Chunks as tiles, the next one's loads in flight while this one is summed: the
-            # walk costs one round trip to memory instead of one a chunk (each a ~2 us step
-            # at batch 32 under load: benchmarks/results/nonflush_chain.json).
-            for c in range(0, BLOCK_L // FOLD_CHUNK):
-                if c * FOLD_CHUNK < w:
-                    dt_n, X_n, B_n = _ring_chunk(c + 1, w, dtc_base, xc_base, Bc_base, stride_xc_l, stride_Bc_l,
-                                                 offs_p, offs_n, mask_p, mask_n, FOLD_CHUNK)
-                    coef = dt_c * tl.exp(tl.minimum(A * (total - seen - tl.cumsum(dt_c, axis=0)), 0.0))
-                    BC = tl.sum(B_c.to(tl.float32) * C[None, :], axis=1)
-                    y += tl.sum(X_c.to(tl.float32) * (coef * BC)[None, :], axis=1)
-                    seen += tl.sum(dt_c, axis=0)
-                    dt_c, X_c, B_c = dt_n, X_n, B_n
         else:
             for c in range(0, BLOCK_L // FOLD_CHUNK):
                 if c * FOLD_CHUNK < w:
@@ -342,7 +308,6 @@ def selective_state_update_replayssm(
                       FOLD_CHUNK=(min(step_cfg.fold_chunk, block_l) if mode == NONFLUSH.value
                                   else max(1, min(step_cfg.fold_chunk, block_l))),
                       **even_rows_and_cols(step.headdim, step_cfg.block_p, step.dstate, block_n),
-                      PREFETCH=bool(step_cfg.prefetch) and mode == NONFLUSH.value and step_cfg.fold_chunk > 0,
                       num_warps=step_cfg.num_warps, **pdl_options(pdl, primary=True))
 
     if route == "state_and_output":

@@ -18,10 +18,11 @@ The time's growth with ``w`` is the ring walk's; what ``w = 0`` costs beyond the
 the program's fixed chain (slot, cursor, tile) and the launch.
 
     python benchmarks/probe_nonflush_chain.py    # -> benchmarks/results/nonflush_chain.json
-    python benchmarks/probe_nonflush_chain.py --forms alone --configs table 32,1,4,0 32,1,2,1 32,1,4,1
+    python benchmarks/probe_nonflush_chain.py --forms alone --configs table 32,1,4,0 32,1,2,1   # prefetch: eab4a76
 
 ``--configs``: the non-flush launch's configs to time (``table``: the tuned one;
-``block_p,num_warps,fold_chunk,prefetch`` otherwise).
+``block_p,num_warps,fold_chunk,prefetch`` otherwise; the Mamba2 kernel has taken no
+``prefetch`` since 530ac5c, the chunked-tile form of eab4a76 having lost).
 """
 
 from __future__ import annotations

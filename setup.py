@@ -21,7 +21,7 @@ setup(
         "tqdm",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-xdist", "matplotlib", "tritonclient[grpc]", "pyyaml"],
+        "test": ["pytest>=8", "pytest-xdist", "filelock", "matplotlib", "tritonclient[grpc]", "pyyaml"],
         "bench": ["matplotlib"],
     },
     entry_points={"console_scripts": ["trtllm-replayssm=trtllm_replayssm.cli:main"]},

@@ -14,18 +14,42 @@ import torch  # noqa: E402
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (real shapes)")
 
 
-# -- the ahead-of-time build (tests/aot): built once per session, where a test asks for it --
+# -- the ahead-of-time build (tests/aot): built once per test run, where a test asks for it --
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _built_once(tmp_path_factory, name: str, make) -> Path:
+    """``make(folder)`` run once for the whole test run, however many xdist workers ask.
+
+    A session fixture runs once per worker; each worker building the 650 cubins on CI's
+    2 cores doubled the run's time. Workers share the session's base folder, and the
+    first to take the lock builds there while the others wait for it."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # no xdist: this process's own folder
+        folder = tmp_path_factory.mktemp(name)
+        make(folder)
+        return folder
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp().parent  # this run's folder, above every worker's
+    folder, done = root / name, root / f"{name}.done"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.exists():
+            folder.mkdir(exist_ok=True)
+            make(folder)
+            done.touch()
+    return folder
 
 
 @pytest.fixture(scope="session")
 def aot_build(tmp_path_factory) -> Path:
     """``trtllm-replayssm aot build --arch 90`` (what CI checks: it needs no GPU)."""
-    out = tmp_path_factory.mktemp("aot")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}  # the build must leave the interpreter by itself
-    subprocess.run([sys.executable, "-m", "trtllm_replayssm.cli", "aot", "build", "--arch", "90", "--out", str(out),
-                    "--workers", str(min(8, os.cpu_count() or 1)), "--quiet"], check=True, env=env, cwd=REPO, timeout=1200)
-    return out
+    def make(out):
+        env = {**os.environ, "TRITON_INTERPRET": "1"}  # the build must leave the interpreter by itself
+        subprocess.run([sys.executable, "-m", "trtllm_replayssm.cli", "aot", "build", "--arch", "90", "--out",
+                        str(out), "--workers", str(min(8, os.cpu_count() or 1)), "--quiet"], check=True, env=env,
+                       cwd=REPO, timeout=1200)
+
+    return _built_once(tmp_path_factory, "aot", make)
 
 
 @pytest.fixture(scope="session")
@@ -38,13 +62,15 @@ def kernel_library(aot_build, tmp_path_factory) -> Path:
     """``libreplayssm_kernels.so`` built by CMake from the AOT output, against CUDA's headers."""
     if shutil.which("cmake") is None:
         pytest.skip("cmake is not installed")
-    build = tmp_path_factory.mktemp("cmake")
-    subprocess.run(["cmake", "-S", str(REPO), "-B", str(build), f"-DREPLAYSSM_AOT_DIR={aot_build}",
-                    "-DREPLAYSSM_ARCHS=90", f"-DPython3_EXECUTABLE={sys.executable}"], check=True, timeout=300,
-                   capture_output=True, text=True)
-    subprocess.run(["cmake", "--build", str(build), "-j", "2", "--target", "replayssm_kernels"], check=True,
-                   timeout=600, capture_output=True, text=True)
-    return build / "libreplayssm_kernels.so"
+
+    def make(build):
+        subprocess.run(["cmake", "-S", str(REPO), "-B", str(build), f"-DREPLAYSSM_AOT_DIR={aot_build}",
+                        "-DREPLAYSSM_ARCHS=90", f"-DPython3_EXECUTABLE={sys.executable}"], check=True, timeout=300,
+                       capture_output=True, text=True)
+        subprocess.run(["cmake", "--build", str(build), "-j", "2", "--target", "replayssm_kernels"], check=True,
+                       timeout=600, capture_output=True, text=True)
+
+    return _built_once(tmp_path_factory, "cmake", make) / "libreplayssm_kernels.so"
 
 
 # -- stand-in TensorRT-LLM packages (tests/integration): each written to a folder of its own,

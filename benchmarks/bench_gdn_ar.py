@@ -60,7 +60,12 @@ def main() -> None:
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/gdn_ar.json"))
     ap.add_argument("--table-dir", default=str(REPO / "trtllm_replayssm/tuned"))
     ap.add_argument("--dry-run", action="store_true", help="no GPU: run the flow eagerly, nothing measured")
+    ap.add_argument("--fold-pdl-limit", type=int, default=None, metavar="HEAD_ROWS",
+                    help="batch rows x value heads up to which the fold is a programmatic launch, beyond which it "
+                         "goes on the side stream (default: ops.launch.FOLD_PDL_MAX_HEAD_ROWS['gdn'])")
     args = ap.parse_args()
+    if args.fold_pdl_limit is not None:
+        launch_table.FOLD_PDL_MAX_HEAD_ROWS = {**launch_table.FOLD_PDL_MAX_HEAD_ROWS, "gdn": args.fold_pdl_limit}
     if not torch.cuda.is_available() and not args.dry_run:
         sys.exit("this benchmark needs a CUDA GPU (or --dry-run)")
     if torch.cuda.is_available():

@@ -266,8 +266,17 @@ def programmatic_launch_allowed(device: torch.device, head_rows: int, enabled: b
 # - Qwen3.5-122B at 8 / 32 / 64 / 128 / 512: 1.20 -> 1.29x, 1.36 -> 1.44x, 1.43 -> 1.44x,
 #   1.49 -> 1.50x, 1.54 -> 1.56x; Qwen3.5-4B: 0.87 -> 0.96x, 1.27 -> 1.36x, 1.35 -> 1.43x,
 #   1.42 -> 1.44x, 1.51 -> 1.47x.
+# GDN's limit went from 8192 to 2048 head rows (Qwen3.5-4B at batch 128-256 and -122B at
+# 128 on the side stream; the fold re-tuned there): cycle speedups, in phase / staggered,
+# fp32 4B b128 1.44 / 1.40x -> 1.48 / 1.44x, b256 1.52 / 1.50x -> 1.52 / 1.52x, 122B b128
+# 1.54 / 1.52x -> 1.55 / 1.55x; bf16 4B b128 1.15 / 1.11x -> 1.17 / 1.16x, b256 1.20 /
+# 1.16x -> 1.25 / 1.23x, 122B b128 1.25 / 1.17x -> 1.25 / 1.24x; at 122B batch 64 (4096
+# head rows, no table row of its own) fp32 1.42 / 1.39x -> 1.47 / 1.34x, bf16 1.16 /
+# 1.10x -> 1.19 / 1.16x (``benchmarks/results/gdn_fold_side_stream_limit.json``). The
+# non-flush steps moved by -2 to +4 us; the flush steps took 7-22% less, except 122B
+# bf16 at batch 128 (14% more), where the staggered phase gains the most.
 FOLD_PDL = True
-FOLD_PDL_MAX_HEAD_ROWS = {"mamba2": 4096, "gdn": 8192}
+FOLD_PDL_MAX_HEAD_ROWS = {"mamba2": 4096, "gdn": 2048}
 
 # Beyond FOLD_PDL_MAX_HEAD_ROWS the fold launch goes on a second stream, forked from the
 # caller's before the non-flush launch and joined after it (:mod:`.streams`): the two

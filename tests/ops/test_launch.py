@@ -94,6 +94,36 @@ def test_rows_carry_their_work_and_models_of_one_head_shape_keep_their_routes(tm
         launch._load_table.cache_clear()
 
 
+def test_one_work_at_two_batch_sizes_keeps_a_row_for_each(tmp_path, monkeypatch):
+    """Qwen3.5-4B at batch 256 and -122B at 128 both run 8192 head rows: a tuning run of
+    one keeps the other's row, and each model gets the row measured at its batch size
+    (a fold's row blocks run over batch rows); a batch with no row of its own at that
+    work takes the row of the nearest batch size."""
+    from trtllm_replayssm.benchmarking.records import update_table
+
+    cfg = lambda row_block: {"config": launch.LaunchConfig(block_p=16, num_warps=2, row_block=row_block), "us": 1.0}
+    key_of = lambda kernel: launch.table_key(kernel, torch.float32, torch.bfloat16, 128, 128)
+    table = {}
+    update_table(table, 256, 32, key_of, {"fold": cfg(128)}, "output_only")
+    update_table(table, 128, 64, key_of, {"fold": cfg(1)}, "always_flush")
+    update_table(table, 128, 64, key_of, {"fold": cfg(8)}, "output_only")  # a later run of the same case
+    assert [(r["batch"], r["head_rows"], r["row_block"]) for r in table[key_of("fold")]] == [(128, 8192, 8),
+                                                                                             (256, 8192, 128)]
+    (tmp_path / "gdn_sm90.json").write_text(json.dumps(table))
+    monkeypatch.setenv(launch.TUNED_DIR_ENV, str(tmp_path))
+    launch._load_table.cache_clear()
+    try:
+        fold = lambda batch, nheads: launch.select_config("fold", "sm90", torch.float32, torch.bfloat16, 128, 128,
+                                                          batch, family="gdn", nheads=nheads).row_block
+        assert fold(256, 32) == 128 and fold(128, 64) == 8
+        assert fold(512, 16) == 128 and fold(64, 128) == 8
+        assert launch.select_route("sm90", torch.float32, torch.bfloat16, 128, 128, 256, family="gdn",
+                                   nheads=32) == "output_only"
+    finally:
+        monkeypatch.delenv(launch.TUNED_DIR_ENV)
+        launch._load_table.cache_clear()
+
+
 def test_tables_from_another_folder(tmp_path, monkeypatch):
     """``REPLAYSSM_TUNED_DIR``: the dispatcher reads that folder's tables (a tuning run's)."""
     key = launch.table_key("route", torch.float32, torch.bfloat16, 64, 128)

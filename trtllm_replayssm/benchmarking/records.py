@@ -29,15 +29,16 @@ def git_commit() -> str:
 def update_table(table: dict, batch: int, nheads: int, key_of: Callable[[str], str], best: Dict[str, Dict],
                  route: str) -> None:
     """Record one case's winners (``best[kernel]["config"]``, ``["us"]``) and its route at
-    this batch size and head count, replacing an older entry of the same work
-    (``head_rows`` = batch x heads, what the dispatcher matches); ``key_of(kernel)`` is the
-    table key."""
+    this batch size and head count, replacing an older entry of the same work at the same
+    batch size (``head_rows`` = batch x heads, what the dispatcher matches first, then the
+    batch: two models of one key can run the same work at two batch sizes);
+    ``key_of(kernel)`` is the table key."""
     head_rows = batch * nheads
 
     def put(kernel, entry):
-        rows = [e for e in table.get(key_of(kernel), []) if e.get("head_rows") != head_rows]
+        rows = [e for e in table.get(key_of(kernel), []) if (e.get("head_rows"), e["batch"]) != (head_rows, batch)]
         table[key_of(kernel)] = sorted(rows + [{"batch": batch, "head_rows": head_rows, **entry}],
-                                       key=lambda e: e["head_rows"])
+                                       key=lambda e: (e["head_rows"], e["batch"]))
 
     for kernel, b in best.items():
         put(kernel, {**b["config"].to_dict(), "us": round(b["us"], 2)})

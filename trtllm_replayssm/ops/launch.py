@@ -127,8 +127,11 @@ def _lookup(arch: str, key: str, batch: int, family: str = "mamba2", nheads: Opt
     """Entry measured nearest (in log scale) to this work. Rows carry ``head_rows``, the
     (batch row, head) pairs a step runs, which the grid and the bytes scale with: models
     of one head shape but other head counts (Qwen3.5-4B and -122B) share a key, and a
-    batch size alone would give one model's routes to the other. Without ``nheads`` (or
-    for rows measured before ``head_rows`` was kept) the batch size is matched."""
+    batch size alone would give one model's routes to the other. The same work can come
+    at two batch sizes (Qwen3.5-4B at 256 and -122B at 128: 8192 head rows), whose configs
+    differ (a fold's row blocks run over batch rows): of the rows at the nearest work, the
+    one measured at the nearest batch size. Without ``nheads`` (or for rows measured
+    before ``head_rows`` was kept) the batch size is matched."""
     rows = _load_table(arch, family).get(key)
     if not rows:
         return None
@@ -137,7 +140,9 @@ def _lookup(arch: str, key: str, batch: int, family: str = "mamba2", nheads: Opt
     else:
         size, of = batch, (lambda r: r["batch"])
     point = nearest_batch_point([of(r) for r in rows], size)
-    return next(r for r in rows if of(r) == point)
+    at_point = [r for r in rows if of(r) == point]
+    nearest = nearest_batch_point([r["batch"] for r in at_point], batch)
+    return next(r for r in at_point if r["batch"] == nearest)
 
 
 def maxnreg_option(cap: int) -> dict:

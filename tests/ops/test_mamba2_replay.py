@@ -224,6 +224,20 @@ def test_non_flush_step_with_the_ring_as_tiles(geom, L):
     assert all(res.flushes_per_row[r] >= 3 for r, s in enumerate(SLOTS) if s >= 0), res.flushes_per_row
 
 
+@pytest.mark.parametrize("route", ["output_only", "state_and_output"])
+@pytest.mark.parametrize("geom", [GEOM, Mamba2Geometry(nheads=2, headdim=80, dstate=16, ngroups=1)],
+                         ids=["headdim16", "headdim80"])
+def test_checkpoint_loaded_before_the_cursor(geom, route):
+    """``early_state``: the step loads the checkpoint tile and its inputs before the
+    cursor (the non-flush launch's flush rows then read a tile they drop): the same
+    multi-cycle recurrence, padded rows and unused slots untouched."""
+    from trtllm_replayssm.ops.launch import LaunchConfig
+
+    res = run_replay(Scenario(geom, 4, seed=23), cycles(4), route=route,
+                     config=LaunchConfig(16, 1, 2, early_state=1))
+    assert all(res.flushes_per_row[r] >= 3 for r, s in enumerate(SLOTS) if s >= 0), res.flushes_per_row
+
+
 def test_fold_with_staged_block_loop(monkeypatch):
     """``LOOP_STAGES`` set: the fold's loop over blocks as a ``tl.range`` with stages (the
     interpreter runs it as a plain loop; the CUDA tests check the pipelined one)."""

@@ -76,7 +76,6 @@ NONFLUSH = tl.constexpr(1)  # rows that do not flush: output only, never forms S
 REBUILD = tl.constexpr(3)  # every row: rebuild S each step, store it on flush, else append
 
 
-# Batch-dependent sizes are not specialised on, so one compile serves every batch.
 @triton.jit
 def _step_loads(state_ptrs, mask_p, mask_n, pid_b, pid_h, g, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr,
                 dt_bias_ptr, offs_p, offs_n, stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h,
@@ -97,6 +96,7 @@ def _step_loads(state_ptrs, mask_p, mask_n, pid_b, pid_h, g, x_ptr, dt_ptr, A_pt
     return S0, C, x, dt, A, B, D, z
 
 
+# Batch-dependent sizes are not specialised on, so one compile serves every batch.
 @triton.jit(do_not_specialize=["num_slots"])
 def _replay_step_kernel(
     state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr, write_pos_ptr, force_flush_ptr,

@@ -77,23 +77,32 @@ REBUILD = tl.constexpr(3)  # every row: rebuild S each step, store it on flush, 
 
 
 @triton.jit
-def _step_loads(state_ptrs, mask_p, mask_n, pid_b, pid_h, g, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr,
-                dt_bias_ptr, offs_p, offs_n, stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h,
-                stride_B_b, stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p, stride_z_b, stride_z_h,
-                stride_dtb_h, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr,
-                DT_SOFTPLUS: tl.constexpr):
+def _step_loads(state_ptr, slot, pid_b, pid_h, heads_per_group, mask_p, mask_n, offs_p, offs_n, x_ptr, dt_ptr, A_ptr,
+                B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, stride_state_slot, stride_state_h, stride_state_p,
+                stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h, stride_B_b, stride_B_g, stride_C_b,
+                stride_C_g, stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_dtb_h, HAS_D: tl.constexpr,
+                HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr):
     """The loads of a step that do not depend on the cursor: the checkpoint tile
-    ``[BLOCK_P, BLOCK_N]`` (fp32) and this step's inputs of head ``pid_h``."""
-    S0 = tl.load(state_ptrs, mask=mask_p[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
+    ``[BLOCK_P, BLOCK_N]`` (fp32, with its pointers and mask for the flush's store) and this
+    step's inputs of head ``pid_h`` (``g``: its group). The pointers are formed here, next
+    to their load: formed before the cursor's checks they stay live across them (68 -> 112
+    registers for Super's output_only tile, and a slower non-flush step)."""
+    g = pid_h // heads_per_group
+    state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+                  + offs_p[:, None] * stride_state_p + offs_n[None, :])
+    mask_pn = mask_p[:, None] & mask_n[None, :]
+    S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
     C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
     x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0)
+    xf = x.to(tl.float32)
     dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h, HAS_DT_BIAS, DT_SOFTPLUS)
     A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
     B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n, other=0.0)
+    Bf = B.to(tl.float32)
     # Before the ring's appends, which would keep them at the program's end (load_output_terms).
     D, z = load_output_terms(offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, stride_D_h, stride_D_p, stride_z_b,
                              stride_z_h, HAS_D, HAS_Z)
-    return S0, C, x, dt, A, B, D, z
+    return g, state_ptrs, mask_pn, S0, C, x, xf, dt, A, B, Bf, D, z
 
 
 # Batch-dependent sizes are not specialised on, so one compile serves every batch.
@@ -131,20 +140,16 @@ def _replay_step_kernel(
     if is_bad:
         store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
         return
-    g = pid_h // heads_per_group
-    state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
-                  + offs_p[:, None] * stride_state_p + offs_n[None, :])
-    mask_pn = mask_p[:, None] & mask_n[None, :]
     if EARLY_STATE:
         # The launch config's choice (``early_state``): the checkpoint's load waits on the
         # slot alone, as in the standard kernel, not on the cursor as well (a round trip
         # less before the state's first byte); on the non-flush launch a row that flushes
         # then reads its tile for nothing.
-        S0, C, x, dt, A, B, D, z = _step_loads(
-            state_ptrs, mask_p, mask_n, pid_b, pid_h, g, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr,
-            dt_bias_ptr, offs_p, offs_n, stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h, stride_B_b,
-            stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_dtb_h, HAS_D,
-            HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS)
+        g, state_ptrs, mask_pn, S0, C, x, xf, dt, A, B, Bf, D, z = _step_loads(
+            state_ptr, slot, pid_b, pid_h, heads_per_group, mask_p, mask_n, offs_p, offs_n, x_ptr, dt_ptr, A_ptr,
+            B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, stride_state_slot, stride_state_h, stride_state_p, stride_x_b,
+            stride_x_h, stride_dt_b, stride_dt_h, stride_A_h, stride_B_b, stride_B_g, stride_C_b, stride_C_g,
+            stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_dtb_h, HAS_D, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS)
     w = tl.load(write_pos_ptr + slot)
     if (w < 0) | (w >= buffer_len):
         store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
@@ -159,13 +164,11 @@ def _replay_step_kernel(
             return
 
     if not EARLY_STATE:
-        S0, C, x, dt, A, B, D, z = _step_loads(
-            state_ptrs, mask_p, mask_n, pid_b, pid_h, g, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr,
-            dt_bias_ptr, offs_p, offs_n, stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h, stride_B_b,
-            stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_dtb_h, HAS_D,
-            HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS)
-    xf = x.to(tl.float32)
-    Bf = B.to(tl.float32)
+        g, state_ptrs, mask_pn, S0, C, x, xf, dt, A, B, Bf, D, z = _step_loads(
+            state_ptr, slot, pid_b, pid_h, heads_per_group, mask_p, mask_n, offs_p, offs_n, x_ptr, dt_ptr, A_ptr,
+            B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, stride_state_slot, stride_state_h, stride_state_p, stride_x_b,
+            stride_x_h, stride_dt_b, stride_dt_h, stride_A_h, stride_B_b, stride_B_g, stride_C_b, stride_C_g,
+            stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_dtb_h, HAS_D, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS)
     dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
     xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
     Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g

@@ -53,7 +53,7 @@ CANDIDATES = {
     "state_and_output": [_C(8, 1), _C(8, 1, 2), _C(16, 1), _C(32, 2), _C(32, 4), _C(32, 4, 2),
                          # the checkpoint loaded before the cursor (early_state): 13-14% faster
                          # with an fp32 state at batch 32-128 (not with bf16); on output_only's
-                         # non-flush launch it lost (154 registers at 32 rows; 7f04948)
+                         # non-flush launch it lost (154 registers at 32 rows; mamba2_early_state.json)
                          _C(8, 1, 2, early_state=1), _C(16, 1, early_state=1)],
     "always_flush": _with_early_terms(_ALWAYS_FLUSH_TILES),
 }

@@ -8,6 +8,11 @@ kernel loses occupancy, so this prunes tuning candidates before device time is s
     python benchmarks/kernel_registers.py                    # Mamba2 and GDN, fp32 state
     python benchmarks/kernel_registers.py --state-dtype bf16 --family gdn
     python benchmarks/kernel_registers.py --family mamba2 --headdim 80   # Nano-4B's tiles
+    python benchmarks/kernel_registers.py --family mamba2 --kernels output_only --tuned   # what runs
+
+``--tuned`` compiles the configs the package's Mamba2 table (``tuned/mamba2_sm90.json``)
+holds instead of the candidates: a kernel change that costs the launches in use registers
+shows there (CI checks the non-flush launch's, ``tests/test_benchmark_scripts.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from trtllm_replayssm.aot.build import source_type  # noqa: E402
 from trtllm_replayssm.benchmarking import gdn_ar, mamba2_ar  # noqa: E402
 from trtllm_replayssm.benchmarking.spec import GDN_SPEC_CANDIDATES, MAMBA2_SPEC_CANDIDATES  # noqa: E402
+from trtllm_replayssm.ops import launch  # noqa: E402
 from trtllm_replayssm.ops.launch import clamp_loop_blocks, maxnreg_option  # noqa: E402
 from trtllm_replayssm.ops.gdn import replay as gdn_replay, spec as gdn_spec, standard as gdn_standard  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import replay as m2_replay, replay_fold as m2_replay_fold  # noqa: E402
@@ -75,11 +81,23 @@ def registers(fn, constexprs: dict, num_warps: int, state_dtype: str, maxnreg=No
     return f"{regs} regs" + (f", {spill.group(1)} B spilled" if spill and spill.group(1) != "0" else "")
 
 
-def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int = 16):
+def tuned_mamba2_configs(kernel: str, state_dtype: str, headdim: int, dstate: int = 128) -> list:
+    """The distinct launch configs of ``kernel`` in the package's sm_90 Mamba2 table (bf16
+    activations), in the table's order."""
+    key = launch.table_key(kernel, {"fp32": torch.float32, "bf16": torch.bfloat16}[state_dtype], torch.bfloat16,
+                           headdim, dstate)
+    configs = [launch.LaunchConfig(**{k: row[k] for k in launch.CONFIG_FIELDS if k in row})
+               for row in launch._load_table("sm90", "mamba2").get(key, [])]
+    return list(dict.fromkeys(configs))
+
+
+def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int = 16, kernels=None, tuned=False):
     common = dict(HAS_D=True, HAS_Z=True, HAS_DT_BIAS=True, HAS_SLOT_IDX=True, DT_SOFTPLUS=True)
     modes = {"output_only": 1, "state_and_output": 3}
-    for kernel in mamba2_ar.CANDIDATES:
-        for cfg in mamba2_ar.candidate_configs(kernel, headdim):
+    for kernel in kernels or mamba2_ar.CANDIDATES:
+        configs = (tuned_mamba2_configs(kernel, state_dtype, headdim, dstate) if tuned
+                   else mamba2_ar.candidate_configs(kernel, headdim))
+        for cfg in configs:
             if kernel in ("standard", "always_flush"):  # always_flush: the standard kernel, draining in-kernel
                 fn, c = m2_standard._selective_state_update_kernel, dict(common, BLOCK_P=cfg.block_p, BLOCK_N=dstate,
                                                                         HAS_CURSOR=kernel == "always_flush",
@@ -209,10 +227,14 @@ def main() -> None:
     ap.add_argument("--family", choices=["mamba2", "gdn", "spec", "all"], default="all")
     ap.add_argument("--state-dtype", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--headdim", type=int, default=64, help="Mamba2 headdim (Super 64, Nano-4B 80)")
+    ap.add_argument("--kernels", nargs="+", choices=list(mamba2_ar.CANDIDATES), help="Mamba2 kernels (default: all)")
+    ap.add_argument("--tuned", action="store_true", help="Mamba2: the tuned table's configs, not the candidates")
     args = ap.parse_args()
+    if (args.kernels or args.tuned) and args.family != "mamba2":
+        ap.error("--kernels and --tuned take --family mamba2")
     rows = []
     if args.family in ("mamba2", "all"):
-        rows += list(mamba2_rows(args.state_dtype, args.headdim))
+        rows += list(mamba2_rows(args.state_dtype, args.headdim, kernels=args.kernels, tuned=args.tuned))
     if args.family in ("gdn", "all"):
         rows += list(gdn_rows(args.state_dtype))
     if args.family in ("spec", "all"):

@@ -260,12 +260,6 @@ def _replay_step_kernel(
     store_output(y, xf, D, z, offs_p, mask_p, pid_b, pid_h, out_ptr, stride_out_b, stride_out_h, HAS_D, HAS_Z)
 
 
-def nonflush_state_cols(cfg: LaunchConfig, block_n: int) -> int:
-    """``STATE_COLS`` of an output_only step launch: the checkpoint's columns a step of its
-    read takes (``key_chunk``; 0: whole rows)."""
-    return min(cfg.key_chunk, block_n)
-
-
 def check_ring(step: Mamba2Step, state: torch.Tensor, x_cache: torch.Tensor, dt_cache: torch.Tensor,
                B_cache: torch.Tensor, write_pos: torch.Tensor) -> int:
     """Check one layer's ring against the step; returns the buffer length L."""
@@ -378,7 +372,8 @@ def selective_state_update_replayssm(
                                   else max(1, min(step_cfg.fold_chunk, block_l))),
                       **even_rows_and_cols(step.headdim, step_cfg.block_p, step.dstate, block_n),
                       EARLY_STATE=bool(step_cfg.early_state),
-                      STATE_COLS=nonflush_state_cols(step_cfg, block_n) if mode == NONFLUSH.value else 0,
+                      # the non-flush launch's checkpoint in chunks of key_chunk columns (0: whole rows)
+                      STATE_COLS=min(step_cfg.key_chunk, block_n) if mode == NONFLUSH.value else 0,
                       num_warps=step_cfg.num_warps,
                       **pdl_options(pdl, primary=True))
 

@@ -114,8 +114,7 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
                 fn, c = m2_replay._replay_step_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, MODE=modes[kernel], BLOCK_P=cfg.block_p, BLOCK_N=dstate,
                     BLOCK_L=L, FOLD_CHUNK=cfg.fold_chunk, EVEN_ROWS=headdim % cfg.block_p == 0, EVEN_COLS=True,
-                    EARLY_STATE=bool(cfg.early_state),
-                    STATE_COLS=min(cfg.key_chunk, dstate) if kernel == "output_only" else 0)
+                    EARLY_STATE=bool(cfg.early_state))
             yield ["mamba2", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype)]
 
 

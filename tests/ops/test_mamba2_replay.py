@@ -238,20 +238,6 @@ def test_checkpoint_loaded_before_the_cursor(geom, route):
     assert all(res.flushes_per_row[r] >= 3 for r, s in enumerate(SLOTS) if s >= 0), res.flushes_per_row
 
 
-@pytest.mark.parametrize("key_chunk,early_state", [(4, 0), (8, 0), (4, 1)])
-@pytest.mark.parametrize("geom", [GEOM, Mamba2Geometry(nheads=2, headdim=80, dstate=16, ngroups=1)],
-                         ids=["headdim16", "headdim80"])
-def test_non_flush_checkpoint_in_column_chunks(geom, key_chunk, early_state):
-    """``key_chunk`` on output_only: the non-flush launch reads the checkpoint ``key_chunk``
-    columns at a time (its rows' sums in registers); the same multi-cycle recurrence. A
-    chunk that skipped or repeated columns would change every non-flush output."""
-    from trtllm_replayssm.ops.launch import LaunchConfig
-
-    res = run_replay(Scenario(geom, 4, seed=24), cycles(4), route="output_only",
-                     config=LaunchConfig(16, 1, 2, key_chunk=key_chunk, early_state=early_state))
-    assert all(res.flushes_per_row[r] >= 3 for r, s in enumerate(SLOTS) if s >= 0), res.flushes_per_row
-
-
 def test_fold_with_staged_block_loop(monkeypatch):
     """``LOOP_STAGES`` set: the fold's loop over blocks as a ``tl.range`` with stages (the
     interpreter runs it as a plain loop; the CUDA tests check the pipelined one)."""

@@ -41,11 +41,7 @@ CANDIDATES = {
     # fold_chunk: ring entries loaded together (0: the ring as whole tiles)
     "output_only": [_C(16, 1), _C(16, 1, 4), _C(32, 1), _C(32, 1, 4), _C(32, 2), _C(32, 4), _C(32, 4, 4),
                     _C(64, 2, 4), _C(64, 4), _C(64, 4, 4), _C(16, 1, 0), _C(32, 1, 0), _C(32, 2, 0), _C(32, 4, 0),
-                    _C(64, 4, 0), _C(64, 2, 0),
-                    # the checkpoint in chunks of key_chunk columns, a row's sum in registers
-                    # (a bf16 tile's row spans 16 threads: its shuffles cost issue slots)
-                    _C(32, 1, 4, key_chunk=4), _C(32, 1, 4, key_chunk=8), _C(32, 1, 4, key_chunk=16),
-                    _C(32, 1, 4, key_chunk=32), _C(16, 1, 4, key_chunk=8), _C(64, 2, 4, key_chunk=8)],
+                    _C(64, 4, 0), _C(64, 2, 0)],
     # The fold launch (a kernel of its own, one tf32x3 matmul over the ring; tiles of at
     # least 16 rows) also runs, and returns at once, on every non-flush step, so fewer,
     # larger programs can win over the fastest flush step: heads_per_prog is the heads one

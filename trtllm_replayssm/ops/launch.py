@@ -57,7 +57,7 @@ class LaunchConfig:
     heads_per_prog: int = 1
     split_fold: int = 0  # speculative verify: flush rows fold in a launch of their own (Mamba2 2: take their whole step)
     loop_blocks: int = 1  # headdim blocks one program runs one after another
-    key_chunk: int = 0  # state columns (keys, dstate) a step of a loop takes: speculative verify, Mamba2 non-flush (0: all)
+    key_chunk: int = 0  # speculative verify: state columns (keys, dstate) a step of its loop takes (0: all)
     row_block: int = 1  # fold launches: batch rows one program looks through, folding those that flush
     prefetch: int = 0  # GDN non-flush launch: the next block's tiles loaded one block ahead
     early_terms: int = 0  # Mamba2 standard kernel: D and z loaded with the step's inputs

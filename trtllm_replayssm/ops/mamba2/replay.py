@@ -43,7 +43,7 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
-from ..common import dim_mask, even_rows_and_cols, let_dependents_launch, load_slot, store_nan_output, tile_masks
+from ..common import even_rows_and_cols, let_dependents_launch, load_slot, store_nan_output, tile_masks
 from ._common import load_dt, load_output_terms, ring_args, store_output
 from ..cursors import FLUSH_EVERY_STEP
 from ..launch import (LaunchConfig, fold_programmatic_launch, fold_side_stream, grid, launch_kernel, pdl_options,
@@ -77,45 +77,21 @@ REBUILD = tl.constexpr(3)  # every row: rebuild S each step, store it on flush, 
 
 
 @triton.jit
-def _checkpoint_times_c(state_ptr, slot, pid_b, pid_h, g, offs_p, mask_p, C_ptr, dstate, stride_state_slot,
-                        stride_state_h, stride_state_p, stride_C_b, stride_C_g, BLOCK_N: tl.constexpr,
-                        STATE_COLS: tl.constexpr, EVEN_COLS: tl.constexpr):
-    """``S_0 C`` ``[BLOCK_P]`` (fp32) with the checkpoint read ``STATE_COLS`` columns at a
-    time: a chunk of a few 16-byte vectors puts each row on one or two threads, so the
-    rows' sums stay in registers instead of the shuffles of a whole-row tile (a row of
-    128 states spans 16-32 threads there)."""
-    rows = state_ptr + slot * stride_state_slot + pid_h * stride_state_h + offs_p[:, None] * stride_state_p
-    acc = tl.zeros(offs_p.shape, tl.float32)
-    for c in tl.static_range(BLOCK_N // STATE_COLS):
-        offs_c = c * STATE_COLS + tl.arange(0, STATE_COLS)
-        mask_c = dim_mask(offs_c, dstate, EVEN_COLS)
-        S0 = tl.load(rows + offs_c[None, :], mask=mask_p[:, None] & mask_c[None, :], other=0.0).to(tl.float32)
-        C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_c, mask=mask_c, other=0.0).to(tl.float32)
-        acc += tl.sum(S0 * C[None, :], axis=1)
-    return acc
-
-
-@triton.jit
 def _step_loads(state_ptr, slot, pid_b, pid_h, heads_per_group, mask_p, mask_n, offs_p, offs_n, x_ptr, dt_ptr, A_ptr,
                 B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, stride_state_slot, stride_state_h, stride_state_p,
                 stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h, stride_B_b, stride_B_g, stride_C_b,
                 stride_C_g, stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_dtb_h, HAS_D: tl.constexpr,
-                HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
-                LOAD_TILE: tl.constexpr = True):
+                HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr):
     """The loads of a step that do not depend on the cursor: the checkpoint tile
     ``[BLOCK_P, BLOCK_N]`` (fp32, with its pointers and mask for the flush's store) and this
     step's inputs of head ``pid_h`` (``g``: its group). The pointers are formed here, next
     to their load: formed before the cursor's checks they stay live across them (68 -> 112
-    registers for Super's output_only tile, and a slower non-flush step). ``LOAD_TILE``
-    False: no tile (``S0`` is 0; the caller reads the checkpoint in column chunks)."""
+    registers for Super's output_only tile, and a slower non-flush step)."""
     g = pid_h // heads_per_group
     state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
                   + offs_p[:, None] * stride_state_p + offs_n[None, :])
     mask_pn = mask_p[:, None] & mask_n[None, :]
-    if LOAD_TILE:
-        S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
-    else:
-        S0 = 0.0
+    S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
     C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
     x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0)
     xf = x.to(tl.float32)
@@ -147,7 +123,7 @@ def _replay_step_kernel(
     HAS_FORCE_FLUSH: tl.constexpr, MODE: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr, FOLD_CHUNK: tl.constexpr,
     EVEN_ROWS: tl.constexpr, EVEN_COLS: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr = False,
-    EARLY_STATE: tl.constexpr = False, STATE_COLS: tl.constexpr = 0,
+    EARLY_STATE: tl.constexpr = False,
 ):
     let_dependents_launch(LAUNCH_DEPENDENTS)  # the fold's programmatic launch
     pid_p = tl.program_id(0)
@@ -173,8 +149,7 @@ def _replay_step_kernel(
             state_ptr, slot, pid_b, pid_h, heads_per_group, mask_p, mask_n, offs_p, offs_n, x_ptr, dt_ptr, A_ptr,
             B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, stride_state_slot, stride_state_h, stride_state_p, stride_x_b,
             stride_x_h, stride_dt_b, stride_dt_h, stride_A_h, stride_B_b, stride_B_g, stride_C_b, stride_C_g,
-            stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_dtb_h, HAS_D, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS,
-            STATE_COLS == 0)
+            stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_dtb_h, HAS_D, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS)
     w = tl.load(write_pos_ptr + slot)
     if (w < 0) | (w >= buffer_len):
         store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
@@ -193,8 +168,7 @@ def _replay_step_kernel(
             state_ptr, slot, pid_b, pid_h, heads_per_group, mask_p, mask_n, offs_p, offs_n, x_ptr, dt_ptr, A_ptr,
             B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, stride_state_slot, stride_state_h, stride_state_p, stride_x_b,
             stride_x_h, stride_dt_b, stride_dt_h, stride_A_h, stride_B_b, stride_B_g, stride_C_b, stride_C_g,
-            stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_dtb_h, HAS_D, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS,
-            STATE_COLS == 0)
+            stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_dtb_h, HAS_D, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS)
     dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
     xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
     Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
@@ -210,13 +184,7 @@ def _replay_step_kernel(
     # stays in the blocked layout of the checkpoint.
     if MODE == NONFLUSH:
         # y = exp(A T) S_0 C + sum_j coef_j (B_j . C) x_j + dt (B . C) x, never forming S.
-        if STATE_COLS == 0:
-            S0C = tl.sum(S0 * C[None, :], axis=1)
-        else:  # the launch config's column chunks (``key_chunk``)
-            S0C = _checkpoint_times_c(state_ptr, slot, pid_b, pid_h, g, offs_p, mask_p, C_ptr, dstate,
-                                      stride_state_slot, stride_state_h, stride_state_p, stride_C_b, stride_C_g,
-                                      BLOCK_N, STATE_COLS, EVEN_COLS)
-        y = decay0 * S0C + (dt * tl.sum(Bf * C, axis=0)) * xf
+        y = decay0 * tl.sum(S0 * C[None, :], axis=1) + (dt * tl.sum(Bf * C, axis=0)) * xf
         if FOLD_CHUNK == 0:
             # The whole ring as tiles ([L, N] of B, [P, L] of x, masked past w): every
             # entry's loads and its B_j . C issue together, with no chain over j.
@@ -371,10 +339,7 @@ def selective_state_update_replayssm(
                       FOLD_CHUNK=(min(step_cfg.fold_chunk, block_l) if mode == NONFLUSH.value
                                   else max(1, min(step_cfg.fold_chunk, block_l))),
                       **even_rows_and_cols(step.headdim, step_cfg.block_p, step.dstate, block_n),
-                      EARLY_STATE=bool(step_cfg.early_state),
-                      # the non-flush launch's checkpoint in chunks of key_chunk columns (0: whole rows)
-                      STATE_COLS=min(step_cfg.key_chunk, block_n) if mode == NONFLUSH.value else 0,
-                      num_warps=step_cfg.num_warps,
+                      EARLY_STATE=bool(step_cfg.early_state), num_warps=step_cfg.num_warps,
                       **pdl_options(pdl, primary=True))
 
     if route == "state_and_output":

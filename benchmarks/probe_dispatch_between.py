@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""The dispatcher at batch sizes between the tuned table's points, against baselines tuned there.
+
+The table holds rows at batch 1, 8, 32, 128, 256 and 512; at any other batch size the
+dispatcher takes the route and configs of the row nearest in work (``ops.launch._lookup``),
+and the AOT library its nearest batch point. This checks the issues' "the dispatcher's
+choice >= 0.97x of the standard kernel at every batch size" where no row was measured: for
+each case the standard kernel and the flush-every-step launches are tuned at that batch
+size (as ``bench_*_ar.py`` tunes them; fla-core too where importable), then timed side by
+side with the committed table's route (``auto``) in both phases (``replayssm.md`` section 6).
+Nothing is written to the table.
+
+    python benchmarks/probe_dispatch_between.py   # -> benchmarks/results/dispatch_between.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+from tabulate import tabulate
+
+from trtllm_replayssm._runtime import device_arch
+from trtllm_replayssm.benchmarking.gdn_ar import GDNRig, tune_gdn_case
+from trtllm_replayssm.benchmarking.mamba2_ar import tune_case
+from trtllm_replayssm.benchmarking.records import REPO, git_commit
+from trtllm_replayssm.benchmarking.rig import Launch, fastest_baseline, time_phases_side_by_side
+from trtllm_replayssm.benchmarking.rigs import make_model_rig
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+MODELS = ["nemotron-3-super", "nemotron-3-nano-4b", "qwen3.5-4b", "qwen3.5-122b"]
+
+
+def baseline_launches(rig) -> dict:
+    """The baselines of ``bench_*_ar.py``, tuned at this case's batch size."""
+    tune = tune_gdn_case if isinstance(rig, GDNRig) else tune_case
+    best = tune(rig, kernels=("standard", "always_flush"))
+    launches = {"standard": Launch("standard", best["standard"]["config"]),
+                "standard_step": Launch("standard_step", best["always_flush"]["config"]),
+                "always_flush": Launch("always_flush", best["always_flush"]["config"])}
+    if getattr(rig, "fla", None) is not None:
+        launches["fla"] = Launch("fla")
+    return launches
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=MODELS)
+    ap.add_argument("--batches", nargs="+", type=int, default=[4, 16, 64, 192])
+    ap.add_argument("--state-dtypes", nargs="+", default=["fp32", "bf16"], choices=list(DTYPES))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", default=str(REPO / "benchmarks/results/dispatch_between.json"))
+    args = ap.parse_args()
+    records = []
+    for name in args.models:
+        for sd in args.state_dtypes:
+            for batch in args.batches:
+                t0 = time.time()
+                rig = make_model_rig(name, batch, 16, DTYPES[sd])
+                route = rig.table_route(device_arch(rig.cache.write_pos.device))
+                launches = {**baseline_launches(rig), "auto": Launch(route)}
+                by_phase = time_phases_side_by_side(rig, launches, rounds=args.rounds)
+                aligned, staggered = by_phase["aligned"], by_phase["staggered"]
+                base = fastest_baseline(aligned)
+                records.append(dict(gpu=torch.cuda.get_device_name(), model=name, state_dtype=sd, batch=batch, L=16,
+                                    route=route, baseline=base, baseline_us_per_step=round(aligned[base], 2),
+                                    standard_us_per_step=round(aligned["standard"], 2),
+                                    auto_us_per_step=round(aligned["auto"], 2),
+                                    auto_staggered_us_per_step=round(staggered["auto"], 2),
+                                    speedup=round(aligned[base] / aligned["auto"], 3),
+                                    staggered_speedup=round(aligned[base] / staggered["auto"], 3),
+                                    commit=git_commit()))
+                print({k: v for k, v in records[-1].items() if k not in ("gpu", "commit")},
+                      f"[{time.time() - t0:.0f}s]", flush=True)
+                Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
+                del rig
+                torch.cuda.empty_cache()
+    print(tabulate([{k: v for k, v in r.items() if k not in ("gpu", "commit", "L")} for r in records],
+                   headers="keys"))
+
+
+if __name__ == "__main__":
+    main()

@@ -3,7 +3,8 @@
 
 Method: ``replayssm.md`` section 6, as ``bench_mamba2_ar.py``. Baselines: the in-tree
 standard kernel (tuned per case), fla-core's ``fused_recurrent_gated_delta_rule``
-(carry its pure-Python wheel to the GPU; its rows are skipped when it is not importable)
+(carry its pure-Python wheel and einops', its one dependency, to the GPU; its rows are skipped when
+it is not importable)
 and the replay kernel's flush-every-step routes (``benchmarking.rig.fastest_baseline``).
 ``speedup`` is against the fastest, named in ``baseline``. Winners go to the
 dispatcher's table ``tuned/gdn_<arch>.json``.
@@ -30,6 +31,7 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
+from trtllm_replayssm.aot.specs import BATCH_POINTS  # the table's batch sizes
 from trtllm_replayssm.benchmarking.gdn_ar import ROUTES, TUNABLE, GDNCase, make_gdn_rig, tune_gdn_case
 from trtllm_replayssm.benchmarking.records import REPO, git_commit, save_tuned_case
 from trtllm_replayssm.benchmarking.rig import (Launch, fastest_baseline, time_flush_and_nonflush_steps,
@@ -44,7 +46,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["qwen3.5-4b", "qwen3.5-122b"])
-    ap.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32, 128, 256, 512])
+    ap.add_argument("--batches", nargs="+", type=int, default=list(BATCH_POINTS))
     ap.add_argument("--state-dtypes", nargs="+", default=["fp32", "bf16"], choices=list(DTYPES))
     ap.add_argument("--ring-dtype", default="fp32", choices=list(DTYPES), help="d and k ring dtype (drift study)")
     ap.add_argument("--buffer-len", type=int, default=16)

@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
+from trtllm_replayssm.aot.specs import BATCH_POINTS  # the table's batch sizes
 from trtllm_replayssm.benchmarking.mamba2_ar import (CANDIDATES, ROUTES, TUNABLE, Launch, Mamba2Case, Mamba2Rig,
                                                      candidate_configs, make_rig, tune_case)
 from trtllm_replayssm.benchmarking.rig import (fastest_baseline, time_flush_and_nonflush_steps,
@@ -79,7 +80,7 @@ def warm_compile(groups, workers: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["nemotron-3-nano-4b", "nemotron-3-super"])
-    ap.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32, 128, 256, 512])
+    ap.add_argument("--batches", nargs="+", type=int, default=list(BATCH_POINTS))
     ap.add_argument("--state-dtypes", nargs="+", default=["fp32", "bf16"], choices=list(DTYPES))
     ap.add_argument("--buffer-len", type=int, default=16)
     ap.add_argument("--l-sweep", nargs="*", type=int, default=[8, 16, 32], help="L values swept at --l-sweep-batch")

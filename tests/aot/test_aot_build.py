@@ -18,6 +18,7 @@ from trtllm_replayssm.ops.launch import nearest_batch_point
 from trtllm_replayssm.ops.mamba2.spec import SPEC_PLANS, spec_config, spec_workspace_numel
 from trtllm_replayssm.aot.library import (ROUTE_CODES, GDNSpecArgs, GDNStepArgs, KernelLibrary, Mamba2SpecArgs,
                                           Mamba2StepArgs)
+from trtllm_replayssm.aot.specs import BATCH_POINTS
 
 ELF_MAGIC = b"\x7fELF"
 STEP_ROUTES = {"output_only", "standard_step", "always_flush", "standard"}
@@ -44,7 +45,7 @@ def test_build_covers_every_op_case(aot_build, manifest):
         keys = [c["key"] for c in manifest["cases"] if c["op"] == op]
         assert {r for r in STEP_ROUTES if any(f"route={r}|" in k for k in keys)} == STEP_ROUTES
         assert all(any(f"state={sd}" in k for k in keys) for sd in ("fp32", "bf16"))
-    assert {c["batch"] for c in manifest["cases"] if c["op"] == "mamba2_step"} == {1, 8, 32, 128, 256, 512}
+    assert {c["batch"] for c in manifest["cases"] if c["op"] == "mamba2_step"} == set(BATCH_POINTS)
     # The non-flush step and the fold are distinct compiles; the standard kernel is built
     # plain (standard, standard_step) and with the in-kernel drain of always_flush.
     kernels = [(k["kernel"].rsplit(".", 1)[-1], dict(map(tuple, k["constexprs"]))) for k in manifest["kernels"]]
@@ -179,7 +180,7 @@ def test_pdl_flip_batches():
     """The batch served from a batch point but launched otherwise as to PDL: Super (128
     heads, PDL up to 4096 rows x heads, so batch <= 32) at 33 (point 32); none where the
     flip falls between two points' batches; the batch with PDL where the point has none."""
-    from trtllm_replayssm.aot.specs import BATCH_POINTS, pdl_flip_batches
+    from trtllm_replayssm.aot.specs import pdl_flip_batches
 
     assert pdl_flip_batches(BATCH_POINTS, 128, 4096) == [33]
     assert pdl_flip_batches(BATCH_POINTS, 96, 4096) == [43]  # Nano: <= 42

@@ -6,6 +6,7 @@ from importlib import resources
 import pytest
 import torch
 
+from trtllm_replayssm.aot.specs import BATCH_POINTS
 from trtllm_replayssm.ops import launch
 from trtllm_replayssm.ops.cursors import FLUSH_EVERY_STEP
 from trtllm_replayssm.ops.mamba2.replay import ROUTES
@@ -21,9 +22,9 @@ def test_table_covers_benchmarked_shapes():
         for P in (64, 80):
             for kernel in ("standard", "output_only", "fold", "state_and_output", "always_flush", "route"):
                 rows = table[launch.table_key(kernel, sd, torch.bfloat16, P, 128)]
-                assert [r["batch"] for r in rows] == [1, 8, 32, 128, 256, 512]
+                assert [r["batch"] for r in rows] == list(BATCH_POINTS)
                 heads = 128 if P == 64 else 96
-                assert [r["head_rows"] for r in rows] == [b * heads for b in (1, 8, 32, 128, 256, 512)]
+                assert [r["head_rows"] for r in rows] == [b * heads for b in BATCH_POINTS]
 
 
 def test_routes_in_table_are_known():

@@ -25,7 +25,7 @@ from ..ops.launch import nearest_batch_point, pop_launcher, push_launcher, recor
 from ..ops.streams import launching_on_side_stream
 
 META = torch.device("meta")
-BATCH_POINTS = (1, 8, 32, 128, 256, 512)  # the tuned table's batch sizes
+BATCH_POINTS = (1, 4, 8, 32, 128, 256, 512)  # the tuned table's batch sizes
 DEFAULT_BUFFER_LENS = (16,)
 
 _DTYPE_SIG = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int32: "i32",

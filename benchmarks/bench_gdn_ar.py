@@ -3,9 +3,9 @@
 
 Method: ``replayssm.md`` section 6, as ``bench_mamba2_ar.py``. Baselines: the in-tree
 standard kernel (tuned per case), fla-core's ``fused_recurrent_gated_delta_rule``
-(carry its pure-Python wheel and einops', its one dependency, to the GPU; its rows are skipped when
-it is not importable)
-and the replay kernel's flush-every-step routes (``benchmarking.rig.fastest_baseline``).
+(carry its pure-Python wheel and einops', its one dependency, to the GPU; its rows are
+skipped when it is not importable) and the replay kernel's flush-every-step routes
+(``benchmarking.rig.fastest_baseline``).
 ``speedup`` is against the fastest, named in ``baseline``. Winners go to the
 dispatcher's table ``tuned/gdn_<arch>.json``.
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The dispatcher at batch sizes between the tuned table's points, against baselines tuned there.
 
-The table holds rows at batch 1, 8, 32, 128, 256 and 512; at any other batch size the
-dispatcher takes the route and configs of the row nearest in work (``ops.launch._lookup``),
-and the AOT library its nearest batch point. This checks the issues' "the dispatcher's
+The table holds rows at its batch points (``aot.specs.BATCH_POINTS``); at any other batch
+size the dispatcher takes the route and configs of the row nearest in work
+(``ops.launch._lookup``), and the AOT library its nearest batch point. This checks the issues' "the dispatcher's
 choice >= 0.97x of the standard kernel at every batch size" where no row was measured: for
 each case the standard kernel and the flush-every-step launches are tuned at that batch
 size (as ``bench_*_ar.py`` tunes them; fla-core too where importable), then timed side by
@@ -11,6 +11,10 @@ side with the committed table's route (``auto``) in both phases (``replayssm.md`
 Nothing is written to the table.
 
     python benchmarks/probe_dispatch_between.py   # -> benchmarks/results/dispatch_between.json
+
+The committed file holds two runs (its ``table`` field): ``--batches 4 16 64 192`` on
+00d7c63's table, whose points were 1, 8, 32, 128, 256 and 512, and ``--batches 4`` on the
+table with the batch-4 rows that run led to.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ def baseline_launches(rig) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=MODELS)
-    ap.add_argument("--batches", nargs="+", type=int, default=[4, 16, 64, 192])
+    ap.add_argument("--batches", nargs="+", type=int, default=[2, 6, 16, 64, 192])
     ap.add_argument("--state-dtypes", nargs="+", default=["fp32", "bf16"], choices=list(DTYPES))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/dispatch_between.json"))

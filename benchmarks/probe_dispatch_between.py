@@ -20,17 +20,13 @@ table with the batch-4 rows that run led to.
 from __future__ import annotations
 
 import argparse
-import json
-import time
-from pathlib import Path
 
 import torch
-from tabulate import tabulate
 
 from trtllm_replayssm._runtime import device_arch
 from trtllm_replayssm.benchmarking.gdn_ar import GDNRig, tune_gdn_case
 from trtllm_replayssm.benchmarking.mamba2_ar import tune_case
-from trtllm_replayssm.benchmarking.records import REPO, git_commit
+from trtllm_replayssm.benchmarking.records import REPO, ProbeLog
 from trtllm_replayssm.benchmarking.rig import Launch, fastest_baseline, time_phases_side_by_side
 from trtllm_replayssm.benchmarking.rigs import make_model_rig
 
@@ -58,33 +54,26 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/dispatch_between.json"))
     args = ap.parse_args()
-    records = []
+    log = ProbeLog(args.out)
     for name in args.models:
         for sd in args.state_dtypes:
             for batch in args.batches:
-                t0 = time.time()
                 rig = make_model_rig(name, batch, 16, DTYPES[sd])
                 route = rig.table_route(device_arch(rig.cache.write_pos.device))
                 launches = {**baseline_launches(rig), "auto": Launch(route)}
                 by_phase = time_phases_side_by_side(rig, launches, rounds=args.rounds)
                 aligned, staggered = by_phase["aligned"], by_phase["staggered"]
                 base = fastest_baseline(aligned)
-                records.append(dict(gpu=torch.cuda.get_device_name(), model=name, state_dtype=sd, batch=batch, L=16,
-                                    route=route, baseline=base, baseline_us_per_step=round(aligned[base], 2),
-                                    standard_us_per_step=round(aligned["standard"], 2),
-                                    auto_us_per_step=round(aligned["auto"], 2),
-                                    auto_staggered_us_per_step=round(staggered["auto"], 2),
-                                    speedup=round(aligned[base] / aligned["auto"], 3),
-                                    staggered_speedup=round(aligned[base] / staggered["auto"], 3),
-                                    commit=git_commit()))
-                print({k: v for k, v in records[-1].items() if k not in ("gpu", "commit")},
-                      f"[{time.time() - t0:.0f}s]", flush=True)
-                Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
+                log.add(model=name, state_dtype=sd, batch=batch, L=16, route=route, baseline=base,
+                        baseline_us_per_step=round(aligned[base], 2),
+                        standard_us_per_step=round(aligned["standard"], 2),
+                        auto_us_per_step=round(aligned["auto"], 2),
+                        auto_staggered_us_per_step=round(staggered["auto"], 2),
+                        speedup=round(aligned[base] / aligned["auto"], 3),
+                        staggered_speedup=round(aligned[base] / staggered["auto"], 3))
                 del rig
                 torch.cuda.empty_cache()
-    print(tabulate([{k: v for k, v in r.items() if k not in ("gpu", "commit", "L")} for r in records],
-                   headers="keys"))
-
+    log.print_table()
 
 if __name__ == "__main__":
     main()

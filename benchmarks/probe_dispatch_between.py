@@ -75,5 +75,6 @@ def main() -> None:
                 torch.cuda.empty_cache()
     log.print_table()
 
+
 if __name__ == "__main__":
     main()

@@ -3,12 +3,12 @@
 
 The table holds rows at its batch points (``aot.specs.BATCH_POINTS``); at any other batch
 size the dispatcher takes the route and configs of the row nearest in work
-(``ops.launch._lookup``), and the AOT library its nearest batch point. This checks the issues' "the dispatcher's
-choice >= 0.97x of the standard kernel at every batch size" where no row was measured: for
-each case the standard kernel and the flush-every-step launches are tuned at that batch
-size (as ``bench_*_ar.py`` tunes them; fla-core too where importable), then timed side by
-side with the committed table's route (``auto``) in both phases (``replayssm.md`` section 6).
-Nothing is written to the table.
+(``ops.launch._lookup``), and the AOT library its nearest batch point. This checks the
+issues' "the dispatcher's choice >= 0.97x of the standard kernel at every batch size"
+where no row was measured: for each case the standard kernel and the flush-every-step
+launches are tuned at that batch size (as ``bench_*_ar.py`` tunes them; fla-core too
+where importable), then timed side by side with the committed table's route (``auto``)
+in both phases (``replayssm.md`` section 6). Nothing is written to the table.
 
     python benchmarks/probe_dispatch_between.py   # -> benchmarks/results/dispatch_between.json
 
@@ -21,16 +21,13 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
 from trtllm_replayssm._runtime import device_arch
 from trtllm_replayssm.benchmarking.gdn_ar import GDNRig, tune_gdn_case
 from trtllm_replayssm.benchmarking.mamba2_ar import tune_case
-from trtllm_replayssm.benchmarking.records import REPO, ProbeLog
+from trtllm_replayssm.benchmarking.probes import add_case_args, case_rigs
+from trtllm_replayssm.benchmarking.records import ProbeLog
 from trtllm_replayssm.benchmarking.rig import Launch, fastest_baseline, time_phases_side_by_side
-from trtllm_replayssm.benchmarking.rigs import make_model_rig
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 MODELS = ["nemotron-3-super", "nemotron-3-nano-4b", "qwen3.5-4b", "qwen3.5-122b"]
 
 
@@ -48,33 +45,24 @@ def baseline_launches(rig) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", nargs="+", default=MODELS)
-    ap.add_argument("--batches", nargs="+", type=int, default=[2, 6, 16, 64, 192])
-    ap.add_argument("--state-dtypes", nargs="+", default=["fp32", "bf16"], choices=list(DTYPES))
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--out", default=str(REPO / "benchmarks/results/dispatch_between.json"))
+    add_case_args(ap, MODELS, [2, 6, 16, 64, 192], "dispatch_between.json")
     args = ap.parse_args()
     log = ProbeLog(args.out)
-    for name in args.models:
-        for sd in args.state_dtypes:
-            for batch in args.batches:
-                rig = make_model_rig(name, batch, 16, DTYPES[sd])
-                route = rig.table_route(device_arch(rig.cache.write_pos.device))
-                launches = {**baseline_launches(rig), "auto": Launch(route)}
-                by_phase = time_phases_side_by_side(rig, launches, rounds=args.rounds)
-                aligned, staggered = by_phase["aligned"], by_phase["staggered"]
-                base = fastest_baseline(aligned)
-                log.add(model=name, state_dtype=sd, batch=batch, L=16, route=route, baseline=base,
-                        baseline_us_per_step=round(aligned[base], 2),
-                        standard_us_per_step=round(aligned["standard"], 2),
-                        auto_us_per_step=round(aligned["auto"], 2),
-                        auto_staggered_us_per_step=round(staggered["auto"], 2),
-                        speedup=round(aligned[base] / aligned["auto"], 3),
-                        staggered_speedup=round(aligned[base] / staggered["auto"], 3))
-                del rig
-                torch.cuda.empty_cache()
+    for name, sd, batch, rig in case_rigs(args):
+        route = rig.table_route(device_arch(rig.cache.write_pos.device))
+        launches = {**baseline_launches(rig), "auto": Launch(route)}
+        by_phase = time_phases_side_by_side(rig, launches, args.replays, args.rounds)
+        aligned, staggered = by_phase["aligned"], by_phase["staggered"]
+        base = fastest_baseline(aligned)
+        log.add(model=name, state_dtype=sd, batch=batch, L=16, route=route, baseline=base,
+                baseline_us_per_step=round(aligned[base], 2),
+                standard_us_per_step=round(aligned["standard"], 2),
+                auto_us_per_step=round(aligned["auto"], 2),
+                auto_staggered_us_per_step=round(staggered["auto"], 2),
+                speedup=round(aligned[base] / aligned["auto"], 3),
+                staggered_speedup=round(aligned[base] / staggered["auto"], 3))
+        del rig
     log.print_table()
-
 
 if __name__ == "__main__":
     main()

@@ -31,7 +31,6 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from trtllm_replayssm.aot.specs import BATCH_POINTS  # the table's batch sizes
 from trtllm_replayssm.benchmarking.gdn_ar import ROUTES, TUNABLE, GDNCase, make_gdn_rig, tune_gdn_case
 from trtllm_replayssm.benchmarking.records import REPO, git_commit, save_tuned_case
 from trtllm_replayssm.benchmarking.rig import (Launch, fastest_baseline, time_flush_and_nonflush_steps,
@@ -39,6 +38,7 @@ from trtllm_replayssm.benchmarking.rig import (Launch, fastest_baseline, time_fl
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.models import model
 from trtllm_replayssm.ops import launch as launch_table
+from trtllm_replayssm.ops.launch import BATCH_POINTS
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

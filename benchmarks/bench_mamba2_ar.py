@@ -37,7 +37,6 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from trtllm_replayssm.aot.specs import BATCH_POINTS  # the table's batch sizes
 from trtllm_replayssm.benchmarking.mamba2_ar import (CANDIDATES, ROUTES, TUNABLE, Launch, Mamba2Case, Mamba2Rig,
                                                      candidate_configs, make_rig, tune_case)
 from trtllm_replayssm.benchmarking.rig import (fastest_baseline, time_flush_and_nonflush_steps,
@@ -46,6 +45,7 @@ from trtllm_replayssm.benchmarking.records import REPO, git_commit, save_tuned_c
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.models import mamba2_model
 from trtllm_replayssm.ops import launch as launch_table
+from trtllm_replayssm.ops.launch import BATCH_POINTS
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

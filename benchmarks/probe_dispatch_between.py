@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The dispatcher at batch sizes between the tuned table's points, against baselines tuned there.
 
-The table holds rows at its batch points (``aot.specs.BATCH_POINTS``); at any other batch
-size the dispatcher takes the route and configs of the row nearest in work
+The table holds rows at its batch points (``ops.launch.BATCH_POINTS``); at any other
+batch size the dispatcher takes the route and configs of the row nearest in work
 (``ops.launch._lookup``), and the AOT library its nearest batch point. This checks the
 issues' "the dispatcher's choice >= 0.97x of the standard kernel at every batch size"
 where no row was measured: for each case the standard kernel and the flush-every-step

@@ -14,11 +14,10 @@ from pathlib import Path
 import pytest
 
 from trtllm_replayssm.ops.gdn.spec import gdn_spec_batches, gdn_spec_plan, gdn_spec_workspace_numel
-from trtllm_replayssm.ops.launch import nearest_batch_point
+from trtllm_replayssm.ops.launch import BATCH_POINTS, nearest_batch_point
 from trtllm_replayssm.ops.mamba2.spec import SPEC_PLANS, spec_config, spec_workspace_numel
 from trtllm_replayssm.aot.library import (ROUTE_CODES, GDNSpecArgs, GDNStepArgs, KernelLibrary, Mamba2SpecArgs,
                                           Mamba2StepArgs)
-from trtllm_replayssm.aot.specs import BATCH_POINTS
 
 ELF_MAGIC = b"\x7fELF"
 STEP_ROUTES = {"output_only", "standard_step", "always_flush", "standard"}

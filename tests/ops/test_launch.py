@@ -6,8 +6,8 @@ from importlib import resources
 import pytest
 import torch
 
-from trtllm_replayssm.aot.specs import BATCH_POINTS
 from trtllm_replayssm.ops import launch
+from trtllm_replayssm.ops.launch import BATCH_POINTS
 from trtllm_replayssm.ops.cursors import FLUSH_EVERY_STEP
 from trtllm_replayssm.ops.mamba2.replay import ROUTES
 

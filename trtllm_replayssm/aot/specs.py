@@ -21,11 +21,11 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import torch
 
 from ..models import GDN_MODELS, MAMBA2_MODELS
-from ..ops.launch import nearest_batch_point, pop_launcher, push_launcher, recording_for_arch, select_config
+from ..ops.launch import (BATCH_POINTS, nearest_batch_point, pop_launcher, push_launcher, recording_for_arch,
+                          select_config)
 from ..ops.streams import launching_on_side_stream
 
 META = torch.device("meta")
-BATCH_POINTS = (1, 4, 8, 32, 128, 256, 512)  # the tuned table's batch sizes
 DEFAULT_BUFFER_LENS = (16,)
 
 _DTYPE_SIG = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int32: "i32",

@@ -120,6 +120,11 @@ def table_key(kernel: str, state_dtype: torch.dtype, act_dtype: torch.dtype, hea
     return f"{kernel}|{_dtype_key(state_dtype)}|{_dtype_key(act_dtype)}|P{headdim}|N{dstate}"
 
 
+# The batch sizes the tuned tables hold rows at (the benchmarks' default cases) and the
+# AOT library builds a case for; any other batch takes the nearest (below).
+BATCH_POINTS = (1, 4, 8, 32, 128, 256, 512)
+
+
 def nearest_batch_point(points: Sequence[int], batch: int) -> int:
     """The point of ``points`` nearest ``batch`` in log scale, the first on a tie: the rule
     by which a measured entry, a default plan by batch, and the AOT library's case are

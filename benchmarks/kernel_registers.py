@@ -44,6 +44,7 @@ PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxa
 ACT_PTRS = {"x_ptr", "dt_ptr", "B_ptr", "C_ptr", "z_ptr", "out_ptr", "x_cache_ptr", "B_cache_ptr",
             "q_ptr", "k_ptr", "v_ptr", "a_ptr", "b_ptr", "x_ring_ptr", "B_ring_ptr"}
 FLOAT_SCALARS = {"scale", "softplus_beta", "softplus_threshold"}
+DIV16_SIZES = {"headdim", "dstate", "head_k_dim", "head_v_dim", "buffer_len"}
 NOT_ALIGNED = {"stride_A_h", "stride_dtb_h", "stride_D_h", "stride_D_p", "stride_dt_h", "stride_a_h", "stride_b_h"}
 
 
@@ -67,7 +68,7 @@ def registers(fn, constexprs: dict, num_warps: int, state_dtype: str, maxnreg=No
             sig[name] = "*fp32"
         else:
             sig[name] = "fp32" if name in FLOAT_SCALARS else "i32"
-        if name.endswith("_ptr") or (name.startswith("stride") and name not in NOT_ALIGNED):
+        if name.endswith("_ptr") or (name.startswith("stride") and name not in NOT_ALIGNED) or name in DIV16_SIZES:
             attrs[(i,)] = [["tt.divisibility", 16]]
     k = triton.compile(source_type(fn)(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs),
                        target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, **maxnreg_option(maxnreg)})
@@ -102,7 +103,8 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
                 fn, c = m2_standard._selective_state_update_kernel, dict(common, BLOCK_P=cfg.block_p, BLOCK_N=dstate,
                                                                         HAS_CURSOR=kernel == "always_flush",
                                                                         DRAIN=kernel == "always_flush", BLOCK_L=L,
-                                                                        EARLY_TERMS=bool(cfg.early_terms))
+                                                                        EARLY_TERMS=bool(cfg.early_terms),
+                                                                        DRAIN_ROWS=launch.drain_rows(cfg.block_p))
             elif kernel == "fold":  # the constexprs the launch plan gives (bf16 B ring, heads even)
                 _, plan = m2_replay_fold.fold_launch_plan({"B_cache_ptr": torch.empty(0, dtype=torch.bfloat16)},
                                                           SimpleNamespace(headdim=headdim, dstate=dstate, nheads=128),
@@ -126,7 +128,8 @@ def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16):
             if kernel in ("standard", "always_flush"):  # always_flush: the standard kernel, draining in-kernel
                 fn, c = gdn_standard._gdn_update_kernel, dict(common, BLOCK_V=cfg.block_p,
                                                               HAS_CURSOR=kernel == "always_flush",
-                                                              DRAIN=kernel == "always_flush", BLOCK_L=L)
+                                                              DRAIN=kernel == "always_flush", BLOCK_L=L,
+                                                              DRAIN_ROWS=launch.drain_rows(cfg.block_p))
             else:
                 fn, c = gdn_replay._gdn_replay_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, MODE=modes[kernel],

@@ -43,6 +43,16 @@ def test_always_flush_and_force_flush():
     run_gdn_replay(GDNScenario(GEOM, 8, seed=5), cycles(8), force_flush_at={2: [0], 5: [2, 3]})
 
 
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+def test_always_flush_drain_in_row_tiles_past_head_v_dim(state_dtype):
+    """The drain takes a tile's value rows a quarter at a time (``launch.drain_rows``):
+    with V = 44 in tiles of 32 rows the second tile's quarters of 8 rows lie inside V
+    (32-39), partly past it (40-47) and wholly past it (48-63)."""
+    geom = GDNGeometry(num_k_heads=1, num_v_heads=3, head_k_dim=24, head_v_dim=44)
+    run_gdn_replay(GDNScenario(geom, 4, state_dtype, torch.bfloat16, seed=12), 6, route="always_flush",
+                   config=LaunchConfig(32, 4))
+
+
 def test_fold_as_one_matmul():
     """``fold_dot``: the flush folds the ring with one tl.dot (needs V, K, L >= 16)."""
     geom = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=16)

@@ -78,6 +78,18 @@ def test_always_flush_route_equals_recurrence(early_terms):
     run_replay(Scenario(GEOM, 4, seed=5), 6, route="always_flush", config=LaunchConfig(8, 1, early_terms=early_terms))
 
 
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+def test_always_flush_drain_in_row_tiles_past_headdim(state_dtype):
+    """The drain takes a tile's rows a quarter at a time (``launch.drain_rows``): with
+    headdim 76 in tiles of 32 rows the last tile's quarters of 8 rows lie inside P
+    (64-71), partly past it (72-79) and wholly past it (80-95)."""
+    from trtllm_replayssm.ops.launch import LaunchConfig
+
+    geom = Mamba2Geometry(nheads=2, headdim=76, dstate=16, ngroups=1)
+    run_replay(Scenario(geom, 4, state_dtype, torch.bfloat16, seed=18), 6, route="always_flush",
+               config=LaunchConfig(32, 4))
+
+
 def test_force_flush_rows():
     L = 8
     run_replay(Scenario(GEOM, L, seed=6), cycles(L), force_flush_at={2: [0], 5: [2, 3], 11: [0, 3]})

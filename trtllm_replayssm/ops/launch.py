@@ -154,6 +154,14 @@ def _lookup(arch: str, key: str, batch: int, family: str = "mamba2", nheads: Opt
     return next(r for r in at_point if r["batch"] == nearest)
 
 
+def drain_rows(block_p: int) -> int:
+    """Rows of the tiles in which an ``always_flush`` launch drains a non-empty ring (both
+    families' standard kernels): a quarter of the launch's tile, which keeps the drain's
+    registers at the common path's (ptxas, sm_90, Mamba2 with a bf16 state: 94 -> 64 a
+    thread at 16 rows on 2 warps, 95 -> 64 at 8 rows on one warp)."""
+    return max(1, block_p // 4)
+
+
 def maxnreg_option(cap: int) -> dict:
     """A launch's ``maxnreg`` option where ``cap`` is set (the AOT build compiles it in)."""
     return {"maxnreg": cap} if cap else {}

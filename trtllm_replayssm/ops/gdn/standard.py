@@ -14,7 +14,7 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..common import load_cursor, load_slot, store_nan_output
-from ..launch import LaunchConfig, grid, launch_kernel, maxnreg_option, select_config
+from ..launch import LaunchConfig, drain_rows, grid, launch_kernel, maxnreg_option, select_config
 from ._common import delta_rule_step, load_gates, load_qk, ring_args, state_tile_ptrs
 from .step_inputs import GDNStateLayout, check_gdn_state_pool, parse_gdn_step
 
@@ -33,7 +33,7 @@ def _gdn_update_kernel(
     # compiled kernel, and the standard route's C call keeps its signature).
     d_cache_ptr=None, k_cache_ptr=None, g_cache_ptr=None, stride_dc_slot=None, stride_dc_h=None, stride_dc_l=None,
     stride_kc_slot=None, stride_kc_h=None, stride_kc_l=None, stride_gc_slot=None, stride_gc_h=None,
-    DRAIN: tl.constexpr = False, BLOCK_L: tl.constexpr = 1,
+    DRAIN: tl.constexpr = False, BLOCK_L: tl.constexpr = 1, DRAIN_ROWS: tl.constexpr = 1,
 ):
     pid_v = tl.program_id(0)
     hv = tl.program_id(1)
@@ -65,19 +65,49 @@ def _gdn_update_kernel(
         # A slot that arrives from a replay route with a non-empty ring (cursor w > 0)
         # takes its w cached steps first, in order: S = exp(g_j) S + d_j k_j^T on the cached
         # corrected values (the always_flush route in one launch; with every ring empty it
-        # costs what standard_step costs).
+        # costs what standard_step costs). That branch takes the whole step in tiles of
+        # DRAIN_ROWS value rows and returns, so that its registers do not set the launch's
+        # (as in the Mamba2 kernel: ``mamba2.standard.drain_rows``).
         if (w > 0) & ~bad_cursor:
-            dc_base = d_cache_ptr + slot * stride_dc_slot + hv * stride_dc_h
-            kc_base = k_cache_ptr + slot * stride_kc_slot + (hv // v_heads_per_k_head) * stride_kc_h
-            gc_base = g_cache_ptr + slot * stride_gc_slot + hv * stride_gc_h
-            for j in range(0, BLOCK_L):  # a constant trip count: the interpreter cannot loop to a loaded bound
-                if j < w:
-                    d_j = tl.load(dc_base + j * stride_dc_l + offs_v, mask=mask_v, other=0.0).to(tl.float32)
-                    k_j = tl.load(kc_base + j * stride_kc_l + offs_k, mask=mask_k, other=0.0).to(tl.float32)
-                    S = S * tl.exp(tl.load(gc_base + j)) + d_j[:, None] * k_j[None, :]
+            for part in tl.static_range(BLOCK_V // DRAIN_ROWS):
+                _drain_rows(pid_v * BLOCK_V + part * DRAIN_ROWS + tl.arange(0, DRAIN_ROWS), offs_k, mask_k, w, slot,
+                            pid_b, hv, q, k, g, beta, head_v_dim, v_heads_per_k_head, state_ptr, v_ptr, out_ptr,
+                            d_cache_ptr, k_cache_ptr, g_cache_ptr, stride_state_slot, stride_state_h,
+                            stride_state_row, stride_v_b, stride_v_h, stride_out_b, stride_out_h, stride_dc_slot,
+                            stride_dc_h, stride_dc_l, stride_kc_slot, stride_kc_h, stride_kc_l, stride_gc_slot,
+                            stride_gc_h, V_INNER, BLOCK_L)
+            return
     S, o = delta_rule_step(S, q, k, v, tl.exp(g), beta)
     tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_vk & ~bad_cursor)
     o = tl.where(bad_cursor, float("nan"), o)
+    tl.store(out_ptr + pid_b * stride_out_b + hv * stride_out_h + offs_v, o.to(out_ptr.dtype.element_ty), mask=mask_v)
+
+
+@triton.jit
+def _drain_rows(offs_v, offs_k, mask_k, w, slot, pid_b, hv, q, k, g, beta, head_v_dim, v_heads_per_k_head, state_ptr,
+                v_ptr, out_ptr, d_cache_ptr, k_cache_ptr, g_cache_ptr, stride_state_slot, stride_state_h,
+                stride_state_row, stride_v_b, stride_v_h, stride_out_b, stride_out_h, stride_dc_slot, stride_dc_h,
+                stride_dc_l, stride_kc_slot, stride_kc_h, stride_kc_l, stride_gc_slot, stride_gc_h,
+                V_INNER: tl.constexpr, BLOCK_L: tl.constexpr):
+    """The always_flush step of value rows ``offs_v`` of a head whose ring holds ``w > 0``
+    entries: the ring's steps on the state in order, then this step (``q``, ``k`` normalised,
+    gates ``g``, ``beta``); state, output."""
+    mask_v = offs_v < head_v_dim
+    state_ptrs = state_tile_ptrs(state_ptr + slot * stride_state_slot + hv * stride_state_h, offs_v, offs_k,
+                                 stride_state_row, V_INNER)
+    mask_vk = mask_v[:, None] & mask_k[None, :]
+    S = tl.load(state_ptrs, mask=mask_vk, other=0.0).to(tl.float32)
+    dc_base = d_cache_ptr + slot * stride_dc_slot + hv * stride_dc_h
+    kc_base = k_cache_ptr + slot * stride_kc_slot + (hv // v_heads_per_k_head) * stride_kc_h
+    gc_base = g_cache_ptr + slot * stride_gc_slot + hv * stride_gc_h
+    for j in range(0, BLOCK_L):  # a constant trip count: the interpreter cannot loop to a loaded bound
+        if j < w:
+            d_j = tl.load(dc_base + j * stride_dc_l + offs_v, mask=mask_v, other=0.0).to(tl.float32)
+            k_j = tl.load(kc_base + j * stride_kc_l + offs_k, mask=mask_k, other=0.0).to(tl.float32)
+            S = S * tl.exp(tl.load(gc_base + j)) + d_j[:, None] * k_j[None, :]
+    v = tl.load(v_ptr + pid_b * stride_v_b + hv * stride_v_h + offs_v, mask=mask_v, other=0.0).to(tl.float32)
+    S, o = delta_rule_step(S, q, k, v, tl.exp(g), beta)
+    tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_vk)
     tl.store(out_ptr + pid_b * stride_out_b + hv * stride_out_h + offs_v, o.to(out_ptr.dtype.element_ty), mask=mask_v)
 
 
@@ -133,7 +163,8 @@ def launch_standard_step(state: torch.Tensor, step, config: LaunchConfig,
     what :func:`check_gdn_state_pool` returned for ``state``. With ``rings`` (``d_cache,
     k_cache, g_cache`` of :func:`~.replay.check_gdn_ring`'s layout) a row whose ring is not
     empty replays it on its state first (the ``always_flush`` route)."""
-    drain = {} if rings is None else dict(ring_args(*rings), DRAIN=True, BLOCK_L=triton.next_power_of_2(buffer_len))
+    drain = {} if rings is None else dict(ring_args(*rings), DRAIN=True, BLOCK_L=triton.next_power_of_2(buffer_len),
+                                          DRAIN_ROWS=drain_rows(config.block_p))
     launch_kernel(_gdn_update_kernel, grid(step.batch, step.num_v_heads, step.head_v_dim, config),
         state_ptr=state, write_pos_ptr=write_pos if write_pos is not None else state, num_slots=state.shape[0],
         head_k_dim=step.head_k_dim, head_v_dim=step.head_v_dim,

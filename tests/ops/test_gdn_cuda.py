@@ -5,6 +5,7 @@ import torch
 
 from conftest import requires_cuda
 from gdn_harness import GDNScenario, run_gdn_replay, run_gdn_standard
+from trtllm_replayssm.benchmarking import gdn_ar
 from trtllm_replayssm.models import GDN_MODELS
 from trtllm_replayssm.ops.launch import LaunchConfig
 
@@ -25,6 +26,16 @@ def test_flush_every_step_routes_real_shapes(model, state_dtype):
     (the standard kernel with the cursor check, as the dispatcher runs them at small batches)."""
     run_gdn_replay(GDNScenario(GDN_MODELS[model].geom, 16, state_dtype, torch.bfloat16), 6,
                    route=lambda t: "always_flush" if t < 2 else "standard_step")
+
+
+@pytest.mark.parametrize("config", gdn_ar.CANDIDATES["always_flush"], ids=str)
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("model", ["qwen3.5-4b", "qwen3.5-122b"])
+def test_always_flush_drain_on_every_tuning_candidate(model, state_dtype, config):
+    """The drain's quarter tiles (``launch.drain_rows``) compiled for the GPU on each tile
+    the tuner may pick, on staggered non-empty rings."""
+    run_gdn_replay(GDNScenario(GDN_MODELS[model].geom, 16, state_dtype, torch.bfloat16), 3, route="always_flush",
+                   config=config)
 
 
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])

@@ -5,6 +5,7 @@ import torch
 
 from conftest import requires_cuda
 from mamba2_harness import Scenario, run_replay, run_standard
+from trtllm_replayssm.benchmarking import mamba2_ar
 from trtllm_replayssm.models import MAMBA2_MODELS
 
 pytestmark = requires_cuda
@@ -27,6 +28,16 @@ def test_flush_every_step_routes_real_shapes(model, state_dtype):
     (the standard kernel with the cursor check, as the dispatcher runs them at small batches)."""
     sc = Scenario(MAMBA2_MODELS[model].geom, 16, state_dtype, torch.bfloat16, tied_params=True)
     run_replay(sc, 6, route=lambda t: "always_flush" if t < 2 else "standard_step")
+
+
+@pytest.mark.parametrize("config", mamba2_ar.CANDIDATES["always_flush"], ids=str)
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("model", MODELS)
+def test_always_flush_drain_on_every_tuning_candidate(model, state_dtype, config):
+    """The drain's quarter tiles (``launch.drain_rows``) compiled for the GPU on each tile
+    the tuner may pick, on staggered non-empty rings."""
+    sc = Scenario(MAMBA2_MODELS[model].geom, 16, state_dtype, torch.bfloat16, tied_params=True)
+    run_replay(sc, 3, route="always_flush", config=config)
 
 
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])

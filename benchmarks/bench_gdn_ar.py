@@ -38,7 +38,7 @@ from trtllm_replayssm.benchmarking.rig import (Launch, fastest_baseline, time_fl
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.models import model
 from trtllm_replayssm.ops import launch as launch_table
-from trtllm_replayssm.ops.launch import BATCH_POINTS
+from trtllm_replayssm.ops.launch import BATCH_POINTS, config_kernel
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -94,7 +94,7 @@ def main() -> None:
                 best = {**rig.table_configs(arch), **tuned}
                 launches = {"standard": Launch("standard", best["standard"]["config"]),
                             "output_only": Launch("output_only", best["output_only"]["config"], best["fold"]["config"]),
-                            "standard_step": Launch("standard_step", best["always_flush"]["config"]),
+                            "standard_step": Launch("standard_step", best[config_kernel("standard_step")]["config"]),
                             "always_flush": Launch("always_flush", best["always_flush"]["config"])}
                 if rig.fla is not None and torch.cuda.is_available():
                     launches["fla"] = Launch("fla")

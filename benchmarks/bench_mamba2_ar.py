@@ -45,7 +45,7 @@ from trtllm_replayssm.benchmarking.records import REPO, git_commit, save_tuned_c
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.models import mamba2_model
 from trtllm_replayssm.ops import launch as launch_table
-from trtllm_replayssm.ops.launch import BATCH_POINTS
+from trtllm_replayssm.ops.launch import BATCH_POINTS, config_kernel
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -136,7 +136,7 @@ def main() -> None:
         launches = {"standard": Launch("standard", best["standard"]["config"]),
                     "output_only": Launch("output_only", best["output_only"]["config"], best["fold"]["config"]),
                     "state_and_output": Launch("state_and_output", best["state_and_output"]["config"]),
-                    "standard_step": Launch("standard_step", best["always_flush"]["config"]),
+                    "standard_step": Launch("standard_step", best[config_kernel("standard_step")]["config"]),
                     "always_flush": Launch("always_flush", best["always_flush"]["config"])}
         by_phase = time_phases_side_by_side(rig, launches, args.replays, args.rounds)
         cycle_us, staggered_us = by_phase["aligned"], by_phase["staggered"]

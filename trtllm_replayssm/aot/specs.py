@@ -21,8 +21,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import torch
 
 from ..models import GDN_MODELS, MAMBA2_MODELS
-from ..ops.launch import (BATCH_POINTS, nearest_batch_point, pop_launcher, push_launcher, recording_for_arch,
-                          select_config)
+from ..ops.launch import (BATCH_POINTS, config_kernel, nearest_batch_point, pop_launcher, push_launcher,
+                          recording_for_arch, select_config)
 from ..ops.streams import launching_on_side_stream
 
 META = torch.device("meta")
@@ -192,7 +192,7 @@ def _mamba2_calls(geom, state_dtype, act_dtype, batch, L, has_z, force_flush, ro
     if route == "standard":
         return lambda: selective_state_update(cache.ssm_state[0], **step, config=cfg("standard"))
     ff = torch.empty(batch, dtype=torch.int8, device=META) if force_flush else None
-    main = cfg("output_only" if route == "output_only" else "always_flush")
+    main = cfg(config_kernel(route))
     return lambda: selective_state_update_replayssm(cache.ssm_state[0], **step, force_flush=ff, route=route,
                                                     config=main, fold_config=cfg("fold"), **cache.ring_kwargs(0))
 
@@ -216,7 +216,7 @@ def _gdn_calls(geom, state_dtype, act_dtype, batch, L, force_flush, route, arch)
     if route == "standard":
         return lambda: fused_sigmoid_gating_delta_rule_update(cache.ssm_state[0], **step, config=cfg("standard"))
     ff = torch.empty(batch, dtype=torch.int8, **kw) if force_flush else None
-    main = cfg("output_only" if route == "output_only" else "always_flush")
+    main = cfg(config_kernel(route))
     return lambda: fused_recurrent_gated_delta_rule_replayssm(cache.ssm_state[0], **step, force_flush=ff, route=route,
                                                               config=main, fold_config=cfg("fold"),
                                                               **cache.ring_kwargs(0))

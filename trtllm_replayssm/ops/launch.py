@@ -154,6 +154,14 @@ def _lookup(arch: str, key: str, batch: int, family: str = "mamba2", nheads: Opt
     return next(r for r in at_point if r["batch"] == nearest)
 
 
+def config_kernel(route: str) -> str:
+    """The table's kernel whose launch config a route's main launch takes: the route's
+    own, but ``standard_step`` (the standard kernel with the cursor check) runs on the
+    standard kernel's tile, while ``always_flush`` (the same kernel with the drain) is
+    tuned on its own route."""
+    return "standard" if route == "standard_step" else route
+
+
 def drain_rows(block_p: int) -> int:
     """Rows of the tiles in which an ``always_flush`` launch drains a non-empty ring (both
     families' standard kernels): a quarter of the launch's tile, which keeps the drain's

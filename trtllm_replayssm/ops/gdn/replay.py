@@ -33,8 +33,8 @@ from ..._validation import check_buffer_len, check_contiguous, check_slot_major,
 from ..common import (DOT_PRECISION, block_flush_ordinals, complete_after_primary, dim_mask, even_tile,
                       fold_row_blocks, let_dependents_launch, load_slot, row_of_ordinal, store_nan_heads)
 from ..cursors import FLUSH_EVERY_STEP
-from ..launch import (LaunchConfig, clamp_loop_blocks, fold_programmatic_launch, fold_row_programs, fold_side_stream,
-                      launch_kernel, pdl_options, select_config, select_route)
+from ..launch import (LaunchConfig, clamp_loop_blocks, config_kernel, fold_programmatic_launch, fold_row_programs,
+                      fold_side_stream, launch_kernel, pdl_options, select_config, select_route)
 from ..streams import launch_fold_beside
 from ._common import delta_rule_step, load_gates, load_qk, ring_args, state_tile_ptrs
 from .standard import launch_standard_step
@@ -395,7 +395,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
         # One launch of the standard kernel: on always_flush a row whose ring is not empty (a
         # route switch) replays it on its state first, and with every ring empty it costs
         # what standard_step costs; standard_step takes only an empty ring.
-        cfg = pick("always_flush", config)
+        cfg = pick(config_kernel(route), config)
         if route == "always_flush":
             launch_standard_step(state, step, cfg, write_pos, L, layout=layout, rings=(d_cache, k_cache, g_cache))
         else:

@@ -46,8 +46,8 @@ from ..._validation import check_buffer_len, check_contiguous, check_slot_major,
 from ..common import even_rows_and_cols, let_dependents_launch, load_slot, store_nan_output, tile_masks
 from ._common import load_dt, load_output_terms, ring_args, store_output
 from ..cursors import FLUSH_EVERY_STEP
-from ..launch import (LaunchConfig, fold_programmatic_launch, fold_side_stream, grid, launch_kernel, pdl_options,
-                      select_config, select_route)
+from ..launch import (LaunchConfig, config_kernel, fold_programmatic_launch, fold_side_stream, grid, launch_kernel,
+                      pdl_options, select_config, select_route)
 from ..streams import launch_fold_beside
 from .replay_fold import launch_fold
 from .standard import launch_standard_step
@@ -312,7 +312,7 @@ def selective_state_update_replayssm(
         # One launch of the standard kernel: on always_flush a row whose ring is not empty (a
         # route switch) replays it on its state first, and with every ring empty it costs
         # what standard_step costs; standard_step takes only an empty ring.
-        cfg = pick("always_flush", config)
+        cfg = pick(config_kernel(route), config)
         if route == "always_flush":
             launch_standard_step(state, step, cfg, write_pos, L, rings=(x_cache, dt_cache, B_cache))
         else:

@@ -67,7 +67,7 @@ def _gdn_update_kernel(
         # corrected values (the always_flush route in one launch; with every ring empty it
         # costs what standard_step costs). That branch takes the whole step in tiles of
         # DRAIN_ROWS value rows and returns, so that its registers do not set the launch's
-        # (as in the Mamba2 kernel: ``mamba2.standard.drain_rows``).
+        # (``launch.drain_rows``; as in the Mamba2 kernel).
         if (w > 0) & ~bad_cursor:
             for part in tl.static_range(BLOCK_V // DRAIN_ROWS):
                 _drain_rows(pid_v * BLOCK_V + part * DRAIN_ROWS + tl.arange(0, DRAIN_ROWS), offs_k, mask_k, w, slot,

@@ -12,9 +12,10 @@ in both phases (``replayssm.md`` section 6). Nothing is written to the table.
 
     python benchmarks/probe_dispatch_between.py   # -> benchmarks/results/dispatch_between.json
 
-The committed file holds two runs (its ``table`` field): ``--batches 4 16 64 192`` on
-00d7c63's table, whose points were 1, 8, 32, 128, 256 and 512, and ``--batches 4`` on the
-table with the batch-4 rows that run led to.
+The committed file holds three runs (its ``table`` field): ``--batches 4 16 64 192`` on
+00d7c63's table, whose points were 1, 8, 32, 128, 256 and 512; ``--batches 4`` on the
+table with the batch-4 rows that run led to; and ``--models nemotron-3-super
+nemotron-3-nano-4b --batches 2 6 16`` after the always_flush drain change (db2240d).
 """
 
 from __future__ import annotations

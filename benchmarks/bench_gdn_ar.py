@@ -31,7 +31,8 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from trtllm_replayssm.benchmarking.gdn_ar import ROUTES, TUNABLE, GDNCase, make_gdn_rig, tune_gdn_case
+from trtllm_replayssm.benchmarking.gdn_ar import (ROUTES, TUNABLE, GDNCase, fla_fused_recurrent, make_gdn_rig,
+                                                  tune_gdn_case)
 from trtllm_replayssm.benchmarking.records import REPO, git_commit, save_tuned_case
 from trtllm_replayssm.benchmarking.rig import (Launch, fastest_baseline, time_flush_and_nonflush_steps,
                                                time_phases_side_by_side, worst_phase)
@@ -80,6 +81,9 @@ def main() -> None:
     launch_table._load_table.cache_clear()
     commit, copy_gbps = git_commit(), copy_bandwidth_gbps()
     print(f"{gpu} ({arch}): copy bandwidth {copy_gbps:.0f} GB/s", flush=True)
+    if torch.cuda.is_available() and fla_fused_recurrent() is None:
+        print("warning: fla-core is not importable here (install it with einops); its baseline rows are skipped",
+              flush=True)
     records, rows = [], []
     L = args.buffer_len
 

@@ -142,9 +142,10 @@ def make_gdn_rig(case: GDNCase) -> GDNRig:
 
 
 # What tune_gdn_case can tune: the standard kernel (whose config standard_step takes too:
-# launch.config_kernel), the always_flush route's (the standard kernel with the drain), the replay launches (the fold and
-# the non-flush launch, tuned together), the fold alone (under the table's non-flush
-# launch) or the non-flush launch alone (under the table's fold).
+# launch.config_kernel), the always_flush route's (the standard kernel with the drain),
+# the replay launches (the fold and the non-flush launch, tuned together), the fold alone
+# (under the table's non-flush launch) or the non-flush launch alone (under the table's
+# fold).
 TUNABLE = ("standard", "always_flush", "replay", "fold", "nonflush")
 
 

@@ -140,9 +140,9 @@ def make_rig(case: Mamba2Case) -> Mamba2Rig:
 # What tune_case can tune: the standard kernel, the state_and_output route, the always_flush
 # route's launch (the standard kernel with the cursor check and the drain, tuned on its own
 # route, which the TensorRT-LLM glue runs where the table says standard_step; standard_step
-# runs on the standard kernel's config: launch.config_kernel), the replay launches (the fold and the non-flush launch,
-# tuned together), the fold alone (under the table's non-flush launch) or the non-flush
-# launch alone (under the table's fold).
+# runs on the standard kernel's config: launch.config_kernel), the replay launches (the
+# fold and the non-flush launch, tuned together), the fold alone (under the table's
+# non-flush launch) or the non-flush launch alone (under the table's fold).
 TUNABLE = ("standard", "state_and_output", "always_flush", "replay", "fold", "nonflush")
 
 

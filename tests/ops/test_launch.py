@@ -27,6 +27,19 @@ def test_table_covers_benchmarked_shapes():
                 assert [r["head_rows"] for r in rows] == [b * heads for b in BATCH_POINTS]
 
 
+def test_gdn_table_covers_benchmarked_work():
+    """Every batch point of both benchmarked GDN models (32 and 64 value heads) has a row
+    at its exact work (head rows), its own or the other model's at the same work
+    (Qwen3.5-122B at batch 2 takes -4B's batch-4 row); so a batch point never falls back
+    to a neighbour's tile."""
+    table = json.loads(resources.files("trtllm_replayssm").joinpath("tuned/gdn_sm90.json").read_text())
+    for sd in (torch.float32, torch.bfloat16):
+        for kernel in ("standard", "output_only", "fold", "always_flush", "route"):
+            head_rows = {r["head_rows"] for r in table[launch.table_key(kernel, sd, torch.bfloat16, 128, 128)]}
+            missing = [(b, heads) for heads in (32, 64) for b in BATCH_POINTS if b * heads not in head_rows]
+            assert not missing, (kernel, sd, missing)
+
+
 def test_routes_in_table_are_known():
     for key, rows in _table().items():
         if key.startswith("route|"):

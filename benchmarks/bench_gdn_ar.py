@@ -16,7 +16,9 @@ dispatcher's table ``tuned/gdn_<arch>.json``.
     python benchmarks/bench_gdn_ar.py --tune standard always_flush  # tune those; the rest as in the table
 
 Rounds, the two phases of a replay route's cycle (in phase and staggered) and how the
-tuners and the route table use them: as ``bench_mamba2_ar.py``.
+tuners and the route table use them: as ``bench_mamba2_ar.py``. So is the warm compile:
+``--warm-workers`` processes compile the candidates the run tunes before it times them
+(``benchmarking.warm_compile``; for GDN not yet run on a GPU).
 """
 
 from __future__ import annotations
@@ -32,11 +34,12 @@ import torch
 from tabulate import tabulate
 
 from trtllm_replayssm.benchmarking.gdn_ar import (ROUTES, TUNABLE, GDNCase, fla_fused_recurrent, make_gdn_rig,
-                                                  tune_gdn_case)
+                                                  tune_gdn_case, warm_group)
 from trtllm_replayssm.benchmarking.records import REPO, git_commit, save_tuned_case
 from trtllm_replayssm.benchmarking.rig import (Launch, fastest_baseline, time_flush_and_nonflush_steps,
                                                time_phases_side_by_side, worst_phase)
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
+from trtllm_replayssm.benchmarking.warm_compile import swept_kernels, warm_compile
 from trtllm_replayssm.models import model
 from trtllm_replayssm.ops import launch as launch_table
 from trtllm_replayssm.ops.launch import BATCH_POINTS, config_kernel
@@ -60,6 +63,8 @@ def main() -> None:
                          "nonflush: the non-flush launch alone); "
                          "the others keep the table's")
     ap.add_argument("--max-candidates", type=int, default=None)
+    ap.add_argument("--warm-workers", type=int, default=min(14, os.cpu_count() or 1),
+                    help="processes that compile the tuned launches' candidates before the timing (1: none)")
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/gdn_ar.json"))
     ap.add_argument("--table-dir", default=str(REPO / "trtllm_replayssm/tuned"))
     ap.add_argument("--dry-run", action="store_true", help="no GPU: run the flow eagerly, nothing measured")
@@ -74,7 +79,7 @@ def main() -> None:
     if torch.cuda.is_available():
         gpu, arch = torch.cuda.get_device_name(), f"sm{''.join(map(str, torch.cuda.get_device_capability()))}"
     else:
-        gpu, arch = "none (dry run)", "cpu"
+        gpu, arch, args.warm_workers = "none (dry run)", "cpu", 0
     table_path = Path(args.table_dir) / f"gdn_{arch}.json"
     table = json.loads(table_path.read_text()) if table_path.exists() else {}
     os.environ[launch_table.TUNED_DIR_ENV] = args.table_dir  # the dispatcher ("auto") reads the table written here
@@ -86,6 +91,9 @@ def main() -> None:
               flush=True)
     records, rows = [], []
     L = args.buffer_len
+    if args.warm_workers > 1 and not args.from_table:
+        warm_compile(warm_group, [(m, DTYPES[sd], DTYPES[args.ring_dtype], L, k) for sd in args.state_dtypes
+                                  for m in args.models for k in swept_kernels(args.tune)], args.warm_workers)
 
     for sd in args.state_dtypes:
         for name in args.models:

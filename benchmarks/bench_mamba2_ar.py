@@ -26,9 +26,7 @@ fastest in both (``benchmarking.rig.worst_phase``).
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
 import json
-import multiprocessing as mp
 import os
 import sys
 import time
@@ -37,44 +35,17 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from trtllm_replayssm.benchmarking.mamba2_ar import (CANDIDATES, ROUTES, TUNABLE, Launch, Mamba2Case, Mamba2Rig,
-                                                     candidate_configs, make_rig, tune_case)
+from trtllm_replayssm.benchmarking.mamba2_ar import ROUTES, TUNABLE, Launch, Mamba2Case, make_rig, tune_case, warm_group
 from trtllm_replayssm.benchmarking.rig import (fastest_baseline, time_flush_and_nonflush_steps,
                                                time_phases_side_by_side, worst_phase)
 from trtllm_replayssm.benchmarking.records import REPO, git_commit, save_tuned_case
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
+from trtllm_replayssm.benchmarking.warm_compile import swept_kernels, warm_compile
 from trtllm_replayssm.models import mamba2_model
 from trtllm_replayssm.ops import launch as launch_table
 from trtllm_replayssm.ops.launch import BATCH_POINTS, config_kernel
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def _warm_group(args) -> int:
-    """Compile every candidate of one (model, state dtype, L) group: a worker process."""
-    model, state_dtype, L = args
-    case = Mamba2Case(model, mamba2_model(model).geom, 8, L, DTYPES[state_dtype])
-    rig = Mamba2Rig(case, 1)
-    n = 0
-    for kernel in CANDIDATES:
-        for cfg in candidate_configs(kernel, case.geom.headdim):
-            launches = {"fold": Launch("output_only", None, cfg)}.get(kernel, Launch(kernel, cfg))
-            try:
-                rig.layer_step(launches, 0)
-                n += 1
-            except Exception:
-                pass
-    rig.cache.advance(rig.slot_idx)
-    torch.cuda.synchronize()
-    return n
-
-
-def warm_compile(groups, workers: int) -> None:
-    """Triton compiles one kernel at a time per process; fill its disk cache in parallel."""
-    t = time.time()
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
-        n = sum(ex.map(_warm_group, groups))
-    print(f"warm compile: {n} launches in {len(groups)} groups, {time.time() - t:.0f}s", flush=True)
 
 
 def main() -> None:
@@ -119,7 +90,8 @@ def main() -> None:
     cases = [(m, sd, b, args.buffer_len) for sd in args.state_dtypes for m in args.models for b in args.batches]
     cases += [(m, "fp32", args.l_sweep_batch, L) for m in args.models for L in args.l_sweep if L != args.buffer_len]
     if args.warm_workers > 1 and not args.from_table:
-        warm_compile(sorted({(m, sd, L) for m, sd, _, L in cases}), args.warm_workers)
+        warm_compile(warm_group, [(m, DTYPES[sd], L, k) for m, sd, _, L in cases for k in swept_kernels(args.tune)],
+                     args.warm_workers)
 
     copy_gbps = copy_bandwidth_gbps()
     print(f"{gpu} ({arch}): copy bandwidth {copy_gbps:.0f} GB/s", flush=True)

@@ -426,3 +426,33 @@ def test_nonflush_chain_probe_forms_read_the_same_rows():
     rig.slot_idx.copy_(torch.tensor([2, 0, 1], dtype=rig.slot_idx.dtype))
     permuted = step("package")
     assert not torch.equal(step("alone_no_slot_idx")["out"], permuted["out"])
+
+
+@pytest.mark.parametrize("family", ["mamba2", "gdn"])
+def test_warm_compile_launches_every_swept_candidate(family):
+    """The warm compile's worker launches each candidate of the kernels it is given (a fold
+    config under the table's non-flush launch, which a wrong route name would make raise
+    and be skipped), and the kernels every ``--tune`` sweeps are the candidate lists."""
+    import torch
+
+    from trtllm_replayssm.benchmarking import gdn_ar, mamba2_ar
+    from trtllm_replayssm.benchmarking.warm_compile import launch_each_candidate, swept_kernels
+    from trtllm_replayssm.models import model
+
+    mod, name = (mamba2_ar, "tiny") if family == "mamba2" else (gdn_ar, "tiny-gdn")
+    assert swept_kernels(mod.TUNABLE) == sorted(mod.CANDIDATES)
+    assert swept_kernels(["replay"]) == ["fold", "output_only"] and swept_kernels(["nonflush"]) == ["output_only"]
+    if family == "mamba2":
+        rig, rows = mod.Mamba2Rig(mod.Mamba2Case(name, model(name).geom, 3, 2, torch.float32), 1), model(name).geom.headdim
+    else:
+        rig, rows = mod.GDNRig(mod.GDNCase(name, model(name).geom, 3, 2, torch.float32), 1), model(name).geom.head_v_dim
+    candidates = {k: mod.candidate_configs(k, rows)[:2] for k in mod.CANDIDATES}
+    assert launch_each_candidate(rig, candidates) == sum(map(len, candidates.values()))
+    assert launch_each_candidate(rig, {"no_such_route": candidates["standard"]}) == 0
+
+
+def test_warm_compile_maps_groups_over_spawned_workers(capsys):
+    from trtllm_replayssm.benchmarking.warm_compile import warm_compile
+
+    warm_compile(len, [(1, 2), (3,), (1, 2)], workers=2)  # the repeated group runs once
+    assert "warm compile: 3 launches in 2 groups" in capsys.readouterr().out

@@ -9,7 +9,7 @@ new state to a fresh tensor: the same read + write of the state.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -17,8 +17,10 @@ from .._runtime import default_device
 from ..cache import GDNGeometry, GDNReplayCache
 from ..ops.gdn import fused_recurrent_gated_delta_rule_replayssm, fused_sigmoid_gating_delta_rule_update
 from ..ops.launch import LaunchConfig
+from ..models import model
 from .rig import ROW_BLOCK_FOLDS, CycleRig, Launch, tune_table_kernels
 from .timing import layers_for_cold_l2
+from .warm_compile import launch_each_candidate
 
 ROUTES = ("output_only", "standard_step", "always_flush")
 # Launch configs tried per kernel; ``block_p`` is the block of value rows (<= V). The
@@ -157,3 +159,11 @@ def tune_gdn_case(rig: GDNRig, replays: int = 5, limit: Optional[int] = None,
     hv = rig.case.geom.head_v_dim
     return tune_table_kernels(rig, lambda k: candidate_configs(k, hv, limit), kernels,
                               LaunchConfig(8, 1, loop_blocks=16), replays)
+
+
+def warm_group(group: Tuple[str, torch.dtype, torch.dtype, int, str]) -> int:
+    """Compile ``kernel``'s candidates for ``(model, state dtype, ring dtype, L, kernel)``:
+    a worker of :func:`.warm_compile.warm_compile`, at batch 8 (as :func:`.mamba2_ar.warm_group`)."""
+    name, state_dtype, ring_dtype, L, kernel = group
+    case = GDNCase(name, model(name).geom, 8, L, state_dtype, ring_dtype=ring_dtype)
+    return launch_each_candidate(GDNRig(case, 1), {kernel: candidate_configs(kernel, case.geom.head_v_dim)})

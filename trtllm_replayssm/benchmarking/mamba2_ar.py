@@ -8,7 +8,7 @@ a model would. Results are per layer-step: cycle time / (L x layers).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -16,9 +16,11 @@ from .._runtime import default_device
 from ..ops.cursors import FLUSH_EVERY_STEP
 from ..cache import Mamba2Geometry, Mamba2ReplayCache
 from ..ops.mamba2 import selective_state_update, selective_state_update_replayssm
+from ..models import mamba2_model
 from ..ops.launch import LaunchConfig
 from .rig import ROW_BLOCK_FOLDS, CycleRig, Launch, tune_table_kernels
 from .timing import layers_for_cold_l2
+from .warm_compile import launch_each_candidate
 
 ROUTES = ("output_only", "state_and_output", "standard_step", "always_flush")
 KERNELS = ("standard",) + ROUTES
@@ -152,3 +154,12 @@ def tune_case(rig: Mamba2Rig, replays: int = 5, limit: Optional[int] = None,
     cycles (:func:`~.rig.tune_table_kernels`)."""
     hd = rig.case.geom.headdim
     return tune_table_kernels(rig, lambda k: candidate_configs(k, hd, limit), kernels, LaunchConfig(32, 1, 4), replays)
+
+
+def warm_group(group: Tuple[str, torch.dtype, int, str]) -> int:
+    """Compile ``kernel``'s candidates for ``(model, state dtype, L, kernel)``: a worker of
+    :func:`.warm_compile.warm_compile`, at batch 8 (a case whose integer arguments Triton
+    specialises otherwise, such as batch 1, still compiles in the tuning process)."""
+    name, state_dtype, L, kernel = group
+    case = Mamba2Case(name, mamba2_model(name).geom, 8, L, state_dtype)
+    return launch_each_candidate(Mamba2Rig(case, 1), {kernel: candidate_configs(kernel, case.geom.headdim)})

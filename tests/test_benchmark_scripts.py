@@ -209,6 +209,7 @@ def test_non_flush_launches_in_the_table_stay_under_96_registers(headdim):
         assert run.returncode == 0, run.stderr[-3000:]
         launches = re.findall(r"block_p=(\d+), num_warps=(\d+).*?(\d+) regs", run.stdout)
         assert len(launches) >= 2 and "spilled" not in run.stdout, run.stdout
+        assert len(launches) == run.stdout.count(" regs"), run.stdout  # every launch's count is bounded below
         for block_p, num_warps, regs in launches:
             tile_values = int(block_p) * dstate // (32 * int(num_warps))
             assert int(regs) <= max(96, tile_values + 32), run.stdout

@@ -32,11 +32,16 @@ def test_gdn_table_covers_benchmarked_work():
     at its exact work (head rows), its own or the other model's at the same work
     (Qwen3.5-122B at batch 2 takes -4B's batch-4 row); so a batch point never falls back
     to a neighbour's tile."""
+    from trtllm_replayssm.benchmarking.gdn_ar import GDNRig
+    from trtllm_replayssm.models import model
+
     table = json.loads(resources.files("trtllm_replayssm").joinpath("tuned/gdn_sm90.json").read_text())
+    value_heads = [model(name).geom.num_v_heads for name in ("qwen3.5-4b", "qwen3.5-122b")]
+    assert value_heads == [32, 64]
     for sd in (torch.float32, torch.bfloat16):
-        for kernel in ("standard", "output_only", "fold", "always_flush", "route"):
+        for kernel in GDNRig.TABLE_KERNELS + ("route",):
             head_rows = {r["head_rows"] for r in table[launch.table_key(kernel, sd, torch.bfloat16, 128, 128)]}
-            missing = [(b, heads) for heads in (32, 64) for b in BATCH_POINTS if b * heads not in head_rows]
+            missing = [(b, heads) for heads in value_heads for b in BATCH_POINTS if b * heads not in head_rows]
             assert not missing, (kernel, sd, missing)
 
 

@@ -36,13 +36,13 @@ from tabulate import tabulate
 from trtllm_replayssm.benchmarking.gdn_ar import (ROUTES, TUNABLE, GDNCase, fla_fused_recurrent, make_gdn_rig,
                                                   tune_gdn_case, warm_group)
 from trtllm_replayssm.benchmarking.records import REPO, git_commit, save_tuned_case
-from trtllm_replayssm.benchmarking.rig import (Launch, fastest_baseline, time_flush_and_nonflush_steps,
+from trtllm_replayssm.benchmarking.rig import (Launch, fastest_baseline, launches_on, time_flush_and_nonflush_steps,
                                                time_phases_side_by_side, worst_phase)
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.benchmarking.warm_compile import swept_kernels, warm_compile
 from trtllm_replayssm.models import model
 from trtllm_replayssm.ops import launch as launch_table
-from trtllm_replayssm.ops.launch import BATCH_POINTS, config_kernel
+from trtllm_replayssm.ops.launch import BATCH_POINTS
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -104,10 +104,7 @@ def main() -> None:
                 t0 = time.time()
                 tuned = {} if args.from_table else tune_gdn_case(rig, limit=args.max_candidates, kernels=args.tune)
                 best = {**rig.table_configs(arch), **tuned}
-                launches = {"standard": Launch("standard", best["standard"]["config"]),
-                            "output_only": Launch("output_only", best["output_only"]["config"], best["fold"]["config"]),
-                            "standard_step": Launch("standard_step", best[config_kernel("standard_step")]["config"]),
-                            "always_flush": Launch("always_flush", best["always_flush"]["config"])}
+                launches = launches_on(best, ("standard",) + ROUTES)
                 if rig.fla is not None and torch.cuda.is_available():
                     launches["fla"] = Launch("fla")
                 by_phase = time_phases_side_by_side(rig, launches, args.replays, args.rounds)

@@ -36,14 +36,14 @@ import torch
 from tabulate import tabulate
 
 from trtllm_replayssm.benchmarking.mamba2_ar import ROUTES, TUNABLE, Launch, Mamba2Case, make_rig, tune_case, warm_group
-from trtllm_replayssm.benchmarking.rig import (fastest_baseline, time_flush_and_nonflush_steps,
+from trtllm_replayssm.benchmarking.rig import (fastest_baseline, launches_on, time_flush_and_nonflush_steps,
                                                time_phases_side_by_side, worst_phase)
 from trtllm_replayssm.benchmarking.records import REPO, git_commit, save_tuned_case
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.benchmarking.warm_compile import swept_kernels, warm_compile
 from trtllm_replayssm.models import mamba2_model
 from trtllm_replayssm.ops import launch as launch_table
-from trtllm_replayssm.ops.launch import BATCH_POINTS, config_kernel
+from trtllm_replayssm.ops.launch import BATCH_POINTS
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -105,11 +105,7 @@ def main() -> None:
         t0 = time.time()
         tuned = {} if args.from_table else tune_case(rig, limit=args.max_candidates, kernels=args.tune)
         best = {**rig.table_configs(arch), **tuned}
-        launches = {"standard": Launch("standard", best["standard"]["config"]),
-                    "output_only": Launch("output_only", best["output_only"]["config"], best["fold"]["config"]),
-                    "state_and_output": Launch("state_and_output", best["state_and_output"]["config"]),
-                    "standard_step": Launch("standard_step", best[config_kernel("standard_step")]["config"]),
-                    "always_flush": Launch("always_flush", best["always_flush"]["config"])}
+        launches = launches_on(best, ("standard",) + ROUTES)
         by_phase = time_phases_side_by_side(rig, launches, args.replays, args.rounds)
         cycle_us, staggered_us = by_phase["aligned"], by_phase["staggered"]
         baseline = fastest_baseline(cycle_us)

@@ -27,8 +27,7 @@ from trtllm_replayssm.benchmarking.gdn_ar import GDNRig, tune_gdn_case
 from trtllm_replayssm.benchmarking.mamba2_ar import tune_case
 from trtllm_replayssm.benchmarking.probes import add_case_args, case_rigs
 from trtllm_replayssm.benchmarking.records import ProbeLog
-from trtllm_replayssm.benchmarking.rig import Launch, fastest_baseline, time_phases_side_by_side
-from trtllm_replayssm.ops.launch import config_kernel
+from trtllm_replayssm.benchmarking.rig import Launch, fastest_baseline, launches_on, time_phases_side_by_side
 
 MODELS = ["nemotron-3-super", "nemotron-3-nano-4b", "qwen3.5-4b", "qwen3.5-122b"]
 
@@ -37,9 +36,7 @@ def baseline_launches(rig) -> dict:
     """The baselines of ``bench_*_ar.py``, tuned at this case's batch size."""
     tune = tune_gdn_case if isinstance(rig, GDNRig) else tune_case
     best = tune(rig, kernels=("standard", "always_flush"))
-    launches = {"standard": Launch("standard", best["standard"]["config"]),
-                "standard_step": Launch("standard_step", best[config_kernel("standard_step")]["config"]),
-                "always_flush": Launch("always_flush", best["always_flush"]["config"])}
+    launches = launches_on(best, ("standard", "standard_step", "always_flush"))
     if getattr(rig, "fla", None) is not None:
         launches["fla"] = Launch("fla")
     return launches

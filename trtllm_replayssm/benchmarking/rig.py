@@ -14,7 +14,7 @@ import torch
 
 from .._runtime import device_arch
 from ..ops.cursors import FLUSH_EVERY_STEP
-from ..ops.launch import LaunchConfig, select_config, select_route
+from ..ops.launch import LaunchConfig, config_kernel, select_config, select_route
 from .timing import capture, time_graph_ms
 
 
@@ -231,6 +231,16 @@ def tune_table_kernels(rig: CycleRig, candidates: Callable[[str], List[LaunchCon
         best["output_only"] = best_config(lambda c: rig.time_worst_phase_us(Launch("output_only", c, fold), replays),
                                           candidates("output_only"))
     return best
+
+
+def launches_on(best: Dict[str, Dict], kernels: Sequence[str]) -> Dict[str, Launch]:
+    """``kernels`` (the standard kernel or replay routes) as launches on the configs of
+    ``best`` (a tuner's or the table's ``{kernel: {"config": ...}}``): ``output_only``
+    with its fold, ``standard_step`` on the standard kernel's config (``config_kernel``)."""
+    def launch(kernel: str) -> Launch:
+        fold = best["fold"]["config"] if kernel == "output_only" else None
+        return Launch(kernel, best[config_kernel(kernel)]["config"], fold)
+    return {k: launch(k) for k in kernels}
 
 
 def best_config(time_fn: Callable[[LaunchConfig], float], configs: Iterable[LaunchConfig]) -> Dict:

@@ -112,11 +112,12 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
                 plan.pop("num_warps")
                 fn, c = m2_replay_fold._replay_fold_kernel, dict(common, HAS_FORCE_FLUSH=False, ROW_BLOCK=cfg.row_block,
                                                                  ROW_PROGS=cfg.row_progs, **plan)
-            else:
+            else:  # the non-flush launch may run a program over a run of row blocks (as the wrapper clamps it)
+                chunks = clamp_loop_blocks(cfg, headdim).loop_blocks if kernel == "output_only" else 1
                 fn, c = m2_replay._replay_step_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, MODE=modes[kernel], BLOCK_P=cfg.block_p, BLOCK_N=dstate,
-                    BLOCK_L=L, FOLD_CHUNK=cfg.fold_chunk, EVEN_ROWS=headdim % cfg.block_p == 0, EVEN_COLS=True,
-                    EARLY_STATE=bool(cfg.early_state))
+                    BLOCK_L=L, FOLD_CHUNK=cfg.fold_chunk, EVEN_ROWS=headdim % (cfg.block_p * chunks) == 0,
+                    EVEN_COLS=True, EARLY_STATE=bool(cfg.early_state), CHUNKS=chunks)
             yield ["mamba2", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype)]
 
 

@@ -1,10 +1,12 @@
 """Cursor ops on device, and how the decode step treats out-of-range slots and cursors."""
 
+import pytest
 import torch
 
 import trtllm_replayssm as rs
 from mamba2_harness import DEVICE
 from trtllm_replayssm.cache import Mamba2Geometry, Mamba2ReplayCache
+from trtllm_replayssm.ops.launch import LaunchConfig
 
 I32 = dict(dtype=torch.int32, device=DEVICE)
 
@@ -35,7 +37,12 @@ def test_reset_zeroes_only_given_slots():
     assert wp.tolist() == [3, 0, 1, 0]
 
 
-def _one_step(write_pos_value=None, slot_value=None):
+# The non-flush launch's own config, and one whose programs run blocks of rows one after
+# another (the second run partly past headdim 8): the NaN rows must cover every block.
+CONFIGS = [None, LaunchConfig(2, 1, 0, loop_blocks=3)]
+
+
+def _one_step(write_pos_value=None, slot_value=None, config=None):
     geom = Mamba2Geometry(nheads=2, headdim=8, dstate=16, ngroups=1)
     cache = Mamba2ReplayCache(geom, 1, 3, 4, torch.float32, torch.float32, DEVICE)
     cache.ssm_state.normal_()
@@ -47,19 +54,21 @@ def _one_step(write_pos_value=None, slot_value=None):
     out = rs.selective_state_update_replayssm(
         cache.ssm_state[0], torch.randn(2, 2, 8, device=DEVICE), torch.randn(2, 2, device=DEVICE),
         -torch.rand(2, device=DEVICE), torch.randn(2, 1, 16, device=DEVICE), torch.randn(2, 1, 16, device=DEVICE),
-        state_batch_indices=idx, route="output_only", **cache.ring_kwargs(0))
+        state_batch_indices=idx, route="output_only", config=config, **cache.ring_kwargs(0))
     return cache, before, out
 
 
-def test_out_of_range_cursor_gives_nan_and_changes_nothing():
-    cache, before, out = _one_step(write_pos_value=7)
+@pytest.mark.parametrize("config", CONFIGS, ids=["table", "row_block_runs"])
+def test_out_of_range_cursor_gives_nan_and_changes_nothing(config):
+    cache, before, out = _one_step(write_pos_value=7, config=config)
     assert torch.isnan(out[1]).all() and not torch.isnan(out[0]).any()
     assert torch.equal(cache.ssm_state[0, 1], before["ssm_state"][0, 1])
     assert torch.equal(cache.x_cache[0, 1], before["x_cache"][0, 1])
     assert torch.equal(cache.write_pos, before["write_pos"])
 
 
-def test_out_of_range_slot_gives_nan_and_changes_nothing():
-    cache, before, out = _one_step(slot_value=3)  # the pool has slots 0..2
+@pytest.mark.parametrize("config", CONFIGS, ids=["table", "row_block_runs"])
+def test_out_of_range_slot_gives_nan_and_changes_nothing(config):
+    cache, before, out = _one_step(slot_value=3, config=config)  # the pool has slots 0..2
     assert torch.isnan(out[1]).all()
     assert torch.equal(cache.ssm_state[:, 1:], before["ssm_state"][:, 1:])

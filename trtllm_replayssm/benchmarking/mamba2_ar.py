@@ -43,7 +43,16 @@ CANDIDATES = {
     # fold_chunk: ring entries loaded together (0: the ring as whole tiles)
     "output_only": [_C(16, 1), _C(16, 1, 4), _C(32, 1), _C(32, 1, 4), _C(32, 2), _C(32, 4), _C(32, 4, 4),
                     _C(64, 2, 4), _C(64, 4), _C(64, 4, 4), _C(16, 1, 0), _C(32, 1, 0), _C(32, 2, 0), _C(32, 4, 0),
-                    _C(64, 4, 0), _C(64, 2, 0)],
+                    _C(64, 4, 0), _C(64, 2, 0),
+                    # a warp over a head's 64 rows (Super): half the programs of 32 rows, and each
+                    # program's fixed cost (slot, cursor, ring) paid once for twice the state; 70-72
+                    # registers with a bf16 state, which the tuner takes at batch >= 32
+                    _C(64, 1), _C(64, 1, 4), _C(64, 1, 8),
+                    # a program over a run of row blocks of its head (the ring's weights formed
+                    # once a run; Nano-4B's headdim 80 in 5 blocks of 16: a head a program), which
+                    # the tuner takes for Nano-4B's bf16 state at batch >= 32 and fp32 at 32
+                    _C(16, 1, 0, loop_blocks=5), _C(16, 2, 0, loop_blocks=5), _C(32, 1, 0, loop_blocks=2),
+                    _C(32, 2, 0, loop_blocks=2), _C(32, 1, 0, loop_blocks=3)],
     # The fold launch (a kernel of its own, one tf32x3 matmul over the ring; tiles of at
     # least 16 rows) also runs, and returns at once, on every non-flush step, so fewer,
     # larger programs can win over the fastest flush step: heads_per_prog is the heads one

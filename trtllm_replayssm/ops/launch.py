@@ -35,9 +35,10 @@ class LaunchConfig:
     (``heads_per_prog``), whether a
     speculative verify folds its flush rows in a launch of their own (``split_fold``), so
     the verify launch is compiled without the fold, and how many blocks of ``block_p``
-    rows one program runs one after another (``loop_blocks``; the GDN replay step and the
-    Mamba2 fold: the work of a head that does not depend on the rows is then done once
-    for all of them), and how many batch rows one program of a fold launch
+    rows one program runs one after another (``loop_blocks``; the GDN replay step, the
+    Mamba2 fold and the Mamba2 output_only step's non-flush launch, which then walks the
+    ring as whole tiles: the work of a head that does not depend on the rows is then done
+    once for all of them), and how many batch rows one program of a fold launch
     looks through with one vector load of their cursors (``row_block``), or whether
     ``row_progs`` programs share the flushing rows of the whole batch instead (scanning
     its cursors ``row_block`` rows at a time), and whether the

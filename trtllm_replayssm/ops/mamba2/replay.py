@@ -35,6 +35,7 @@ Routes (``MODE`` is a compile-time switch of the step kernel):
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 import torch
@@ -43,11 +44,11 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
-from ..common import even_rows_and_cols, let_dependents_launch, load_slot, store_nan_output, tile_masks
+from ..common import dim_mask, even_rows_and_cols, let_dependents_launch, load_slot, store_nan_output, tile_masks
 from ._common import load_dt, load_output_terms, ring_args, store_output
 from ..cursors import FLUSH_EVERY_STEP
-from ..launch import (LaunchConfig, config_kernel, fold_programmatic_launch, fold_side_stream, grid, launch_kernel,
-                      pdl_options, select_config, select_route)
+from ..launch import (LaunchConfig, clamp_loop_blocks, config_kernel, fold_programmatic_launch, fold_side_stream, grid,
+                      launch_kernel, pdl_options, select_config, select_route)
 from ..streams import launch_fold_beside
 from .replay_fold import launch_fold
 from .standard import launch_standard_step
@@ -105,6 +106,76 @@ def _step_loads(state_ptr, slot, pid_b, pid_h, heads_per_group, mask_p, mask_n, 
     return g, state_ptrs, mask_pn, S0, C, x, xf, dt, A, B, Bf, D, z
 
 
+@triton.jit
+def _store_nan_rows(out_ptr, offs_p, mask_p, headdim, pid_b, pid_h, stride_out_b, stride_out_h, EVEN_ROWS: tl.constexpr,
+                    BLOCK_P: tl.constexpr, CHUNKS: tl.constexpr):
+    """NaN outputs over a program's rows: its block ``offs_p``, or the run of CHUNKS blocks
+    from it."""
+    if CHUNKS == 1:
+        store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
+    else:
+        for c in tl.static_range(CHUNKS):
+            store_nan_output(out_ptr, offs_p + c * BLOCK_P, dim_mask(offs_p + c * BLOCK_P, headdim, EVEN_ROWS), pid_b,
+                             pid_h, stride_out_b, stride_out_h)
+
+
+@triton.jit
+def _nonflush_row_blocks(state_ptr, slot, pid_p, pid_h, pid_b, w, heads_per_group, headdim, dstate, x_ptr, dt_ptr, A_ptr,
+                         B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr, dtc_base_slot, xc_base_slot, Bc_base_slot,
+                         stride_dtc_h, stride_xc_h, stride_xc_l, stride_Bc_g, stride_Bc_l, x_cache_ptr, B_cache_ptr,
+                         stride_state_slot, stride_state_h, stride_state_p, stride_x_b, stride_x_h, stride_dt_b,
+                         stride_dt_h, stride_A_h, stride_B_b, stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p,
+                         stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
+                         HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
+                         BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr, CHUNKS: tl.constexpr,
+                         EVEN_ROWS: tl.constexpr, EVEN_COLS: tl.constexpr):
+    """The non-flush step of one row over CHUNKS blocks of BLOCK_P rows of head ``pid_h``,
+    one block after another: the ring's weights ``v_j = coef_j (B_j . C)`` (and this
+    token's, ``dt (B . C)``) are formed once for all of them, so a program's fixed cost
+    (the slot, the cursor, the ring's B tile and dt) is paid once a run of blocks, not once
+    a block. ``y = exp(A T) S_0 C + sum_j v_j x_j + dt (B . C) x`` per block; the block's x
+    is appended at ``w``."""
+    g = pid_h // heads_per_group
+    offs_n = tl.arange(0, BLOCK_N)
+    mask_n = dim_mask(offs_n, dstate, EVEN_COLS)
+    C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h, HAS_DT_BIAS, DT_SOFTPLUS)
+    A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
+    B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n, other=0.0)
+    dtc_base = dtc_base_slot + pid_h * stride_dtc_h
+    xc_base = xc_base_slot + pid_h * stride_xc_h
+    Bc_base = Bc_base_slot + g * stride_Bc_g
+    offs_l = tl.arange(0, BLOCK_L)
+    in_ring = offs_l < w
+    dt_ring = tl.load(dtc_base + offs_l, mask=in_ring, other=0.0)
+    total = tl.sum(dt_ring, axis=0) + dt  # T: dt summed over the cached steps and this one
+    decay0 = tl.exp(tl.minimum(A * total, 0.0))
+    coef = dt_ring * tl.exp(tl.minimum(A * (total - tl.cumsum(dt_ring, axis=0)), 0.0))
+    Bm = tl.load(Bc_base + offs_l[:, None] * stride_Bc_l + offs_n[None, :],
+                 mask=in_ring[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
+    v = coef * tl.sum(Bm * C[None, :], axis=1)  # [BLOCK_L]
+    v_now = dt * tl.sum(B.to(tl.float32) * C, axis=0)
+    head = state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+    for c in range(0, CHUNKS):
+        offs_p = (pid_p * CHUNKS + c) * BLOCK_P + tl.arange(0, BLOCK_P)
+        mask_p = dim_mask(offs_p, headdim, EVEN_ROWS)
+        S0 = tl.load(head + offs_p[:, None] * stride_state_p + offs_n[None, :],
+                     mask=mask_p[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0)
+        X = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
+                    mask=mask_p[:, None] & in_ring[None, :], other=0.0).to(tl.float32)
+        D, z = load_output_terms(offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, stride_D_h, stride_D_p, stride_z_b,
+                                 stride_z_h, HAS_D, HAS_Z)
+        xf = x.to(tl.float32)
+        y = decay0 * tl.sum(S0 * C[None, :], axis=1) + v_now * xf + tl.sum(X * v[None, :], axis=1)
+        tl.store(xc_base + w * stride_xc_l + offs_p, x.to(x_cache_ptr.dtype.element_ty), mask=mask_p)
+        store_output(y, xf, D, z, offs_p, mask_p, pid_b, pid_h, out_ptr, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+    if pid_p == 0:
+        tl.store(dtc_base + w, dt)
+        if pid_h % heads_per_group == 0:  # one head per group appends the shared B
+            tl.store(Bc_base + w * stride_Bc_l + offs_n, B.to(B_cache_ptr.dtype.element_ty), mask=mask_n)
+
+
 # Batch-dependent sizes are not specialised on, so one compile serves every batch.
 @triton.jit(do_not_specialize=["num_slots"])
 def _replay_step_kernel(
@@ -123,13 +194,13 @@ def _replay_step_kernel(
     HAS_FORCE_FLUSH: tl.constexpr, MODE: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr, FOLD_CHUNK: tl.constexpr,
     EVEN_ROWS: tl.constexpr, EVEN_COLS: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr = False,
-    EARLY_STATE: tl.constexpr = False,
+    EARLY_STATE: tl.constexpr = False, CHUNKS: tl.constexpr = 1,
 ):
     let_dependents_launch(LAUNCH_DEPENDENTS)  # the fold's programmatic launch
     pid_p = tl.program_id(0)
     pid_h = tl.program_id(1)
     pid_b = tl.program_id(2)
-    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    offs_p = pid_p * (BLOCK_P * CHUNKS) + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
     mask_p, mask_n = tile_masks(offs_p, offs_n, headdim, dstate, EVEN_ROWS, EVEN_COLS)
 
@@ -138,7 +209,8 @@ def _replay_step_kernel(
     if is_pad:
         return
     if is_bad:
-        store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
+        _store_nan_rows(out_ptr, offs_p, mask_p, headdim, pid_b, pid_h, stride_out_b, stride_out_h, EVEN_ROWS, BLOCK_P,
+                        CHUNKS)
         return
     if EARLY_STATE:
         # The launch config's choice (``early_state``): the checkpoint's load waits on the
@@ -152,7 +224,8 @@ def _replay_step_kernel(
             stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_dtb_h, HAS_D, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS)
     w = tl.load(write_pos_ptr + slot)
     if (w < 0) | (w >= buffer_len):
-        store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
+        _store_nan_rows(out_ptr, offs_p, mask_p, headdim, pid_b, pid_h, stride_out_b, stride_out_h, EVEN_ROWS, BLOCK_P,
+                        CHUNKS)
         return
     is_flush = w == buffer_len - 1
     if HAS_FORCE_FLUSH:
@@ -163,69 +236,80 @@ def _replay_step_kernel(
         if is_flush:
             return
 
-    if not EARLY_STATE:
-        g, state_ptrs, mask_pn, S0, C, x, xf, dt, A, B, Bf, D, z = _step_loads(
-            state_ptr, slot, pid_b, pid_h, heads_per_group, mask_p, mask_n, offs_p, offs_n, x_ptr, dt_ptr, A_ptr,
-            B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, stride_state_slot, stride_state_h, stride_state_p, stride_x_b,
-            stride_x_h, stride_dt_b, stride_dt_h, stride_A_h, stride_B_b, stride_B_g, stride_C_b, stride_C_g,
-            stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_dtb_h, HAS_D, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS)
-    dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
-    xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
-    Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
-    offs_l = tl.arange(0, BLOCK_L)
-    dt_hist = tl.load(dtc_base + offs_l, mask=offs_l < w, other=0.0)
-    total = tl.sum(dt_hist, axis=0) + dt  # T: dt summed over the cached steps and this one
-    decay0 = tl.exp(tl.minimum(A * total, 0.0))
-    seen = dt * 0.0
+    if CHUNKS > 1:  # the non-flush launch over runs of row blocks (launch config ``loop_blocks``)
+        _nonflush_row_blocks(state_ptr, slot, pid_p, pid_h, pid_b, w, heads_per_group, headdim, dstate, x_ptr, dt_ptr,
+                             A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr,
+                             dt_cache_ptr + slot * stride_dtc_slot, x_cache_ptr + slot * stride_xc_slot,
+                             B_cache_ptr + slot * stride_Bc_slot, stride_dtc_h, stride_xc_h, stride_xc_l, stride_Bc_g,
+                             stride_Bc_l, x_cache_ptr, B_cache_ptr, stride_state_slot, stride_state_h, stride_state_p,
+                             stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h, stride_B_b, stride_B_g,
+                             stride_C_b, stride_C_g, stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_dtb_h,
+                             stride_out_b, stride_out_h, HAS_D, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS, BLOCK_P, BLOCK_N,
+                             BLOCK_L, CHUNKS, EVEN_ROWS, EVEN_COLS)
+    else:
+        if not EARLY_STATE:
+            g, state_ptrs, mask_pn, S0, C, x, xf, dt, A, B, Bf, D, z = _step_loads(
+                state_ptr, slot, pid_b, pid_h, heads_per_group, mask_p, mask_n, offs_p, offs_n, x_ptr, dt_ptr, A_ptr,
+                B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, stride_state_slot, stride_state_h, stride_state_p, stride_x_b,
+                stride_x_h, stride_dt_b, stride_dt_h, stride_A_h, stride_B_b, stride_B_g, stride_C_b, stride_C_g,
+                stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_dtb_h, HAS_D, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS)
+        dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
+        xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
+        Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
+        offs_l = tl.arange(0, BLOCK_L)
+        dt_hist = tl.load(dtc_base + offs_l, mask=offs_l < w, other=0.0)
+        total = tl.sum(dt_hist, axis=0) + dt  # T: dt summed over the cached steps and this one
+        decay0 = tl.exp(tl.minimum(A * total, 0.0))
+        seen = dt * 0.0
 
-    # The ring is walked in chunks of FOLD_CHUNK entries: a chunk's loads are independent
-    # and issue together, and a chunk past w is skipped by a uniform branch. (The trip
-    # count is a constant: the interpreter cannot loop to a loaded bound.) Everything
-    # stays in the blocked layout of the checkpoint.
-    if MODE == NONFLUSH:
-        # y = exp(A T) S_0 C + sum_j coef_j (B_j . C) x_j + dt (B . C) x, never forming S.
-        y = decay0 * tl.sum(S0 * C[None, :], axis=1) + (dt * tl.sum(Bf * C, axis=0)) * xf
-        if FOLD_CHUNK == 0:
-            # The whole ring as tiles ([L, N] of B, [P, L] of x, masked past w): every
-            # entry's loads and its B_j . C issue together, with no chain over j.
-            in_ring = offs_l < w
-            dt_ring = tl.load(dtc_base + offs_l, mask=in_ring, other=0.0)
-            coef = dt_ring * tl.exp(tl.minimum(A * (total - tl.cumsum(dt_ring, axis=0)), 0.0))
-            Bm = tl.load(Bc_base + offs_l[:, None] * stride_Bc_l + offs_n[None, :],
-                         mask=in_ring[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
-            X = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
-                        mask=mask_p[:, None] & in_ring[None, :], other=0.0).to(tl.float32)
-            y += tl.sum(X * (coef * tl.sum(Bm * C[None, :], axis=1))[None, :], axis=1)
+        # The ring is walked in chunks of FOLD_CHUNK entries: a chunk's loads are independent
+        # and issue together, and a chunk past w is skipped by a uniform branch. (The trip
+        # count is a constant: the interpreter cannot loop to a loaded bound.) Everything
+        # stays in the blocked layout of the checkpoint.
+        if MODE == NONFLUSH:
+            # y = exp(A T) S_0 C + sum_j coef_j (B_j . C) x_j + dt (B . C) x, never forming S.
+            y = decay0 * tl.sum(S0 * C[None, :], axis=1) + (dt * tl.sum(Bf * C, axis=0)) * xf
+            if FOLD_CHUNK == 0:
+                # The whole ring as tiles ([L, N] of B, [P, L] of x, masked past w): every
+                # entry's loads and its B_j . C issue together, with no chain over j.
+                in_ring = offs_l < w
+                dt_ring = tl.load(dtc_base + offs_l, mask=in_ring, other=0.0)
+                coef = dt_ring * tl.exp(tl.minimum(A * (total - tl.cumsum(dt_ring, axis=0)), 0.0))
+                Bm = tl.load(Bc_base + offs_l[:, None] * stride_Bc_l + offs_n[None, :],
+                             mask=in_ring[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
+                X = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
+                            mask=mask_p[:, None] & in_ring[None, :], other=0.0).to(tl.float32)
+                y += tl.sum(X * (coef * tl.sum(Bm * C[None, :], axis=1))[None, :], axis=1)
+            else:
+                for c in range(0, BLOCK_L // FOLD_CHUNK):
+                    if c * FOLD_CHUNK < w:
+                        for i in tl.static_range(FOLD_CHUNK):
+                            seen, coef_j, x_j, B_j = _ring_entry(c * FOLD_CHUNK + i, w, seen, total, A, dtc_base,
+                                                                 xc_base, Bc_base, stride_xc_l, stride_Bc_l, offs_p,
+                                                                 offs_n, mask_p, mask_n)
+                            y += (coef_j * tl.sum(B_j * C, axis=0)) * x_j
         else:
+            # S = exp(A T) S_0 + sum_j coef_j x_j B_j^T + dt x B^T, as w rank-1 updates (fp32 FMAs).
+            S = S0 * decay0 + (dt * xf)[:, None] * Bf[None, :]
             for c in range(0, BLOCK_L // FOLD_CHUNK):
                 if c * FOLD_CHUNK < w:
                     for i in tl.static_range(FOLD_CHUNK):
-                        seen, coef_j, x_j, B_j = _ring_entry(c * FOLD_CHUNK + i, w, seen, total, A, dtc_base,
-                                                             xc_base, Bc_base, stride_xc_l, stride_Bc_l, offs_p,
-                                                             offs_n, mask_p, mask_n)
-                        y += (coef_j * tl.sum(B_j * C, axis=0)) * x_j
-    else:
-        # S = exp(A T) S_0 + sum_j coef_j x_j B_j^T + dt x B^T, as w rank-1 updates (fp32 FMAs).
-        S = S0 * decay0 + (dt * xf)[:, None] * Bf[None, :]
-        for c in range(0, BLOCK_L // FOLD_CHUNK):
-            if c * FOLD_CHUNK < w:
-                for i in tl.static_range(FOLD_CHUNK):
-                    seen, coef_j, x_j, B_j = _ring_entry(c * FOLD_CHUNK + i, w, seen, total, A, dtc_base, xc_base,
-                                                         Bc_base, stride_xc_l, stride_Bc_l, offs_p, offs_n,
-                                                         mask_p, mask_n)
-                    S += (coef_j * x_j)[:, None] * B_j[None, :]
-        y = tl.sum(S * C[None, :], axis=1)
-        if is_flush:
-            tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
+                        seen, coef_j, x_j, B_j = _ring_entry(c * FOLD_CHUNK + i, w, seen, total, A, dtc_base, xc_base,
+                                                             Bc_base, stride_xc_l, stride_Bc_l, offs_p, offs_n,
+                                                             mask_p, mask_n)
+                        S += (coef_j * x_j)[:, None] * B_j[None, :]
+            y = tl.sum(S * C[None, :], axis=1)
+            if is_flush:
+                tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
 
-    if not is_flush:
-        tl.store(xc_base + w * stride_xc_l + offs_p, x.to(x_cache_ptr.dtype.element_ty), mask=mask_p)
-        if pid_p == 0:
-            tl.store(dtc_base + w, dt)
-            if pid_h % heads_per_group == 0:  # one head per group appends the shared B
-                tl.store(Bc_base + w * stride_Bc_l + offs_n, B.to(B_cache_ptr.dtype.element_ty), mask=mask_n)
+        if not is_flush:
+            tl.store(xc_base + w * stride_xc_l + offs_p, x.to(x_cache_ptr.dtype.element_ty), mask=mask_p)
+            if pid_p == 0:
+                tl.store(dtc_base + w, dt)
+                if pid_h % heads_per_group == 0:  # one head per group appends the shared B
+                    tl.store(Bc_base + w * stride_Bc_l + offs_n, B.to(B_cache_ptr.dtype.element_ty), mask=mask_n)
 
-    store_output(y, xf, D, z, offs_p, mask_p, pid_b, pid_h, out_ptr, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+        store_output(y, xf, D, z, offs_p, mask_p, pid_b, pid_h, out_ptr, stride_out_b, stride_out_h, HAS_D, HAS_Z)
 
 
 def check_ring(step: Mamba2Step, state: torch.Tensor, x_cache: torch.Tensor, dt_cache: torch.Tensor,
@@ -332,13 +416,19 @@ def selective_state_update_replayssm(
     pdl = route == "output_only" and fold_programmatic_launch(x.device, head_rows, "mamba2")
     mode = NONFLUSH.value if route == "output_only" else REBUILD.value
 
+    # The non-flush launch may run several row blocks a program (loop_blocks); the rebuild
+    # launch runs one.
+    step_cfg = clamp_loop_blocks(step_cfg, step.headdim) if mode == NONFLUSH.value else replace(step_cfg, loop_blocks=1)
+    chunks = step_cfg.loop_blocks
+
     def launch_step():
         launch_kernel(_replay_step_kernel, grid(step.batch, step.nheads, step.headdim, step_cfg), **args,
                       MODE=mode, BLOCK_P=step_cfg.block_p, BLOCK_N=block_n, BLOCK_L=block_l,
                       # 0: the non-flush launch walks the ring as whole tiles (no chunks)
                       FOLD_CHUNK=(min(step_cfg.fold_chunk, block_l) if mode == NONFLUSH.value
                                   else max(1, min(step_cfg.fold_chunk, block_l))),
-                      **even_rows_and_cols(step.headdim, step_cfg.block_p, step.dstate, block_n),
+                      **even_rows_and_cols(step.headdim, step_cfg.block_p * chunks, step.dstate, block_n),
+                      **({"CHUNKS": chunks} if chunks > 1 else {}),
                       EARLY_STATE=bool(step_cfg.early_state), num_warps=step_cfg.num_warps,
                       **pdl_options(pdl, primary=True))
 

@@ -12,10 +12,12 @@ in both phases (``replayssm.md`` section 6). Nothing is written to the table.
 
     python benchmarks/probe_dispatch_between.py   # -> benchmarks/results/dispatch_between.json
 
-The committed file holds three runs (its ``table`` field): ``--batches 4 16 64 192`` on
+The committed file holds four runs (its ``table`` field): ``--batches 4 16 64 192`` on
 00d7c63's table, whose points were 1, 8, 32, 128, 256 and 512; ``--batches 4`` on the
-table with the batch-4 rows that run led to; and ``--models nemotron-3-super
-nemotron-3-nano-4b --batches 2 6 16`` after the always_flush drain change (db2240d).
+table with the batch-4 rows that run led to; ``--models nemotron-3-super
+nemotron-3-nano-4b --batches 2 6 16`` after the always_flush drain change (db2240d); and
+``--models nemotron-3-super --state-dtypes bf16 --batches 6 16`` with ``--models
+qwen3.5-122b --state-dtypes bf16 --batches 2`` on ef969b3's table.
 """
 
 from __future__ import annotations

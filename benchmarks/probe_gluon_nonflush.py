@@ -47,6 +47,9 @@ from trtllm_replayssm.benchmarking.rigs import make_model_rig
 from trtllm_replayssm.ops.launch import launcher_in_front
 from trtllm_replayssm.ops.mamba2 import replay
 
+sys.path.insert(0, str(REPO / "benchmarks"))
+from probe_gluon_folds import GluonFold  # noqa: E402
+
 
 @gluon.jit
 def _add(a, b):
@@ -180,9 +183,10 @@ def _gluon_nonflush_kernel(
     gl.store(out_row + offs_p, y.to(out_ptr.dtype.element_ty), mask=mask_p)
 
 
-class GluonNonflush:
+class GluonNonflush(GluonFold):
     """A launcher that runs the Gluon non-flush kernel in place of the package's Mamba2
-    non-flush launch (bf16 state and activations; other launches pass on)."""
+    non-flush launch (bf16 state and activations; other launches pass on). The fold
+    probe's launcher, on another launch."""
 
     def __init__(self, rows=32, num_warps=1):
         self.rows, self.num_warps = rows, num_warps
@@ -192,17 +196,11 @@ class GluonNonflush:
         return f"gluon non-flush ({self.rows}, {self.num_warps})"
 
     def takes(self, kernel, kwargs) -> bool:
+        # K >= 32: 8 operand values a thread along K (the committed check ran dstate 16 too,
+        # and it was wrong there).
         return (kernel is replay._replay_step_kernel and kwargs["MODE"] == replay.NONFLUSH.value
                 and kwargs["state_ptr"].dtype == torch.bfloat16 and kwargs["C_ptr"].dtype == torch.bfloat16
-                and kwargs["BLOCK_N"] == kwargs["dstate"] >= 16)
-
-    def __call__(self, kernel, grid, kwargs) -> bool:
-        if not self.takes(kernel, kwargs):
-            return False
-        fn, programs, args = self.launch(kwargs)
-        fn[programs](**args)
-        self.launches += 1
-        return True
+                and kwargs["BLOCK_N"] == kwargs["dstate"] >= 32)
 
     def launch(self, kwargs: dict) -> tuple:
         P, H, B = kwargs["headdim"], kwargs["nheads"], kwargs["x_ptr"].shape[0]

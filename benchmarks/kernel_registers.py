@@ -35,6 +35,7 @@ from trtllm_replayssm.aot.build import source_type  # noqa: E402
 from trtllm_replayssm.benchmarking import gdn_ar, mamba2_ar  # noqa: E402
 from trtllm_replayssm.benchmarking.spec import GDN_SPEC_CANDIDATES, MAMBA2_SPEC_CANDIDATES  # noqa: E402
 from trtllm_replayssm.ops import launch  # noqa: E402
+from trtllm_replayssm.ops.common import fold_precision  # noqa: E402
 from trtllm_replayssm.ops.launch import clamp_loop_blocks, maxnreg_option  # noqa: E402
 from trtllm_replayssm.ops.gdn import replay as gdn_replay, spec as gdn_spec, standard as gdn_standard  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import replay as m2_replay, replay_fold as m2_replay_fold  # noqa: E402
@@ -45,6 +46,7 @@ ACT_PTRS = {"x_ptr", "dt_ptr", "B_ptr", "C_ptr", "z_ptr", "out_ptr", "x_cache_pt
             "q_ptr", "k_ptr", "v_ptr", "a_ptr", "b_ptr", "x_ring_ptr", "B_ring_ptr"}
 FLOAT_SCALARS = {"scale", "softplus_beta", "softplus_threshold"}
 DIV16_SIZES = {"headdim", "dstate", "head_k_dim", "head_v_dim", "buffer_len"}
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 NOT_ALIGNED = {"stride_A_h", "stride_dtb_h", "stride_D_h", "stride_D_p", "stride_dt_h", "stride_a_h", "stride_b_h"}
 
 
@@ -85,7 +87,7 @@ def registers(fn, constexprs: dict, num_warps: int, state_dtype: str, maxnreg=No
 def tuned_mamba2_configs(kernel: str, state_dtype: str, headdim: int, dstate: int = 128) -> list:
     """The distinct launch configs of ``kernel`` in the package's sm_90 Mamba2 table (bf16
     activations), in the table's order."""
-    key = launch.table_key(kernel, {"fp32": torch.float32, "bf16": torch.bfloat16}[state_dtype], torch.bfloat16,
+    key = launch.table_key(kernel, TORCH_DTYPES[state_dtype], torch.bfloat16,
                            headdim, dstate)
     configs = [launch.LaunchConfig(**{k: row[k] for k in launch.CONFIG_FIELDS if k in row})
                for row in launch._load_table("sm90", "mamba2").get(key, [])]
@@ -106,7 +108,8 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
                                                                         EARLY_TERMS=bool(cfg.early_terms),
                                                                         DRAIN_ROWS=launch.drain_rows(cfg.block_p))
             elif kernel == "fold":  # the constexprs the launch plan gives (bf16 B ring, heads even)
-                _, plan = m2_replay_fold.fold_launch_plan({"B_cache_ptr": torch.empty(0, dtype=torch.bfloat16)},
+                _, plan = m2_replay_fold.fold_launch_plan({"B_cache_ptr": torch.empty(0, dtype=torch.bfloat16),
+                                                           "state_ptr": torch.empty(0, dtype=TORCH_DTYPES[state_dtype])},
                                                           SimpleNamespace(headdim=headdim, dstate=dstate, nheads=128),
                                                           cfg, dstate, L)
                 plan.pop("num_warps")
@@ -135,7 +138,8 @@ def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16):
                 fn, c = gdn_replay._gdn_replay_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, MODE=modes[kernel],
                     BLOCK_V=cfg.block_p, CHUNKS=clamp_loop_blocks(cfg, head_dim).loop_blocks, BLOCK_L=L,
-                    FOLD_CHUNK=cfg.fold_chunk, FOLD_DOT=bool(cfg.fold_dot) and kernel == "fold", DOT_PRECISION="tf32x3",
+                    FOLD_CHUNK=cfg.fold_chunk, FOLD_DOT=bool(cfg.fold_dot) and kernel == "fold",
+                    DOT_PRECISION=fold_precision(TORCH_DTYPES[state_dtype]) if kernel == "fold" else "tf32x3",
                     HEADS_PER_PROG=cfg.heads_per_prog if kernel == "fold" else 1, EVEN_TILE=head_dim % cfg.block_p == 0,
                     LOOP_STAGES=gdn_replay.LOOP_STAGES[modes[kernel]] if state_dtype == "fp32" else None,
                     ROW_BLOCK=cfg.row_block if kernel == "fold" else 1,

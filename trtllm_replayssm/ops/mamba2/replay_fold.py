@@ -13,10 +13,12 @@ and ``w < L <= BLOCK_L``), so the fold is one matmul with no separate rank-1 ter
     S_new = exp(A T) S_0 + (X * coef) @ B_ring,  coef_j = dt_j exp(A (T - c_j))
     y     = S_new C + D x  (gated by silu(z))
 
-with ``c_j`` the running sum of dt and ``T = c_w``. The matmul is fp32-accurate: with
-bf16/fp16 activations the ring's B is exact in TF32 and two TF32 passes suffice
-(:func:`~trtllm_replayssm.ops.common.split_tf32_dot`), else tf32x3. It needs tiles of at
-least 16 in every dimension (masked past P, N and w).
+with ``c_j`` the running sum of dt and ``T = c_w``. Into an fp32 (or fp16) checkpoint the
+matmul is fp32-accurate: with bf16/fp16 activations the ring's B is exact in TF32 and two
+TF32 passes suffice (:func:`~trtllm_replayssm.ops.common.split_tf32_dot`), else tf32x3.
+Into a bf16 checkpoint, whose store rounds more than one TF32 pass does, it is one pass
+(:func:`~trtllm_replayssm.ops.common.one_pass_fold`). It needs tiles of at least 16 in
+every dimension (masked past P, N and w).
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from typing import Tuple
 import triton
 import triton.language as tl
 
-from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, block_flush_ordinals, complete_after_primary, dim_mask,
-                      even_rows_and_cols, exact_in_tf32, fold_row_blocks, load_slot, row_in_block, row_of_ordinal,
-                      small_matmul, step_flush_rows)
+from ..common import (ONE_PASS_PRECISION, block_flush_ordinals, complete_after_primary, dim_mask, even_rows_and_cols,
+                      exact_in_tf32, fold_precision, fold_row_blocks, load_slot, one_pass_fold, row_in_block,
+                      row_of_ordinal, small_matmul, step_flush_rows)
 from ..launch import LaunchConfig, clamp_loop_blocks, fold_row_programs, launch_kernel, pdl_options
 from ._common import finish_output, load_dt
 
@@ -226,9 +228,10 @@ def fold_launch_plan(args: dict, step, cfg: LaunchConfig, block_n: int, block_l:
     return programs, dict(
         BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_L=max(16, block_l),
         **even_rows_and_cols(step.headdim, cfg.block_p * cfg.loop_blocks, step.dstate, block_n),
-        # fp32-accurate products (plain TF32 drifts ~1e-2); the interpreter has only fp32.
-        EXACT_B=exact_in_tf32(args["B_cache_ptr"].dtype),
-        DOT_PRECISION=DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION, HEADS_PER_PROG=hpp,
+        # fp32-accurate products (plain TF32 drifts ~1e-2) but into a bf16 checkpoint, which takes
+        # one TF32 pass; the interpreter has only fp32.
+        EXACT_B=exact_in_tf32(args["B_cache_ptr"].dtype) and not one_pass_fold(args["state_ptr"].dtype),
+        DOT_PRECISION=fold_precision(args["state_ptr"].dtype), ONE_PASS_PRECISION=ONE_PASS_PRECISION, HEADS_PER_PROG=hpp,
         CHUNKS=cfg.loop_blocks, EVEN_HEADS=step.nheads % hpp == 0, LOOP_STAGES=LOOP_STAGES, num_warps=cfg.num_warps)
 
 

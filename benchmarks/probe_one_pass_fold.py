@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""The fold launch's product into a bf16 checkpoint in one TF32 pass against the
+fp32-accurate product it had before (``ops.common.one_pass_fold``), on whole cycles.
+
+A bf16 checkpoint's store rounds by up to 2^-9 relative; one TF32 pass adds ~2^-11 a
+product term. Mamba2's fold took two passes (``split_tf32_dot``), GDN's three (tf32x3).
+This times the output_only route on the tuned table's configs with the package's fold
+(``one_pass``) and with the fold's launches given the fp32-accurate constexprs again
+(``fp32_accurate``, a launcher in front of the package's), both phases and the flush step,
+taking turns over ``--rounds`` captures, against the fastest every-step baseline measured
+(the standard kernel, the family's other baseline, ``always_flush``).
+
+    python benchmarks/probe_one_pass_fold.py     # -> benchmarks/results/one_pass_fold.json
+"""
+
+from __future__ import annotations
+
+import argparse
+from contextlib import nullcontext
+
+from trtllm_replayssm.benchmarking.probes import add_case_args, case_rigs, is_fold_launch
+from trtllm_replayssm.benchmarking.records import ProbeLog
+from trtllm_replayssm.benchmarking.rig import Launch, fastest_baseline, median_of_rounds
+from trtllm_replayssm.ops.common import DOT_PRECISION, exact_in_tf32
+from trtllm_replayssm.ops.launch import launcher_in_front
+from trtllm_replayssm.ops.mamba2 import replay_fold
+
+
+def fp32_accurate_fold(kernel, grid, kwargs) -> bool:
+    """A launcher that runs the fold launches (both families) with the fp32-accurate
+    product, as before ``one_pass_fold``; other launches pass on."""
+    if not is_fold_launch(kernel, kwargs):
+        return False
+    kwargs = dict(kwargs, DOT_PRECISION=DOT_PRECISION)
+    if kernel is replay_fold._replay_fold_kernel:
+        kwargs["EXACT_B"] = exact_in_tf32(kwargs["B_cache_ptr"].dtype)
+    kernel[grid](**kwargs)
+    return True
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_case_args(ap, ["nemotron-3-super", "nemotron-3-nano-4b", "qwen3.5-4b", "qwen3.5-122b"], [128, 512],
+                  "one_pass_fold.json")
+    ap.set_defaults(state_dtypes=["bf16"])
+    args = ap.parse_args()
+    log = ProbeLog(args.out)
+    for name, dtype, batch, rig in case_rigs(args):
+        L = rig.case.buffer_len
+        route = Launch("output_only")
+        baselines = {lc.kernel: lc for lc in (Launch("standard"), Launch("always_flush"), rig.baseline_launch())}
+        timers = {k: (lambda lc=lc: rig.time_cycle_us(lc, args.replays)) for k, lc in baselines.items()}
+        for fold in ("fp32_accurate", "one_pass"):
+            def within(fn, fold=fold):
+                def timed():
+                    with launcher_in_front(fp32_accurate_fold) if fold == "fp32_accurate" else nullcontext():
+                        return fn()
+                return timed
+            timers[(fold, "aligned")] = within(lambda: rig.time_cycle_us(route, args.replays))
+            timers[(fold, "staggered")] = within(lambda: rig.time_cycle_us(route, args.replays, staggered=True))
+            timers[(fold, "flush")] = within(lambda: rig.time_step_us(route, L - 1, args.replays))
+        us = median_of_rounds(timers, args.rounds)
+        baseline = fastest_baseline({k: us[k] for k in baselines})
+        base_us = us[baseline]
+        for fold in ("fp32_accurate", "one_pass"):
+            log.add(model=name, state_dtype=dtype, batch=batch, L=L, fold=fold, baseline=baseline,
+                    baseline_us_per_step=round(base_us, 2), us_per_step=round(us[(fold, "aligned")], 2),
+                    speedup=round(base_us / us[(fold, "aligned")], 3),
+                    staggered_us_per_step=round(us[(fold, "staggered")], 2),
+                    staggered_speedup=round(base_us / us[(fold, "staggered")], 3),
+                    flush_us=round(us[(fold, "flush")], 1), rounds=args.rounds)
+        del rig, timers
+    log.print_table()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """The fold launch's product into a bf16 checkpoint in one TF32 pass against the
-fp32-accurate product it had before (``ops.common.one_pass_fold``), on whole cycles.
+fp32-accurate product (``ops.mamba2.replay_fold.one_pass_fold``), on whole cycles.
 
 A bf16 checkpoint's store rounds by up to 2^-9 relative; one TF32 pass adds ~2^-11 a
-product term. Mamba2's fold took two passes (``split_tf32_dot``), GDN's three (tf32x3).
-This times the output_only route on the tuned table's configs with the package's fold
-(``one_pass``) and with the fold's launches given the fp32-accurate constexprs again
-(``fp32_accurate``, a launcher in front of the package's), both phases and the flush step,
-taking turns over ``--rounds`` captures, against the fastest every-step baseline measured
-(the standard kernel, the family's other baseline, ``always_flush``).
+product term. Mamba2's fp32-accurate fold takes two passes (``split_tf32_dot``), GDN's
+three (tf32x3). This times the output_only route on the tuned table's configs with the
+fold launches (both families) given each form's constexprs by a launcher in front of the
+package's (``fp32_accurate``, ``one_pass``), both phases and the flush step, taking turns
+over ``--rounds`` captures, against the fastest every-step baseline measured (the
+standard kernel, the family's other baseline, ``always_flush``).
 
     python benchmarks/probe_one_pass_fold.py     # -> benchmarks/results/one_pass_fold.json
 """
@@ -16,26 +16,31 @@ taking turns over ``--rounds`` captures, against the fastest every-step baseline
 from __future__ import annotations
 
 import argparse
-from contextlib import nullcontext
 
 from trtllm_replayssm.benchmarking.probes import add_case_args, case_rigs, is_fold_launch
 from trtllm_replayssm.benchmarking.records import ProbeLog
 from trtllm_replayssm.benchmarking.rig import Launch, fastest_baseline, median_of_rounds
-from trtllm_replayssm.ops.common import DOT_PRECISION, exact_in_tf32
+from trtllm_replayssm.ops.common import DOT_PRECISION, ONE_PASS_PRECISION, exact_in_tf32
 from trtllm_replayssm.ops.launch import launcher_in_front
 from trtllm_replayssm.ops.mamba2 import replay_fold
 
+FORMS = ("fp32_accurate", "one_pass")
 
-def fp32_accurate_fold(kernel, grid, kwargs) -> bool:
-    """A launcher that runs the fold launches (both families) with the fp32-accurate
-    product, as before ``one_pass_fold``; other launches pass on."""
-    if not is_fold_launch(kernel, kwargs):
-        return False
-    kwargs = dict(kwargs, DOT_PRECISION=DOT_PRECISION)
-    if kernel is replay_fold._replay_fold_kernel:
-        kwargs["EXACT_B"] = exact_in_tf32(kwargs["B_cache_ptr"].dtype)
-    kernel[grid](**kwargs)
-    return True
+
+def fold_product(form: str):
+    """A launcher that runs the fold launches (both families) with ``form``'s product;
+    other launches pass on."""
+    one_pass = form == "one_pass"
+
+    def launch(kernel, grid, kwargs) -> bool:
+        if not is_fold_launch(kernel, kwargs):
+            return False
+        kwargs = dict(kwargs, DOT_PRECISION=ONE_PASS_PRECISION if one_pass else DOT_PRECISION)
+        if kernel is replay_fold._replay_fold_kernel:  # Mamba2: the split pass over its exact B ring
+            kwargs["EXACT_B"] = exact_in_tf32(kwargs["B_cache_ptr"].dtype) and not one_pass
+        kernel[grid](**kwargs)
+        return True
+    return launch
 
 
 def main() -> None:
@@ -50,10 +55,10 @@ def main() -> None:
         route = Launch("output_only")
         baselines = {lc.kernel: lc for lc in (Launch("standard"), Launch("always_flush"), rig.baseline_launch())}
         timers = {k: (lambda lc=lc: rig.time_cycle_us(lc, args.replays)) for k, lc in baselines.items()}
-        for fold in ("fp32_accurate", "one_pass"):
-            def within(fn, fold=fold):
+        for fold in FORMS:
+            def within(fn, front=fold_product(fold)):
                 def timed():
-                    with launcher_in_front(fp32_accurate_fold) if fold == "fp32_accurate" else nullcontext():
+                    with launcher_in_front(front):
                         return fn()
                 return timed
             timers[(fold, "aligned")] = within(lambda: rig.time_cycle_us(route, args.replays))
@@ -62,7 +67,7 @@ def main() -> None:
         us = median_of_rounds(timers, args.rounds)
         baseline = fastest_baseline({k: us[k] for k in baselines})
         base_us = us[baseline]
-        for fold in ("fp32_accurate", "one_pass"):
+        for fold in FORMS:
             log.add(model=name, state_dtype=dtype, batch=batch, L=L, fold=fold, baseline=baseline,
                     baseline_us_per_step=round(base_us, 2), us_per_step=round(us[(fold, "aligned")], 2),
                     speedup=round(base_us / us[(fold, "aligned")], 3),

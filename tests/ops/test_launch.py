@@ -205,29 +205,26 @@ def test_register_cap_reaches_the_standard_kernels_launch(family):
     assert [kw.get("maxnreg") for kw in seen] == [None, None, 128, 128]
 
 
-@pytest.mark.parametrize("family", ["mamba2", "gdn"])
-def test_fold_product_precision_follows_the_checkpoint_dtype(family, monkeypatch):
-    """The fold launch's product (``common.one_pass_fold``): one TF32 pass into a bf16
-    checkpoint, fp32-accurate into fp32 and fp16 ones (Mamba2: the split pass over its
-    exact B ring). The GPU's precisions are patched in (the interpreter has only ieee) and
-    the launches are seen by a launcher in front that launches nothing."""
+def test_fold_product_precision_follows_the_checkpoint_dtype(monkeypatch):
+    """Mamba2's fold launch (``replay_fold.one_pass_fold``): one TF32 pass into a bf16
+    checkpoint, the fp32-accurate split pass over its exact B ring into fp32 and fp16 ones.
+    The GPU's precisions are patched in (the interpreter has only ieee) and the launches
+    are seen by a launcher in front that launches nothing."""
     from trtllm_replayssm.benchmarking.probes import is_fold_launch
     from trtllm_replayssm.benchmarking.rig import Launch
     from trtllm_replayssm.benchmarking.rigs import make_model_rig
-    from trtllm_replayssm.ops import common
+    from trtllm_replayssm.ops.mamba2 import replay_fold
 
-    monkeypatch.setattr(common, "DOT_PRECISION", "tf32x3")
-    monkeypatch.setattr(common, "ONE_PASS_PRECISION", "tf32")
+    monkeypatch.setattr(replay_fold, "DOT_PRECISION", "tf32x3")
+    monkeypatch.setattr(replay_fold, "ONE_PASS_PRECISION", "tf32")
     seen = {}
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         def record(kernel, grid, kwargs, dtype=dtype):
             if is_fold_launch(kernel, kwargs):
-                seen[dtype] = (kwargs["DOT_PRECISION"], kwargs.get("EXACT_B"))
+                seen[dtype] = (kwargs["DOT_PRECISION"], kwargs["EXACT_B"])
             return True
 
-        rig = make_model_rig("tiny" if family == "mamba2" else "tiny-gdn", 2, 16, dtype)
+        rig = make_model_rig("tiny", 2, 16, dtype)
         with launch.launcher_in_front(record):
-            rig.layer_step(Launch("output_only", launch.LaunchConfig(16, 1), launch.LaunchConfig(16, 1, fold_dot=1)), 0)
-    exact = True if family == "mamba2" else None  # Mamba2's B ring is bf16, exact in TF32
-    assert seen == {torch.float32: ("tf32x3", exact), torch.bfloat16: ("tf32", False if exact else None),
-                    torch.float16: ("tf32x3", exact)}
+            rig.layer_step(Launch("output_only", launch.LaunchConfig(16, 1), launch.LaunchConfig(16, 1)), 0)
+    assert seen == {torch.float32: ("tf32x3", True), torch.bfloat16: ("tf32", False), torch.float16: ("tf32x3", True)}

@@ -24,23 +24,6 @@ def exact_in_tf32(dtype: torch.dtype) -> bool:
     return dtype in (torch.bfloat16, torch.float16)
 
 
-def one_pass_fold(state_dtype: torch.dtype) -> bool:
-    """Whether an autoregressive fold launch (both families) stores its product into a
-    checkpoint of ``state_dtype`` after one TF32 pass instead of an fp32-accurate product.
-    A bf16 checkpoint keeps 8 significant bits: its store rounds every fold by up to 2^-9
-    relative, and one TF32 pass (operands cut to 11 bits, fp32 sums) adds at most ~2^-11 a
-    product term, a quarter of that, for half (Mamba2's split pass) or a third (GDN's
-    tf32x3) of the tensor-core work. fp32 and fp16 checkpoints (11 significant bits, as
-    TF32) keep the fp32-accurate product: plain TF32 drifts ~1e-2 over chained flushes."""
-    return state_dtype == torch.bfloat16
-
-
-def fold_precision(state_dtype: torch.dtype) -> str:
-    """``DOT_PRECISION`` of a fold launch's product into a ``state_dtype`` checkpoint
-    (:func:`one_pass_fold`)."""
-    return ONE_PASS_PRECISION if one_pass_fold(state_dtype) else DOT_PRECISION
-
-
 def even_rows_and_cols(rows: int, block_rows: int, cols: int, block_cols: int) -> dict:
     """``EVEN_ROWS`` and ``EVEN_COLS`` of :func:`tile_masks`: whether each size fills its
     tiles, apart. Where only the rows run past the size (Nano-4B's headdim 80 in blocks of

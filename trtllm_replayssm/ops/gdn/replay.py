@@ -30,7 +30,7 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
-from ..common import (block_flush_ordinals, complete_after_primary, dim_mask, even_tile, fold_precision,
+from ..common import (DOT_PRECISION, block_flush_ordinals, complete_after_primary, dim_mask, even_tile,
                       fold_row_blocks, let_dependents_launch, load_slot, row_of_ordinal, store_nan_heads)
 from ..cursors import FLUSH_EVERY_STEP
 from ..launch import (LaunchConfig, clamp_loop_blocks, config_kernel, fold_programmatic_launch, fold_row_programs,
@@ -281,8 +281,7 @@ def _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
                     state_ptrs = state_tile_ptrs(state_base, offs_v, offs_k, stride_state_row, V_INNER)
                     S = tl.exp(G) * tl.load(state_ptrs, mask=mask_vk, other=0.0).to(tl.float32)
                     if FOLD_DOT:
-                        # S_prev = exp(G) S_0 + (D * decay) @ K: one matmul over the ring, fp32-accurate
-                        # but into a bf16 checkpoint (common.one_pass_fold).
+                        # S_prev = exp(G) S_0 + (D * decay) @ K: one fp32-accurate matmul over the ring.
                         D_hist = tl.load(dc_base + offs_l[None, :] * stride_dc_l + offs_v[:, None],
                                          mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32)
                         S += tl.dot(D_hist * decay[None, :], K_hist, input_precision=DOT_PRECISION)
@@ -428,8 +427,9 @@ def fused_recurrent_gated_delta_rule_replayssm(
             HAS_FORCE_FLUSH=force_flush is not None, MODE=mode,
             BLOCK_V=cfg.block_p, CHUNKS=chunks, BLOCK_K=block_k, BLOCK_L=block_l,
             FOLD_CHUNK=min(cfg.fold_chunk, block_l),
-            FOLD_DOT=bool(cfg.fold_dot) and min(cfg.block_p, block_l, block_k) >= 16,
-            DOT_PRECISION=fold_precision(state.dtype),  # tf32x3, or one TF32 pass into a bf16 checkpoint
+            # tf32x3 also into a bf16 checkpoint: one TF32 pass, as Mamba2's fold takes there, measured
+            # slower in the staggered cycle (mamba2.replay_fold.one_pass_fold)
+            FOLD_DOT=bool(cfg.fold_dot) and min(cfg.block_p, block_l, block_k) >= 16, DOT_PRECISION=DOT_PRECISION,
             HEADS_PER_PROG=hpp, EVEN_TILE=even_tile(step.head_v_dim, cfg.block_p * chunks, step.head_k_dim, block_k),
             V_INNER=layout.v_inner, LOOP_STAGES=LOOP_STAGES[mode] if state.dtype in LOOP_STAGES_STATES else None,
             ROW_BLOCK=cfg.row_block, ROW_PROGS=cfg.row_progs, PREFETCH=bool(cfg.prefetch) and mode == NONFLUSH.value,

@@ -17,8 +17,8 @@ with ``c_j`` the running sum of dt and ``T = c_w``. Into an fp32 (or fp16) check
 matmul is fp32-accurate: with bf16/fp16 activations the ring's B is exact in TF32 and two
 TF32 passes suffice (:func:`~trtllm_replayssm.ops.common.split_tf32_dot`), else tf32x3.
 Into a bf16 checkpoint, whose store rounds more than one TF32 pass does, it is one pass
-(:func:`~trtllm_replayssm.ops.common.one_pass_fold`). It needs tiles of at least 16 in
-every dimension (masked past P, N and w).
+(:func:`one_pass_fold`). It needs tiles of at least 16 in every dimension (masked past P,
+N and w).
 """
 
 from __future__ import annotations
@@ -26,14 +26,31 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Tuple
 
+import torch
 import triton
 import triton.language as tl
 
-from ..common import (ONE_PASS_PRECISION, block_flush_ordinals, complete_after_primary, dim_mask, even_rows_and_cols,
-                      exact_in_tf32, fold_precision, fold_row_blocks, load_slot, one_pass_fold, row_in_block,
-                      row_of_ordinal, small_matmul, step_flush_rows)
+from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, block_flush_ordinals, complete_after_primary, dim_mask,
+                      even_rows_and_cols, exact_in_tf32, fold_row_blocks, load_slot, row_in_block, row_of_ordinal,
+                      small_matmul, step_flush_rows)
 from ..launch import LaunchConfig, clamp_loop_blocks, fold_row_programs, launch_kernel, pdl_options
 from ._common import finish_output, load_dt
+
+
+def one_pass_fold(state_dtype: torch.dtype) -> bool:
+    """Whether the fold's product goes into a ``state_dtype`` checkpoint after one TF32 pass
+    instead of the fp32-accurate split pass (:func:`~..common.split_tf32_dot`). A bf16
+    checkpoint keeps 8 significant bits: its store rounds every fold by up to 2^-9
+    relative, and one TF32 pass (operands cut to 11 bits, fp32 sums) adds at most ~2^-11 a
+    product term, a quarter of that, for half the tensor-core work. fp32 and fp16
+    checkpoints (11 significant bits, as TF32) keep the fp32-accurate product: plain TF32
+    drifts ~1e-2 over chained flushes (``replayssm.md`` section 4). H100, bf16 state, the
+    tuned table's configs, split -> one pass (``python benchmarks/probe_one_pass_fold.py``,
+    ``benchmarks/results/one_pass_fold.json``): the flush step 3-4% faster (Super batch 512:
+    1144 -> 1103 us), the cycle 0.4-0.7% in phase and -0.1 to +0.9% staggered (batch 128 /
+    512, Super and Nano-4B). GDN's fold keeps tf32x3 into a bf16 checkpoint: there one pass
+    took 17-20% off the flush step but left the staggered cycle 0.6-2% slower."""
+    return state_dtype == torch.bfloat16
 
 
 # Pipeline stages of the loop over a head's blocks of rows (None: Triton's default, which
@@ -223,6 +240,7 @@ def fold_launch_plan(args: dict, step, cfg: LaunchConfig, block_n: int, block_l:
     config asks for less."""
     cfg = clamp_loop_blocks(replace(cfg, block_p=max(16, cfg.block_p)), step.headdim)
     block_n = max(16, block_n)
+    one_pass = one_pass_fold(args["state_ptr"].dtype)
     hpp = cfg.heads_per_prog
     programs = (triton.cdiv(step.headdim, cfg.block_p * cfg.loop_blocks), triton.cdiv(step.nheads, hpp))
     return programs, dict(
@@ -230,8 +248,9 @@ def fold_launch_plan(args: dict, step, cfg: LaunchConfig, block_n: int, block_l:
         **even_rows_and_cols(step.headdim, cfg.block_p * cfg.loop_blocks, step.dstate, block_n),
         # fp32-accurate products (plain TF32 drifts ~1e-2) but into a bf16 checkpoint, which takes
         # one TF32 pass; the interpreter has only fp32.
-        EXACT_B=exact_in_tf32(args["B_cache_ptr"].dtype) and not one_pass_fold(args["state_ptr"].dtype),
-        DOT_PRECISION=fold_precision(args["state_ptr"].dtype), ONE_PASS_PRECISION=ONE_PASS_PRECISION, HEADS_PER_PROG=hpp,
+        EXACT_B=exact_in_tf32(args["B_cache_ptr"].dtype) and not one_pass,
+        DOT_PRECISION=ONE_PASS_PRECISION if one_pass else DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION,
+        HEADS_PER_PROG=hpp,
         CHUNKS=cfg.loop_blocks, EVEN_HEADS=step.nheads % hpp == 0, LOOP_STAGES=LOOP_STAGES, num_warps=cfg.num_warps)
 
 

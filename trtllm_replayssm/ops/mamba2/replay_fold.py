@@ -45,11 +45,15 @@ def one_pass_fold(state_dtype: torch.dtype) -> bool:
     product term, a quarter of that, for half the tensor-core work. fp32 and fp16
     checkpoints (11 significant bits, as TF32) keep the fp32-accurate product: plain TF32
     drifts ~1e-2 over chained flushes (``replayssm.md`` section 4). H100, bf16 state, the
-    tuned table's configs, split -> one pass (``python benchmarks/probe_one_pass_fold.py``,
-    ``benchmarks/results/one_pass_fold.json``): the flush step 3-4% faster (Super batch 512:
-    1144 -> 1103 us), the cycle 0.4-0.7% in phase and -0.1 to +0.9% staggered (batch 128 /
-    512, Super and Nano-4B). GDN's fold keeps tf32x3 into a bf16 checkpoint: there one pass
-    took 17-20% off the flush step but left the staggered cycle 0.6-2% slower."""
+    tuned table's configs, split -> one pass, side by side (``python
+    benchmarks/probe_one_pass_fold.py``, ``benchmarks/results/one_pass_fold.json``): the
+    flush step 11-18% faster at batch 8-32 and 3-4% at 128-512 (Super: 91.9 -> 74.9 us at
+    batch 32, 1144 -> 1103 at 512), the cycle +1.9-4.0% at batch 8-32 and +0.5-0.7% at
+    128-512 in phase, -0.1 to +4.1% staggered (Super and Nano-4B). GDN's fold keeps tf32x3
+    into a bf16 checkpoint: there one pass took 3-20% off the flush step and 2-3% off the
+    cycle in phase at batch 128, but the staggered cycle lost 0.6-2% (Qwen3.5-4B and -122B,
+    batch 128 and 512; the same run).
+    """
     return state_dtype == torch.bfloat16
 
 

@@ -52,8 +52,7 @@ def one_pass_fold(state_dtype: torch.dtype) -> bool:
     128-512 in phase, -0.1 to +4.1% staggered (Super and Nano-4B). GDN's fold keeps tf32x3
     into a bf16 checkpoint: there one pass took 3-20% off the flush step and 2-3% off the
     cycle in phase at batch 128, but the staggered cycle lost 0.6-2% (Qwen3.5-4B and -122B,
-    batch 128 and 512; the same run).
-    """
+    batch 128 and 512; the same run)."""
     return state_dtype == torch.bfloat16
 
 

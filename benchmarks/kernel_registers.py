@@ -33,6 +33,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 
 from trtllm_replayssm.aot.build import source_type  # noqa: E402
 from trtllm_replayssm.benchmarking import gdn_ar, mamba2_ar  # noqa: E402
+from trtllm_replayssm.benchmarking.probes import DTYPES  # noqa: E402
 from trtllm_replayssm.benchmarking.spec import GDN_SPEC_CANDIDATES, MAMBA2_SPEC_CANDIDATES  # noqa: E402
 from trtllm_replayssm.ops import launch  # noqa: E402
 from trtllm_replayssm.ops.launch import clamp_loop_blocks, maxnreg_option  # noqa: E402
@@ -45,7 +46,6 @@ ACT_PTRS = {"x_ptr", "dt_ptr", "B_ptr", "C_ptr", "z_ptr", "out_ptr", "x_cache_pt
             "q_ptr", "k_ptr", "v_ptr", "a_ptr", "b_ptr", "x_ring_ptr", "B_ring_ptr"}
 FLOAT_SCALARS = {"scale", "softplus_beta", "softplus_threshold"}
 DIV16_SIZES = {"headdim", "dstate", "head_k_dim", "head_v_dim", "buffer_len"}
-TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 NOT_ALIGNED = {"stride_A_h", "stride_dtb_h", "stride_D_h", "stride_D_p", "stride_dt_h", "stride_a_h", "stride_b_h"}
 
 
@@ -86,8 +86,7 @@ def registers(fn, constexprs: dict, num_warps: int, state_dtype: str, maxnreg=No
 def tuned_mamba2_configs(kernel: str, state_dtype: str, headdim: int, dstate: int = 128) -> list:
     """The distinct launch configs of ``kernel`` in the package's sm_90 Mamba2 table (bf16
     activations), in the table's order."""
-    key = launch.table_key(kernel, TORCH_DTYPES[state_dtype], torch.bfloat16,
-                           headdim, dstate)
+    key = launch.table_key(kernel, DTYPES[state_dtype], torch.bfloat16, headdim, dstate)
     configs = [launch.LaunchConfig(**{k: row[k] for k in launch.CONFIG_FIELDS if k in row})
                for row in launch._load_table("sm90", "mamba2").get(key, [])]
     return list(dict.fromkeys(configs))
@@ -108,7 +107,7 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
                                                                         DRAIN_ROWS=launch.drain_rows(cfg.block_p))
             elif kernel == "fold":  # the constexprs the launch plan gives (bf16 B ring, heads even)
                 _, plan = m2_replay_fold.fold_launch_plan({"B_cache_ptr": torch.empty(0, dtype=torch.bfloat16),
-                                                           "state_ptr": torch.empty(0, dtype=TORCH_DTYPES[state_dtype])},
+                                                           "state_ptr": torch.empty(0, dtype=DTYPES[state_dtype])},
                                                           SimpleNamespace(headdim=headdim, dstate=dstate, nheads=128),
                                                           cfg, dstate, L)
                 plan.pop("num_warps")

@@ -20,7 +20,7 @@ import argparse
 from trtllm_replayssm.benchmarking.probes import add_case_args, case_rigs, is_fold_launch
 from trtllm_replayssm.benchmarking.records import ProbeLog
 from trtllm_replayssm.benchmarking.rig import Launch, fastest_baseline, median_of_rounds
-from trtllm_replayssm.ops.common import DOT_PRECISION, ONE_PASS_PRECISION, exact_in_tf32
+from trtllm_replayssm.ops.common import exact_in_tf32
 from trtllm_replayssm.ops.launch import launcher_in_front
 from trtllm_replayssm.ops.mamba2 import replay_fold
 
@@ -35,10 +35,10 @@ def fold_product(form: str):
     def launch(kernel, grid, kwargs) -> bool:
         if not is_fold_launch(kernel, kwargs):
             return False
-        kwargs = dict(kwargs, DOT_PRECISION=ONE_PASS_PRECISION if one_pass else DOT_PRECISION)
-        if kernel is replay_fold._replay_fold_kernel:  # Mamba2: the split pass over its exact B ring
-            kwargs["EXACT_B"] = exact_in_tf32(kwargs["B_cache_ptr"].dtype) and not one_pass
-        kernel[grid](**kwargs)
+        # Mamba2's fold takes the split pass over its exact B ring; GDN's takes no EXACT_B (tf32x3)
+        exact_b = kernel is replay_fold._replay_fold_kernel and exact_in_tf32(kwargs["B_cache_ptr"].dtype)
+        product = replay_fold.product_constexprs(one_pass, exact_b)
+        kernel[grid](**{**kwargs, **{k: v for k, v in product.items() if k in kwargs}})
         return True
     return launch
 

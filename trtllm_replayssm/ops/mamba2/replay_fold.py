@@ -56,6 +56,13 @@ def one_pass_fold(state_dtype: torch.dtype) -> bool:
     return state_dtype == torch.bfloat16
 
 
+def product_constexprs(one_pass: bool, exact_b: bool) -> dict:
+    """``EXACT_B`` and ``DOT_PRECISION`` of the fold's product: one TF32 pass, or
+    fp32-accurate (the split pass where the ring's B is exact in TF32, ``exact_b``, else
+    tf32x3); the interpreter has only fp32."""
+    return dict(EXACT_B=exact_b and not one_pass, DOT_PRECISION=ONE_PASS_PRECISION if one_pass else DOT_PRECISION)
+
+
 # Pipeline stages of the loop over a head's blocks of rows (None: Triton's default, which
 # stages only the loads that feed the matmul; 2-3: every load, the next block's state
 # in flight while this one folds). H200, fp32 state, batch 128 / 512, flush step in us
@@ -243,17 +250,13 @@ def fold_launch_plan(args: dict, step, cfg: LaunchConfig, block_n: int, block_l:
     config asks for less."""
     cfg = clamp_loop_blocks(replace(cfg, block_p=max(16, cfg.block_p)), step.headdim)
     block_n = max(16, block_n)
-    one_pass = one_pass_fold(args["state_ptr"].dtype)
     hpp = cfg.heads_per_prog
     programs = (triton.cdiv(step.headdim, cfg.block_p * cfg.loop_blocks), triton.cdiv(step.nheads, hpp))
     return programs, dict(
         BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_L=max(16, block_l),
         **even_rows_and_cols(step.headdim, cfg.block_p * cfg.loop_blocks, step.dstate, block_n),
-        # fp32-accurate products (plain TF32 drifts ~1e-2) but into a bf16 checkpoint, which takes
-        # one TF32 pass; the interpreter has only fp32.
-        EXACT_B=exact_in_tf32(args["B_cache_ptr"].dtype) and not one_pass,
-        DOT_PRECISION=ONE_PASS_PRECISION if one_pass else DOT_PRECISION, ONE_PASS_PRECISION=ONE_PASS_PRECISION,
-        HEADS_PER_PROG=hpp,
+        **product_constexprs(one_pass_fold(args["state_ptr"].dtype), exact_in_tf32(args["B_cache_ptr"].dtype)),
+        ONE_PASS_PRECISION=ONE_PASS_PRECISION, HEADS_PER_PROG=hpp,
         CHUNKS=cfg.loop_blocks, EVEN_HEADS=step.nheads % hpp == 0, LOOP_STAGES=LOOP_STAGES, num_warps=cfg.num_warps)
 
 

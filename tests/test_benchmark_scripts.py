@@ -1,6 +1,7 @@
 """The GPU benchmark scripts run end to end on the CPU (``--dry-run``: nothing is measured),
 so their flow and record schema are checked between GPU sessions."""
 
+import importlib.util
 import json
 import os
 import re
@@ -13,6 +14,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = {"gpu", "model", "state_dtype", "act_dtype", "batch", "L", "route", "us_per_step", "baseline_us_per_step",
           "speedup", "achieved_gbps", "copy_gbps", "commit"}
+
+
+def load_script(name: str):
+    """``benchmarks/<name>.py`` as a module (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / f"benchmarks/{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_bench_mamba2_ar_dry_run(tmp_path):
@@ -341,7 +350,6 @@ def test_row_list_fold_probe_matches_the_package_fold():
     package's fold over two cycles with staggered cursors; and a wrong list (a row left
     out) changes the states, so the comparison can fail."""
     import contextlib
-    import importlib.util
 
     import torch
 
@@ -349,9 +357,7 @@ def test_row_list_fold_probe_matches_the_package_fold():
     from trtllm_replayssm.benchmarking.rigs import make_model_rig
     from trtllm_replayssm.ops.launch import LaunchConfig
 
-    spec = importlib.util.spec_from_file_location("probe_fold_row_list", REPO / "benchmarks/probe_fold_row_list.py")
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
+    probe = load_script("probe_fold_row_list")
     rig = make_model_rig("tiny", 5, 4, torch.float32)
     cache = rig.cache
     launch = Launch("output_only", None, LaunchConfig(16, 2, 1, 1, heads_per_prog=3, loop_blocks=8))
@@ -393,22 +399,50 @@ def test_probe_case_arguments_and_rigs():
     assert cases == [("tiny", "fp32", 2, 2, 16), ("tiny", "fp32", 3, 3, 16)]
 
 
+@pytest.mark.parametrize("name", ["tiny", "tiny-gdn"])
+def test_one_pass_probe_tunes_each_forms_fold_under_its_product(name, monkeypatch):
+    """``probe_one_pass_fold.py --tune-fold``: a form's fold config comes from its family's
+    tuner, and every fold launch of that tuning goes through the form's launcher (so the
+    config is chosen on that form's product); the config is one of the tuner's candidates."""
+    import torch
+
+    from trtllm_replayssm.benchmarking import gdn_ar, mamba2_ar
+    from trtllm_replayssm.benchmarking.probes import is_fold_launch
+    from trtllm_replayssm.benchmarking.rigs import make_model_rig
+
+    probe = load_script("probe_one_pass_fold")
+    through_form = []
+    form_launcher = probe.fold_product
+
+    def counting(form):
+        launch = form_launcher(form)
+
+        def counted(kernel, grid, kwargs):
+            through_form.append((form, is_fold_launch(kernel, kwargs)))
+            return launch(kernel, grid, kwargs)
+        return counted
+
+    monkeypatch.setattr(probe, "fold_product", counting)
+    rig = make_model_rig(name, 2, 4, torch.float32)
+    cfg = probe.tuned_fold(rig, "one_pass", limit=2)
+    family = gdn_ar if name == "tiny-gdn" else mamba2_ar
+    head_dim = rig.case.geom.head_v_dim if name == "tiny-gdn" else rig.case.geom.headdim
+    assert cfg in family.candidate_configs("fold", head_dim, 2)
+    assert ("one_pass", True) in through_form and {form for form, _ in through_form} == {"one_pass"}
+
+
 def test_nonflush_chain_probe_forms_read_the_same_rows():
     """``probe_nonflush_chain.py``: with the rig's slots in batch order, its non-flush
     launch without slot indices gives the package's outputs and ring appends (the fold
     skipped: no row flushes at ``w = 3``); with the slots permuted it does not, so the
     form really drops the indices."""
-    import importlib.util
-
     import torch
 
     from trtllm_replayssm.benchmarking.rig import Launch
     from trtllm_replayssm.benchmarking.rigs import make_model_rig
     from trtllm_replayssm.ops.launch import launcher_in_front
 
-    spec = importlib.util.spec_from_file_location("probe_nonflush_chain", REPO / "benchmarks/probe_nonflush_chain.py")
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
+    probe = load_script("probe_nonflush_chain")
     rig = make_model_rig("tiny", 3, 8, torch.float32)
     cache, launch = rig.cache, Launch("output_only")
     start = {k: getattr(cache, k).clone() for k in ("x_cache", "dt_cache", "B_cache")}

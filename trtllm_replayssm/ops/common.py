@@ -24,6 +24,31 @@ def exact_in_tf32(dtype: torch.dtype) -> bool:
     return dtype in (torch.bfloat16, torch.float16)
 
 
+def one_pass_fold(state_dtype: torch.dtype) -> bool:
+    """Whether a fold's product (both families) goes into a ``state_dtype`` checkpoint after
+    one TF32 pass instead of the fp32-accurate product (Mamba2: the split pass of
+    :func:`split_tf32_dot` over its exact B ring; GDN: tf32x3). A bf16 checkpoint keeps 8
+    significant bits: its store rounds every fold by up to 2^-9 relative, and one TF32 pass
+    (operands cut to 11 bits, fp32 sums) adds at most ~2^-11 a product term, a quarter of
+    that, for a half (Mamba2) or a third (GDN) of the tensor-core work. fp32 and fp16
+    checkpoints (11 significant bits, as TF32) keep the fp32-accurate product: plain TF32
+    drifts ~1e-2 over chained flushes (``replayssm.md`` section 4).
+
+    Measured (H100, bf16 state, each form side by side in one run, ``python
+    benchmarks/probe_one_pass_fold.py``):
+    - Mamba2, the tuned table's configs (``benchmarks/results/one_pass_fold.json``): the
+      flush step 11-18% faster at batch 8-32 and 3-4% at 128-512 (Super: 91.9 -> 74.9 us at
+      batch 32, 1144 -> 1103 at 512), the cycle +1.9-4.0% at batch 8-32 and +0.5-0.7% at
+      128-512 in phase, -0.1 to +4.1% staggered (Super and Nano-4B).
+    - GDN, each form on the fold config tuned under it (``--tune-fold``,
+      ``benchmarks/results/one_pass_fold_tuned_gdn_h100.json``): the flush step 25-36%
+      faster, the cycle +0.6-2.7% in phase and +0.8-2.2% staggered (Qwen3.5-4B and -122B,
+      batch 128 and 512). On tf32x3's tuned config instead, one pass had lost 0.6-2% of the
+      staggered cycle: its best fold config differs (a program per row, where tf32x3 takes
+      blocks of 128 rows)."""
+    return state_dtype == torch.bfloat16
+
+
 def even_rows_and_cols(rows: int, block_rows: int, cols: int, block_cols: int) -> dict:
     """``EVEN_ROWS`` and ``EVEN_COLS`` of :func:`tile_masks`: whether each size fills its
     tiles, apart. Where only the rows run past the size (Nano-4B's headdim 80 in blocks of

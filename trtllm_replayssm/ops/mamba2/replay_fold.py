@@ -17,8 +17,8 @@ with ``c_j`` the running sum of dt and ``T = c_w``. Into an fp32 (or fp16) check
 matmul is fp32-accurate: with bf16/fp16 activations the ring's B is exact in TF32 and two
 TF32 passes suffice (:func:`~trtllm_replayssm.ops.common.split_tf32_dot`), else tf32x3.
 Into a bf16 checkpoint, whose store rounds more than one TF32 pass does, it is one pass
-(:func:`one_pass_fold`). It needs tiles of at least 16 in every dimension (masked past P,
-N and w).
+(:func:`~trtllm_replayssm.ops.common.one_pass_fold`). It needs tiles of at least 16 in
+every dimension (masked past P, N and w).
 """
 
 from __future__ import annotations
@@ -31,29 +31,10 @@ import triton
 import triton.language as tl
 
 from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, block_flush_ordinals, complete_after_primary, dim_mask,
-                      even_rows_and_cols, exact_in_tf32, fold_row_blocks, load_slot, row_in_block, row_of_ordinal,
-                      small_matmul, step_flush_rows)
+                      even_rows_and_cols, exact_in_tf32, fold_row_blocks, load_slot, one_pass_fold, row_in_block,
+                      row_of_ordinal, small_matmul, step_flush_rows)
 from ..launch import LaunchConfig, clamp_loop_blocks, fold_row_programs, launch_kernel, pdl_options
 from ._common import finish_output, load_dt
-
-
-def one_pass_fold(state_dtype: torch.dtype) -> bool:
-    """Whether the fold's product goes into a ``state_dtype`` checkpoint after one TF32 pass
-    instead of the fp32-accurate split pass (:func:`~..common.split_tf32_dot`). A bf16
-    checkpoint keeps 8 significant bits: its store rounds every fold by up to 2^-9
-    relative, and one TF32 pass (operands cut to 11 bits, fp32 sums) adds at most ~2^-11 a
-    product term, a quarter of that, for half the tensor-core work. fp32 and fp16
-    checkpoints (11 significant bits, as TF32) keep the fp32-accurate product: plain TF32
-    drifts ~1e-2 over chained flushes (``replayssm.md`` section 4). H100, bf16 state, the
-    tuned table's configs, split -> one pass, side by side (``python
-    benchmarks/probe_one_pass_fold.py``, ``benchmarks/results/one_pass_fold.json``): the
-    flush step 11-18% faster at batch 8-32 and 3-4% at 128-512 (Super: 91.9 -> 74.9 us at
-    batch 32, 1144 -> 1103 at 512), the cycle +1.9-4.0% at batch 8-32 and +0.5-0.7% at
-    128-512 in phase, -0.1 to +4.1% staggered (Super and Nano-4B). GDN's fold keeps tf32x3
-    into a bf16 checkpoint: there one pass took 3-20% off the flush step and 2-3% off the
-    cycle in phase at batch 128, but the staggered cycle lost 0.6-2% (Qwen3.5-4B and -122B,
-    batch 128 and 512; the same run)."""
-    return state_dtype == torch.bfloat16
 
 
 def product_constexprs(one_pass: bool, exact_b: bool) -> dict:

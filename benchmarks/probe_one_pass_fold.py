@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The fold launch's product into a bf16 checkpoint in one TF32 pass against the
-fp32-accurate product (``ops.mamba2.replay_fold.one_pass_fold``), on whole cycles.
+fp32-accurate product (``ops.common.one_pass_fold``), on whole cycles.
 
 A bf16 checkpoint's store rounds by up to 2^-9 relative; one TF32 pass adds ~2^-11 a
 product term. Mamba2's fp32-accurate fold takes two passes (``split_tf32_dot``), GDN's

@@ -34,18 +34,19 @@ def one_pass_fold(state_dtype: torch.dtype) -> bool:
     checkpoints (11 significant bits, as TF32) keep the fp32-accurate product: plain TF32
     drifts ~1e-2 over chained flushes (``replayssm.md`` section 4).
 
-    Measured (H100, bf16 state, each form side by side in one run, ``python
+    Measured (bf16 state, each form side by side in one run, ``python
     benchmarks/probe_one_pass_fold.py``):
-    - Mamba2, the tuned table's configs (``benchmarks/results/one_pass_fold.json``): the
-      flush step 11-18% faster at batch 8-32 and 3-4% at 128-512 (Super: 91.9 -> 74.9 us at
-      batch 32, 1144 -> 1103 at 512), the cycle +1.9-4.0% at batch 8-32 and +0.5-0.7% at
-      128-512 in phase, -0.1 to +4.1% staggered (Super and Nano-4B).
-    - GDN, each form on the fold config tuned under it (``--tune-fold``,
-      ``benchmarks/results/one_pass_fold_tuned_gdn_h100.json``): the flush step 25-36%
-      faster, the cycle +0.6-2.7% in phase and +0.8-2.2% staggered (Qwen3.5-4B and -122B,
-      batch 128 and 512). On tf32x3's tuned config instead, one pass had lost 0.6-2% of the
-      staggered cycle: its best fold config differs (a program per row, where tf32x3 takes
-      blocks of 128 rows)."""
+    - Mamba2, H100, the tuned table's configs (``benchmarks/results/one_pass_fold.json``):
+      the flush step 11-18% faster at batch 8-32 and 3-4% at 128-512 (Super: 91.9 -> 74.9
+      us at batch 32, 1144 -> 1103 at 512), the cycle +1.9-4.0% at batch 8-32 and
+      +0.5-0.7% at 128-512 in phase, -0.1 to +4.1% staggered (Super and Nano-4B).
+    - GDN, each form on the fold config tuned under it (``--tune-fold``; Qwen3.5-4B and
+      -122B, batch 128 and 512): on an H200 the flush step 33-43% faster, the cycle
+      +2.8-6.3% in phase and +1.7-3.1% staggered
+      (``benchmarks/results/one_pass_fold_tuned_gdn_h200.json``); on an H100 25-36%,
+      +0.6-2.7% and +0.8-2.2% (``one_pass_fold_tuned_gdn_h100.json``). On tf32x3's tuned
+      config instead, one pass had lost 0.6-2% of the staggered cycle: its best fold config
+      differs (a program per row, where tf32x3 takes blocks of 128 rows)."""
     return state_dtype == torch.bfloat16
 
 

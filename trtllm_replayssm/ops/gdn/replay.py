@@ -282,7 +282,8 @@ def _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
                     state_ptrs = state_tile_ptrs(state_base, offs_v, offs_k, stride_state_row, V_INNER)
                     S = tl.exp(G) * tl.load(state_ptrs, mask=mask_vk, other=0.0).to(tl.float32)
                     if FOLD_DOT:
-                        # S_prev = exp(G) S_0 + (D * decay) @ K: one fp32-accurate matmul over the ring.
+                        # S_prev = exp(G) S_0 + (D * decay) @ K: one matmul over the ring, fp32-accurate
+                        # (one TF32 pass into a bf16 checkpoint: common.one_pass_fold).
                         D_hist = tl.load(dc_base + offs_l[None, :] * stride_dc_l + offs_v[:, None],
                                          mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32)
                         S += tl.dot(D_hist * decay[None, :], K_hist, input_precision=DOT_PRECISION)

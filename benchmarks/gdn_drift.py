@@ -26,6 +26,7 @@ from tabulate import tabulate
 from tqdm import trange
 
 import trtllm_replayssm as rs
+from trtllm_replayssm.benchmarking.probes import DTYPES
 from trtllm_replayssm.cache import GDNGeometry
 
 
@@ -34,7 +35,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4096)
     ap.add_argument("--buffer-len", type=int, default=16)
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--state-dtype", choices=["fp32", "bf16"], default="fp32",
+    ap.add_argument("--state-dtype", choices=list(DTYPES), default="fp32",
                     help="checkpoint (and standard state) dtype; the ring pick is made with fp32")
     ap.add_argument("--tiny", action="store_true", help="a small geometry for the CPU interpreter")
     ap.add_argument("--out", default=None, help="write the records as JSON here")
@@ -42,7 +43,7 @@ def main() -> None:
     dev = rs._runtime.default_device()
     geom = GDNGeometry(1, 2, 16, 16) if args.tiny else GDNGeometry(16, 32, 128, 128)  # Qwen3.5-4B
     L, B, HV = args.buffer_len, args.batch, geom.num_v_heads
-    state_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.state_dtype]
+    state_dtype = DTYPES[args.state_dtype]
     if args.steps % L:
         raise SystemExit("--steps must be a multiple of --buffer-len (the last step then flushes)")
     g = torch.Generator(device="cpu").manual_seed(0)

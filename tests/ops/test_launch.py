@@ -205,52 +205,53 @@ def test_register_cap_reaches_the_standard_kernels_launch(family):
     assert [kw.get("maxnreg") for kw in seen] == [None, None, 128, 128]
 
 
+def _replay_launches(model: str, state_dtype: torch.dtype) -> dict:
+    """``{"fold" | "nonflush": kwargs}`` of one output_only layer step of ``model``'s tiny
+    rig, seen by a launcher in front that launches nothing."""
+    from trtllm_replayssm.benchmarking.probes import is_fold_launch, is_nonflush_launch
+    from trtllm_replayssm.benchmarking.rig import Launch
+    from trtllm_replayssm.benchmarking.rigs import make_model_rig
+
+    seen = {}
+
+    def record(kernel, grid, kwargs):
+        for name, is_launch in (("fold", is_fold_launch), ("nonflush", is_nonflush_launch)):
+            if is_launch(kernel, kwargs):
+                seen[name] = kwargs
+        return True
+
+    rig = make_model_rig(model, 2, 16, state_dtype)
+    with launch.launcher_in_front(record):
+        rig.layer_step(Launch("output_only", launch.LaunchConfig(16, 1), launch.LaunchConfig(16, 1)), 0)
+    return seen
+
+
 def test_fold_product_precision_follows_the_checkpoint_dtype(monkeypatch):
     """Mamba2's fold launch (``common.one_pass_fold``): one TF32 pass into a bf16
     checkpoint, the fp32-accurate split pass over its exact B ring into fp32 and fp16 ones.
-    The GPU's precisions are patched in (the interpreter has only ieee) and the launches
-    are seen by a launcher in front that launches nothing."""
-    from trtllm_replayssm.benchmarking.probes import is_fold_launch
-    from trtllm_replayssm.benchmarking.rig import Launch
-    from trtllm_replayssm.benchmarking.rigs import make_model_rig
+    The GPU's precisions are patched in (the interpreter has only ieee)."""
     from trtllm_replayssm.ops.mamba2 import replay_fold
 
     monkeypatch.setattr(replay_fold, "DOT_PRECISION", "tf32x3")
     monkeypatch.setattr(replay_fold, "ONE_PASS_PRECISION", "tf32")
     seen = {}
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        def record(kernel, grid, kwargs, dtype=dtype):
-            if is_fold_launch(kernel, kwargs):
-                seen[dtype] = (kwargs["DOT_PRECISION"], kwargs["EXACT_B"])
-            return True
-
-        rig = make_model_rig("tiny", 2, 16, dtype)
-        with launch.launcher_in_front(record):
-            rig.layer_step(Launch("output_only", launch.LaunchConfig(16, 1), launch.LaunchConfig(16, 1)), 0)
+        fold = _replay_launches("tiny", dtype)["fold"]
+        seen[dtype] = (fold["DOT_PRECISION"], fold["EXACT_B"])
     assert seen == {torch.float32: ("tf32x3", True), torch.bfloat16: ("tf32", False), torch.float16: ("tf32x3", True)}
 
 
 def test_gdn_fold_product_precision_follows_the_checkpoint_dtype(monkeypatch):
     """GDN's fold launch: one TF32 pass into a bf16 checkpoint, tf32x3 into an fp32 one;
     the non-flush launch, which has no product, keeps one precision (one compile) for both.
-    As the Mamba2 test above: GPU precisions patched in, nothing launched."""
-    from trtllm_replayssm.benchmarking.probes import is_fold_launch, is_nonflush_launch
-    from trtllm_replayssm.benchmarking.rig import Launch
-    from trtllm_replayssm.benchmarking.rigs import make_model_rig
+    GPU precisions patched in, as above."""
     from trtllm_replayssm.ops.gdn import replay as gdn_replay
 
     monkeypatch.setattr(gdn_replay, "DOT_PRECISION", "tf32x3")
     monkeypatch.setattr(gdn_replay, "ONE_PASS_PRECISION", "tf32")
     seen = {}
     for dtype in (torch.float32, torch.bfloat16):
-        def record(kernel, grid, kwargs, dtype=dtype):
-            for name, is_launch in (("fold", is_fold_launch), ("nonflush", is_nonflush_launch)):
-                if is_launch(kernel, kwargs):
-                    seen[dtype, name] = kwargs["DOT_PRECISION"]
-            return True
-
-        rig = make_model_rig("tiny-gdn", 2, 16, dtype)
-        with launch.launcher_in_front(record):
-            rig.layer_step(Launch("output_only", launch.LaunchConfig(16, 1), launch.LaunchConfig(16, 1)), 0)
+        for name, kwargs in _replay_launches("tiny-gdn", dtype).items():
+            seen[dtype, name] = kwargs["DOT_PRECISION"]
     assert seen == {(torch.float32, "fold"): "tf32x3", (torch.float32, "nonflush"): "tf32x3",
                     (torch.bfloat16, "fold"): "tf32", (torch.bfloat16, "nonflush"): "tf32x3"}

@@ -226,29 +226,33 @@ def _replay_launches(model: str, state_dtype: torch.dtype) -> dict:
     return seen
 
 
+def _gpu_precisions(monkeypatch) -> None:
+    """The GPU's product precisions in place of the interpreter's ieee
+    (``common.fold_precision`` reads them)."""
+    from trtllm_replayssm.ops import common
+
+    monkeypatch.setattr(common, "DOT_PRECISION", "tf32x3")
+    monkeypatch.setattr(common, "ONE_PASS_PRECISION", "tf32")
+
+
 def test_fold_product_precision_follows_the_checkpoint_dtype(monkeypatch):
     """Mamba2's fold launch (``common.one_pass_fold``): one TF32 pass into a bf16
     checkpoint, the fp32-accurate split pass over its exact B ring into fp32 and fp16 ones.
     The GPU's precisions are patched in (the interpreter has only ieee)."""
-    from trtllm_replayssm.ops.mamba2 import replay_fold
-
-    monkeypatch.setattr(replay_fold, "DOT_PRECISION", "tf32x3")
-    monkeypatch.setattr(replay_fold, "ONE_PASS_PRECISION", "tf32")
+    _gpu_precisions(monkeypatch)
     seen = {}
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         fold = _replay_launches("tiny", dtype)["fold"]
-        seen[dtype] = (fold["DOT_PRECISION"], fold["EXACT_B"])
-    assert seen == {torch.float32: ("tf32x3", True), torch.bfloat16: ("tf32", False), torch.float16: ("tf32x3", True)}
+        seen[dtype] = (fold["DOT_PRECISION"], fold["EXACT_B"], fold["ONE_PASS_PRECISION"])
+    assert seen == {torch.float32: ("tf32x3", True, "tf32"), torch.bfloat16: ("tf32", False, "tf32"),
+                    torch.float16: ("tf32x3", True, "tf32")}
 
 
 def test_gdn_fold_product_precision_follows_the_checkpoint_dtype(monkeypatch):
     """GDN's fold launch: one TF32 pass into a bf16 checkpoint, tf32x3 into an fp32 one;
     the non-flush launch, which has no product, keeps one precision (one compile) for both.
     GPU precisions patched in, as above."""
-    from trtllm_replayssm.ops.gdn import replay as gdn_replay
-
-    monkeypatch.setattr(gdn_replay, "DOT_PRECISION", "tf32x3")
-    monkeypatch.setattr(gdn_replay, "ONE_PASS_PRECISION", "tf32")
+    _gpu_precisions(monkeypatch)
     seen = {}
     for dtype in (torch.float32, torch.bfloat16):
         for name, kwargs in _replay_launches("tiny-gdn", dtype).items():

@@ -50,6 +50,14 @@ def one_pass_fold(state_dtype: torch.dtype) -> bool:
     return state_dtype == torch.bfloat16
 
 
+def fold_precision(one_pass: bool) -> str:
+    """``input_precision`` of a fold's product (both families): one TF32 pass where
+    :func:`one_pass_fold` says so, else the fp32-accurate tf32x3 (the interpreter has only
+    ieee). Mamba2's fold over its exact B ring takes its own split pass instead of tf32x3
+    (``replay_fold.product_constexprs``)."""
+    return ONE_PASS_PRECISION if one_pass else DOT_PRECISION
+
+
 def even_rows_and_cols(rows: int, block_rows: int, cols: int, block_cols: int) -> dict:
     """``EVEN_ROWS`` and ``EVEN_COLS`` of :func:`tile_masks`: whether each size fills its
     tiles, apart. Where only the rows run past the size (Nano-4B's headdim 80 in blocks of

@@ -30,8 +30,8 @@ import triton.language as tl
 
 from ..._runtime import device_arch
 from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
-from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, block_flush_ordinals, complete_after_primary, dim_mask,
-                      even_tile, fold_row_blocks, let_dependents_launch, load_slot, one_pass_fold, row_of_ordinal,
+from ..common import (block_flush_ordinals, complete_after_primary, dim_mask, even_tile, fold_precision,
+                      fold_row_blocks, let_dependents_launch, load_slot, one_pass_fold, row_of_ordinal,
                       store_nan_heads)
 from ..cursors import FLUSH_EVERY_STEP
 from ..launch import (LaunchConfig, clamp_loop_blocks, config_kernel, fold_programmatic_launch, fold_row_programs,
@@ -432,7 +432,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
             FOLD_DOT=bool(cfg.fold_dot) and min(cfg.block_p, block_l, block_k) >= 16,
             # one TF32 pass into a bf16 checkpoint (common.one_pass_fold); the non-flush launch
             # has no product and keeps one specialisation for every state dtype
-            DOT_PRECISION=ONE_PASS_PRECISION if mode == FOLD.value and one_pass_fold(state.dtype) else DOT_PRECISION,
+            DOT_PRECISION=fold_precision(mode == FOLD.value and one_pass_fold(state.dtype)),
             HEADS_PER_PROG=hpp, EVEN_TILE=even_tile(step.head_v_dim, cfg.block_p * chunks, step.head_k_dim, block_k),
             V_INNER=layout.v_inner, LOOP_STAGES=LOOP_STAGES[mode] if state.dtype in LOOP_STAGES_STATES else None,
             ROW_BLOCK=cfg.row_block, ROW_PROGS=cfg.row_progs, PREFETCH=bool(cfg.prefetch) and mode == NONFLUSH.value,

@@ -26,22 +26,22 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Tuple
 
-import torch
 import triton
 import triton.language as tl
 
-from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, block_flush_ordinals, complete_after_primary, dim_mask,
-                      even_rows_and_cols, exact_in_tf32, fold_row_blocks, load_slot, one_pass_fold, row_in_block,
-                      row_of_ordinal, small_matmul, step_flush_rows)
+from ..common import (block_flush_ordinals, complete_after_primary, dim_mask, even_rows_and_cols, exact_in_tf32,
+                      fold_precision, fold_row_blocks, load_slot, one_pass_fold, row_in_block, row_of_ordinal,
+                      small_matmul, step_flush_rows)
 from ..launch import LaunchConfig, clamp_loop_blocks, fold_row_programs, launch_kernel, pdl_options
 from ._common import finish_output, load_dt
 
 
 def product_constexprs(one_pass: bool, exact_b: bool) -> dict:
-    """``EXACT_B`` and ``DOT_PRECISION`` of the fold's product: one TF32 pass, or
-    fp32-accurate (the split pass where the ring's B is exact in TF32, ``exact_b``, else
-    tf32x3); the interpreter has only fp32."""
-    return dict(EXACT_B=exact_b and not one_pass, DOT_PRECISION=ONE_PASS_PRECISION if one_pass else DOT_PRECISION)
+    """``EXACT_B``, ``DOT_PRECISION`` and ``ONE_PASS_PRECISION`` of the fold's product: one
+    TF32 pass, or fp32-accurate (the split pass where the ring's B is exact in TF32,
+    ``exact_b``, else tf32x3); :func:`~trtllm_replayssm.ops.common.fold_precision`."""
+    return dict(EXACT_B=exact_b and not one_pass, DOT_PRECISION=fold_precision(one_pass),
+                ONE_PASS_PRECISION=fold_precision(True))
 
 
 # Pipeline stages of the loop over a head's blocks of rows (None: Triton's default, which
@@ -237,8 +237,8 @@ def fold_launch_plan(args: dict, step, cfg: LaunchConfig, block_n: int, block_l:
         BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_L=max(16, block_l),
         **even_rows_and_cols(step.headdim, cfg.block_p * cfg.loop_blocks, step.dstate, block_n),
         **product_constexprs(one_pass_fold(args["state_ptr"].dtype), exact_in_tf32(args["B_cache_ptr"].dtype)),
-        ONE_PASS_PRECISION=ONE_PASS_PRECISION, HEADS_PER_PROG=hpp,
-        CHUNKS=cfg.loop_blocks, EVEN_HEADS=step.nheads % hpp == 0, LOOP_STAGES=LOOP_STAGES, num_warps=cfg.num_warps)
+        HEADS_PER_PROG=hpp, CHUNKS=cfg.loop_blocks, EVEN_HEADS=step.nheads % hpp == 0, LOOP_STAGES=LOOP_STAGES,
+        num_warps=cfg.num_warps)
 
 
 def launch_fold(args: dict, step, cfg: LaunchConfig, block_n: int, block_l: int, pdl: bool = False) -> None:

@@ -399,6 +399,31 @@ def test_probe_case_arguments_and_rigs():
     assert cases == [("tiny", "fp32", 2, 2, 16), ("tiny", "fp32", 3, 3, 16)]
 
 
+def test_dispatch_between_probe_times_the_neighbouring_points_configs():
+    """``probe_dispatch_between.py``: a record names the standard kernel's table configs at
+    the batch points either side of its batch size, each with its time from the tuner's
+    tries where it was one (Super bf16 at batch 6: batch 4's and batch 8's rows, which the
+    sm_90 table gives different tiles)."""
+    import types
+
+    import torch
+
+    from trtllm_replayssm.ops.launch import LaunchConfig, select_config
+
+    probe = load_script("probe_dispatch_between")
+    shape = dict(headdim=64, dstate=128, nheads=128, family="mamba2")
+    rig = types.SimpleNamespace(case=types.SimpleNamespace(batch=6, state_dtype=torch.bfloat16,
+                                                           act_dtype=torch.bfloat16), table_shape=lambda: shape)
+    at = {b: select_config("standard", "sm90", torch.bfloat16, torch.bfloat16, batch=b, **shape) for b in (4, 8)}
+    assert at[4] != at[8]
+    tried = [{"block_p": 1, "num_warps": 1, "error": "OutOfResources"}, {**at[4].to_dict(), "us": 8.271}]
+    assert probe.neighbour_configs(rig, "sm90", {"tried": tried}) == {
+        4: {"config": probe.short(at[4]), "us": 8.27}, 8: {"config": probe.short(at[8]), "us": None}}
+    assert probe.short(LaunchConfig(16, 2, early_terms=1)) == {"block_p": 16, "num_warps": 2, "early_terms": 1}
+    rig.case.batch = 600
+    assert list(probe.neighbour_configs(rig, "sm90", {"tried": tried})) == [512]
+
+
 @pytest.mark.parametrize("name", ["tiny", "tiny-gdn"])
 def test_one_pass_probe_tunes_each_forms_fold_under_its_product(name, monkeypatch):
     """``probe_one_pass_fold.py --tune-fold``: a form's fold config comes from its family's

@@ -22,6 +22,7 @@ import os
 import re
 import subprocess
 import tempfile
+from dataclasses import replace
 from types import SimpleNamespace
 
 os.environ["TRITON_INTERPRET"] = "0"  # compile for the GPU even on a machine without one
@@ -54,7 +55,7 @@ def registers(fn, constexprs: dict, num_warps: int, state_dtype: str, maxnreg=No
     pointers and strides divisible by 16, the launch's register cap), bf16 activations."""
     sig, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
-        if name in constexprs:
+        if name in constexprs or fn.params[i].is_constexpr:  # a constexpr left out takes its default
             sig[name] = "constexpr"
             continue
         if name == "state_ptr":
@@ -118,7 +119,8 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
                 fn, c = m2_replay._replay_step_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, MODE=modes[kernel], BLOCK_P=cfg.block_p, BLOCK_N=dstate,
                     BLOCK_L=L, FOLD_CHUNK=cfg.fold_chunk, EVEN_ROWS=headdim % (cfg.block_p * chunks) == 0,
-                    EVEN_COLS=True, EARLY_STATE=bool(cfg.early_state), CHUNKS=chunks)
+                    EVEN_COLS=True, EARLY_STATE=bool(cfg.early_state),
+                    **{"CHUNKS": 1, **m2_replay.row_block_loop(replace(cfg, loop_blocks=chunks))})
             yield ["mamba2", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype)]
 
 

@@ -93,3 +93,14 @@ def test_fold_with_staged_block_loop_real_shapes(monkeypatch, model, stages):
     monkeypatch.setattr(replay_fold, "LOOP_STAGES", stages)
     sc = Scenario(MAMBA2_MODELS[model].geom, 16, torch.float32, torch.bfloat16, tied_params=True)
     run_replay(sc, 3 * 16 + 2, route="output_only", fold_config=LaunchConfig(16, 2, 1, 1, 1, 0, 8))
+
+
+@pytest.mark.parametrize("config", [c for c in mamba2_ar.CANDIDATES["output_only"] if c.loop_blocks > 1], ids=str)
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("model", MODELS)
+def test_non_flush_row_block_runs_on_every_tuning_candidate(model, state_dtype, config):
+    """The non-flush launch over runs of row blocks, compiled for the GPU in each of its
+    loop's forms the tuner may pick (plain, ``loop_stages``: software-pipelined, which the
+    interpreter runs as a plain loop; ``prefetch``), over 3 cycles."""
+    sc = Scenario(MAMBA2_MODELS[model].geom, 16, state_dtype, torch.bfloat16, tied_params=True)
+    run_replay(sc, 3 * 16 + 2, route="output_only", config=config)

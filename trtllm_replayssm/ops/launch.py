@@ -42,8 +42,10 @@ class LaunchConfig:
     looks through with one vector load of their cursors (``row_block``), or whether
     ``row_progs`` programs share the flushing rows of the whole batch instead (scanning
     its cursors ``row_block`` rows at a time), and whether the
-    GDN non-flush launch's loop over those blocks loads the next block's tiles into
-    registers one block ahead (``prefetch``) instead of Triton's staging, whether the
+    GDN and Mamba2 non-flush launches' loop over those blocks loads the next block's tiles
+    into registers one block ahead (``prefetch``) instead of Triton's staging, the pipeline
+    stages of the Mamba2 non-flush launch's loop otherwise (``loop_stages``; 0: Triton's
+    default, which stages none of its loads), whether the
     Mamba2 standard kernel loads ``D`` and ``z`` with the step's inputs (``early_terms``;
     early they overlap the state's load, late they hold no registers over the step),
     whether the Mamba2 replay step's launch loads the checkpoint tile before the cursor
@@ -60,7 +62,7 @@ class LaunchConfig:
     loop_blocks: int = 1  # headdim blocks one program runs one after another
     key_chunk: int = 0  # speculative verify: state columns (keys, dstate) a step of its loop takes (0: all)
     row_block: int = 1  # fold launches: batch rows one program looks through, folding those that flush
-    prefetch: int = 0  # GDN non-flush launch: the next block's tiles loaded one block ahead
+    prefetch: int = 0  # GDN and Mamba2 non-flush launches: the next block's tiles loaded one block ahead
     early_terms: int = 0  # Mamba2 standard kernel: D and z loaded with the step's inputs
     early_state: int = 0  # Mamba2 replay step: the checkpoint loaded before the cursor (one round trip less)
     # Standard kernels: ptxas's register cap (0: none). Any cap changes the schedule: on one
@@ -68,6 +70,7 @@ class LaunchConfig:
     # the tile's last load only after the q/k norms; capped it takes 80 and issues it earlier.
     maxnreg: int = 0
     row_progs: int = 0  # fold launches: programs (a group of heads) sharing the batch's flushing rows (0: row blocks)
+    loop_stages: int = 0  # Mamba2 non-flush launch: pipeline stages of its loop over row blocks (0: Triton's default)
 
     def to_dict(self) -> dict:
         return asdict(self)

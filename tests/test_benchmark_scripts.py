@@ -399,6 +399,23 @@ def test_probe_case_arguments_and_rigs():
     assert cases == [("tiny", "fp32", 2, 2, 16), ("tiny", "fp32", 3, 3, 16)]
 
 
+def test_gdn_ring_dtype_probe_rigs_differ_only_in_the_ring_dtype():
+    """``probe_gdn_ring_dtype.py``: one rig per ring dtype with the same checkpoints, ring
+    values (rounded) and step inputs, so the two routes' timings compare the ring's bytes
+    alone."""
+    import torch
+
+    probe = load_script("probe_gdn_ring_dtype")
+    rigs = probe.ring_rigs("tiny-gdn", 2, "bf16")
+    assert {rd: (r.cache.d_cache.dtype, r.cache.k_cache.dtype) for rd, r in rigs.items()} == {
+        "fp32": (torch.float32, torch.float32), "bf16": (torch.bfloat16, torch.bfloat16)}
+    a, b = rigs["fp32"], rigs["bf16"]
+    assert a.cache.ssm_state.dtype == torch.bfloat16 and torch.equal(a.cache.ssm_state, b.cache.ssm_state)
+    assert b.step is a.step
+    assert torch.equal(a.cache.d_cache.to(torch.bfloat16), b.cache.d_cache) and not torch.equal(
+        a.cache.d_cache, b.cache.d_cache.float())
+
+
 def test_dispatch_between_probe_times_the_neighbouring_points_configs():
     """``probe_dispatch_between.py``: a record names the standard kernel's table configs at
     the batch points either side of its batch size, each with its time from the tuner's

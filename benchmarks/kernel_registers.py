@@ -9,8 +9,12 @@ kernel loses occupancy, so this prunes tuning candidates before device time is s
     python benchmarks/kernel_registers.py --state-dtype bf16 --family gdn
     python benchmarks/kernel_registers.py --family mamba2 --headdim 80   # Nano-4B's tiles
     python benchmarks/kernel_registers.py --family mamba2 --kernels output_only --tuned   # what runs
+    python benchmarks/kernel_registers.py --family mamba2 --kernels output_only --sass    # + SASS sizes
 
-``--tuned`` compiles the configs the package's Mamba2 table (``tuned/mamba2_sm90.json``)
+``--sass`` adds each compile's static SASS instruction count (NOPs left out) and its shared
+memory: how a kernel change that is meant to leave a launch as it was can be checked
+without a GPU (the same count, or ``cuobjdump -sass`` of both compiles compared), and
+what a variant costs in instructions. ``--tuned`` compiles the configs the package's Mamba2 table (``tuned/mamba2_sm90.json``)
 holds instead of the candidates: a kernel change that costs the launches in use registers
 shows there (CI checks the non-flush launch's, ``tests/test_benchmark_scripts.py``).
 """
@@ -43,6 +47,8 @@ from trtllm_replayssm.ops.mamba2 import replay as m2_replay, replay_fold as m2_r
 from trtllm_replayssm.ops.mamba2 import spec as m2_spec, standard as m2_standard  # noqa: E402
 
 PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
+CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
+SASS = False  # --sass: each line also gives the compile's SASS size and shared memory
 ACT_PTRS = {"x_ptr", "dt_ptr", "B_ptr", "C_ptr", "z_ptr", "out_ptr", "x_cache_ptr", "B_cache_ptr",
             "q_ptr", "k_ptr", "v_ptr", "a_ptr", "b_ptr", "x_ring_ptr", "B_ring_ptr"}
 FLOAT_SCALARS = {"scale", "softplus_beta", "softplus_threshold"}
@@ -81,7 +87,19 @@ def registers(fn, constexprs: dict, num_warps: int, state_dtype: str, maxnreg=No
                              text=True).stderr
     regs = re.search(r"Used (\d+) registers", out).group(1)
     spill = re.search(r"(\d+) bytes spill stores", out)
-    return f"{regs} regs" + (f", {spill.group(1)} B spilled" if spill and spill.group(1) != "0" else "")
+    line = f"{regs} regs" + (f", {spill.group(1)} B spilled" if spill and spill.group(1) != "0" else "")
+    return line + (f", {sass_summary(k)}" if SASS else "")
+
+
+def sass_summary(kernel) -> str:
+    """Static SASS instructions of a compiled kernel (NOPs, the padding, left out) and its
+    shared memory."""
+    with tempfile.NamedTemporaryFile("wb", suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        sass = subprocess.run([CUOBJDUMP, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+    count = sum(1 for line in sass.splitlines() if re.match(r"\s+/\*[0-9a-f]{4}\*/\s+\S", line) and "NOP" not in line)
+    return f"{count} SASS, {kernel.metadata.shared} B shared"
 
 
 def tuned_mamba2_configs(kernel: str, state_dtype: str, headdim: int, dstate: int = 128) -> list:
@@ -236,7 +254,10 @@ def main() -> None:
     ap.add_argument("--headdim", type=int, default=64, help="Mamba2 headdim (Super 64, Nano-4B 80)")
     ap.add_argument("--kernels", nargs="+", choices=list(mamba2_ar.CANDIDATES), help="Mamba2 kernels (default: all)")
     ap.add_argument("--tuned", action="store_true", help="Mamba2: the tuned table's configs, not the candidates")
+    ap.add_argument("--sass", action="store_true", help="also each compile's SASS instructions and shared memory")
     args = ap.parse_args()
+    global SASS
+    SASS = args.sass
     if (args.kernels or args.tuned) and args.family != "mamba2":
         ap.error("--kernels and --tuned take --family mamba2")
     rows = []

@@ -224,6 +224,19 @@ def test_non_flush_launches_in_the_table_stay_under_96_registers(headdim):
             assert int(regs) <= max(96, tile_values + 32), run.stdout
 
 
+def test_kernel_registers_reports_sass_size_and_shared_memory():
+    """``kernel_registers.py --sass``: every compile's line also gives its static SASS
+    instruction count and shared memory (how a change meant to leave a launch as it was
+    is checked without a GPU)."""
+    run = subprocess.run([sys.executable, str(REPO / "benchmarks/kernel_registers.py"), "--family", "mamba2",
+                          "--kernels", "output_only", "--tuned", "--headdim", "64", "--sass"],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    sizes = re.findall(r"(\d+) regs.*?, (\d+) SASS, (\d+) B shared", run.stdout)
+    assert len(sizes) >= 2 and len(sizes) == run.stdout.count(" regs"), run.stdout
+    assert all(int(n) > 100 for _, n, _ in sizes), run.stdout
+
+
 def test_gluon_fold_probes_compile_for_sm90():
     """``probe_gluon_folds.py --compile-only``: the Gluon folds (GPU-only, no interpreter)
     still compile for sm_90, so the probe is ready to run on the device."""

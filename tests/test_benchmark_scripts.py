@@ -117,7 +117,7 @@ def test_tuning_a_subset_times_only_those_launches():
             self.timed = []
 
         def table_configs(self, arch):
-            return {"output_only": {"config": LaunchConfig(2, 1)}, "fold": {"config": LaunchConfig(3, 1)}}
+            return {"output_only": {"config": LaunchConfig(2, 1)}, "fold": {"config": LaunchConfig(64, 1)}}
 
         def time_worst_phase_us(self, launch, replays):
             self.timed.append(launch)
@@ -142,7 +142,7 @@ def test_tuning_a_subset_times_only_those_launches():
     rig = FakeRig()  # the non-flush launch alone: under the table's fold, which stays
     best = tune_table_kernels(rig, candidates.__getitem__, ["nonflush"], LaunchConfig(32, 1))
     assert set(best) == {"output_only"} and best["output_only"]["config"] == LaunchConfig(4, 1)
-    assert [(lc.config, lc.fold_config) for lc in rig.timed] == [(c, LaunchConfig(3, 1)) for c in candidates["output_only"]]
+    assert [(lc.config, lc.fold_config) for lc in rig.timed] == [(c, LaunchConfig(64, 1)) for c in candidates["output_only"]]
 
 
 def test_baseline_is_the_fastest_launch_that_writes_the_state_every_step():

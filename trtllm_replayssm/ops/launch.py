@@ -72,8 +72,27 @@ class LaunchConfig:
     row_progs: int = 0  # fold launches: programs (a group of heads) sharing the batch's flushing rows (0: row blocks)
     loop_stages: int = 0  # Mamba2 non-flush launch: pipeline stages of its loop over row blocks (0: Triton's default)
 
+    def __post_init__(self):
+        # A chunk size that does not divide its tile would skip entries (a ring walked in
+        # BLOCK_L // fold_chunk chunks), and a tile that is not a power of two does not
+        # compile: both are refused here, before any kernel runs.
+        for name in ("block_p", "num_warps", "row_block"):
+            _check_field(name, getattr(self, name), "a power of two", lambda v: v >= 1 and v & (v - 1) == 0)
+        for name in ("fold_chunk", "key_chunk"):
+            _check_field(name, getattr(self, name), "0 or a power of two", lambda v: v >= 0 and v & (v - 1) == 0)
+        for name in ("loop_blocks", "heads_per_prog"):
+            _check_field(name, getattr(self, name), ">= 1", lambda v: v >= 1)
+        for name in ("fold_dot", "split_fold", "prefetch", "early_terms", "early_state", "maxnreg", "row_progs",
+                     "loop_stages"):
+            _check_field(name, getattr(self, name), ">= 0", lambda v: v >= 0)
+
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _check_field(name: str, value, expected: str, ok: Callable[[int], bool]) -> None:
+    if not isinstance(value, int) or not ok(value):
+        raise ValueError(f"LaunchConfig.{name} must be an int, {expected}; got {value!r}")
 
 
 CONFIG_FIELDS = tuple(f.name for f in fields(LaunchConfig))  # a table row's config keys

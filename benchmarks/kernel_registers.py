@@ -26,7 +26,6 @@ import os
 import re
 import subprocess
 import tempfile
-from dataclasses import replace
 from types import SimpleNamespace
 
 os.environ["TRITON_INTERPRET"] = "0"  # compile for the GPU even on a machine without one
@@ -137,8 +136,7 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
                 fn, c = m2_replay._replay_step_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, MODE=modes[kernel], BLOCK_P=cfg.block_p, BLOCK_N=dstate,
                     BLOCK_L=L, FOLD_CHUNK=cfg.fold_chunk, EVEN_ROWS=headdim % (cfg.block_p * chunks) == 0,
-                    EVEN_COLS=True, EARLY_STATE=bool(cfg.early_state),
-                    **{"CHUNKS": 1, **m2_replay.row_block_loop(replace(cfg, loop_blocks=chunks))})
+                    EVEN_COLS=True, EARLY_STATE=bool(cfg.early_state), CHUNKS=chunks)
             yield ["mamba2", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype)]
 
 

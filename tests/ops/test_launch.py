@@ -266,7 +266,7 @@ def test_gdn_fold_product_precision_follows_the_checkpoint_dtype(monkeypatch):
     # a ring walked in BLOCK_L // fold_chunk chunks: 3 skipped entries at L = 32 (state_and_output's
     # outputs 0.38 off the reference, silently, before this check)
     (dict(fold_chunk=3), "fold_chunk"), (dict(key_chunk=24), "key_chunk"), (dict(loop_blocks=0), "loop_blocks"),
-    (dict(heads_per_prog=0), "heads_per_prog"), (dict(loop_stages=-1), "loop_stages"),
+    (dict(heads_per_prog=0), "heads_per_prog"), (dict(maxnreg=-1), "maxnreg"),
     (dict(block_p=16.0), "block_p"), (dict(prefetch=-1), "prefetch"),
 ])
 def test_launch_config_refuses_values_its_kernels_cannot_take(fields, name):
@@ -274,4 +274,4 @@ def test_launch_config_refuses_values_its_kernels_cannot_take(fields, name):
     that would not compile, or would skip part of a tile, raises naming the field."""
     with pytest.raises(ValueError, match=f"LaunchConfig.{name} must be"):
         launch.LaunchConfig(**{"block_p": 16, "num_warps": 1, **fields})
-    launch.LaunchConfig(16, 1, fold_chunk=0, key_chunk=32, row_block=128, loop_stages=2)  # each at a good value
+    launch.LaunchConfig(16, 1, fold_chunk=0, key_chunk=32, row_block=128, maxnreg=128)  # each at a good value

@@ -99,8 +99,7 @@ def test_fold_with_staged_block_loop_real_shapes(monkeypatch, model, stages):
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("model", MODELS)
 def test_non_flush_row_block_runs_on_every_tuning_candidate(model, state_dtype, config):
-    """The non-flush launch over runs of row blocks, compiled for the GPU in each of its
-    loop's forms the tuner may pick (plain, ``loop_stages``: software-pipelined, which the
-    interpreter runs as a plain loop; ``prefetch``), over 3 cycles."""
+    """The non-flush launch over runs of row blocks on every tile the tuner may pick, compiled
+    for the GPU, over 3 cycles."""
     sc = Scenario(MAMBA2_MODELS[model].geom, 16, state_dtype, torch.bfloat16, tied_params=True)
     run_replay(sc, 3 * 16 + 2, route="output_only", config=config)

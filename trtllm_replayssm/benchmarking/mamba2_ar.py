@@ -52,14 +52,7 @@ CANDIDATES = {
                     # once a run; Nano-4B's headdim 80 in 5 blocks of 16: a head a program), which
                     # the tuner takes for Nano-4B's bf16 state at batch >= 32 and fp32 at 32
                     _C(16, 1, 0, loop_blocks=5), _C(16, 2, 0, loop_blocks=5), _C(32, 1, 0, loop_blocks=2),
-                    _C(32, 2, 0, loop_blocks=2), _C(32, 1, 0, loop_blocks=3),
-                    # those runs with the next block's tiles in flight during this one's sums: staged
-                    # by Triton's pipeliner (2 stages: 80-128 registers and 4.7-17.7 KB of shared
-                    # memory), or loaded into registers one block ahead (prefetch, which GDN's
-                    # non-flush loop takes with a bf16 state: 168-180 registers at 16 rows, 209-255
-                    # at 32, so only the 16-row run)
-                    _C(16, 1, 0, loop_blocks=5, loop_stages=2), _C(32, 1, 0, loop_blocks=3, loop_stages=2),
-                    _C(32, 1, 0, loop_blocks=2, loop_stages=2), _C(16, 1, 0, loop_blocks=5, prefetch=1)],
+                    _C(32, 2, 0, loop_blocks=2), _C(32, 1, 0, loop_blocks=3)],
     # The fold launch (a kernel of its own, one tf32x3 matmul over the ring; tiles of at
     # least 16 rows) also runs, and returns at once, on every non-flush step, so fewer,
     # larger programs can win over the fastest flush step: heads_per_prog is the heads one

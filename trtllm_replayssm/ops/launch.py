@@ -42,10 +42,8 @@ class LaunchConfig:
     looks through with one vector load of their cursors (``row_block``), or whether
     ``row_progs`` programs share the flushing rows of the whole batch instead (scanning
     its cursors ``row_block`` rows at a time), and whether the
-    GDN and Mamba2 non-flush launches' loop over those blocks loads the next block's tiles
-    into registers one block ahead (``prefetch``) instead of Triton's staging, the pipeline
-    stages of the Mamba2 non-flush launch's loop otherwise (``loop_stages``; 0: Triton's
-    default, which stages none of its loads), whether the
+    GDN non-flush launch's loop over those blocks loads the next block's tiles into
+    registers one block ahead (``prefetch``) instead of Triton's staging, whether the
     Mamba2 standard kernel loads ``D`` and ``z`` with the step's inputs (``early_terms``;
     early they overlap the state's load, late they hold no registers over the step),
     whether the Mamba2 replay step's launch loads the checkpoint tile before the cursor
@@ -62,7 +60,7 @@ class LaunchConfig:
     loop_blocks: int = 1  # headdim blocks one program runs one after another
     key_chunk: int = 0  # speculative verify: state columns (keys, dstate) a step of its loop takes (0: all)
     row_block: int = 1  # fold launches: batch rows one program looks through, folding those that flush
-    prefetch: int = 0  # GDN and Mamba2 non-flush launches: the next block's tiles loaded one block ahead
+    prefetch: int = 0  # GDN non-flush launch: the next block's tiles loaded one block ahead
     early_terms: int = 0  # Mamba2 standard kernel: D and z loaded with the step's inputs
     early_state: int = 0  # Mamba2 replay step: the checkpoint loaded before the cursor (one round trip less)
     # Standard kernels: ptxas's register cap (0: none). Any cap changes the schedule: on one
@@ -70,7 +68,6 @@ class LaunchConfig:
     # the tile's last load only after the q/k norms; capped it takes 80 and issues it earlier.
     maxnreg: int = 0
     row_progs: int = 0  # fold launches: programs (a group of heads) sharing the batch's flushing rows (0: row blocks)
-    loop_stages: int = 0  # Mamba2 non-flush launch: pipeline stages of its loop over row blocks (0: Triton's default)
 
     def __post_init__(self):
         # A chunk size that does not divide its tile would skip entries (a ring walked in
@@ -82,8 +79,7 @@ class LaunchConfig:
             _check_field(name, getattr(self, name), "0 or a power of two", lambda v: v >= 0 and v & (v - 1) == 0)
         for name in ("loop_blocks", "heads_per_prog"):
             _check_field(name, getattr(self, name), ">= 1", lambda v: v >= 1)
-        for name in ("fold_dot", "split_fold", "prefetch", "early_terms", "early_state", "maxnreg", "row_progs",
-                     "loop_stages"):
+        for name in ("fold_dot", "split_fold", "prefetch", "early_terms", "early_state", "maxnreg", "row_progs"):
             _check_field(name, getattr(self, name), ">= 0", lambda v: v >= 0)
 
     def to_dict(self) -> dict:

@@ -120,32 +120,6 @@ def _store_nan_rows(out_ptr, offs_p, mask_p, headdim, pid_b, pid_h, stride_out_b
 
 
 @triton.jit
-def _row_block_tiles(head, xc_base, offs_p, offs_n, offs_l, mask_n, in_ring, live, headdim, stride_state_p,
-                     stride_xc_l, EVEN_ROWS: tl.constexpr):
-    """The checkpoint tile ``[BLOCK_P, BLOCK_N]`` and the ring's x tile ``[BLOCK_P, BLOCK_L]``
-    of the row block at ``offs_p``, in the pool's dtypes (converted where used, so a tile
-    loaded one block ahead holds half the registers with a bf16 state); nothing is read
-    where ``live`` is false (the load one block past a run's last)."""
-    mask_p = dim_mask(offs_p, headdim, EVEN_ROWS) & live
-    S0 = tl.load(head + offs_p[:, None] * stride_state_p + offs_n[None, :], mask=mask_p[:, None] & mask_n[None, :],
-                 other=0.0)
-    X = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None], mask=mask_p[:, None] & in_ring[None, :],
-                other=0.0)
-    return S0, X
-
-
-@triton.jit
-def _row_block_output(S0, X, x, D, z, offs_p, mask_p, w, decay0, C, v, v_now, pid_b, pid_h, out_ptr, xc_base,
-                      x_cache_ptr, stride_xc_l, stride_out_b, stride_out_h, HAS_D: tl.constexpr, HAS_Z: tl.constexpr):
-    """One row block's ``y = exp(A T) S_0 C + sum_j v_j x_j + dt (B . C) x`` from its loaded
-    tiles (fp32), stored; this token's x is appended at ``w``."""
-    xf = x.to(tl.float32)
-    y = decay0 * tl.sum(S0 * C[None, :], axis=1) + v_now * xf + tl.sum(X * v[None, :], axis=1)
-    tl.store(xc_base + w * stride_xc_l + offs_p, x.to(x_cache_ptr.dtype.element_ty), mask=mask_p)
-    store_output(y, xf, D, z, offs_p, mask_p, pid_b, pid_h, out_ptr, stride_out_b, stride_out_h, HAS_D, HAS_Z)
-
-
-@triton.jit
 def _nonflush_row_blocks(state_ptr, slot, pid_p, pid_h, pid_b, w, heads_per_group, headdim, dstate, x_ptr, dt_ptr, A_ptr,
                          B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr, dtc_base_slot, xc_base_slot, Bc_base_slot,
                          stride_dtc_h, stride_xc_h, stride_xc_l, stride_Bc_g, stride_Bc_l, x_cache_ptr, B_cache_ptr,
@@ -154,20 +128,13 @@ def _nonflush_row_blocks(state_ptr, slot, pid_p, pid_h, pid_b, w, heads_per_grou
                          stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
                          HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
                          BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr, CHUNKS: tl.constexpr,
-                         EVEN_ROWS: tl.constexpr, EVEN_COLS: tl.constexpr, PREFETCH: tl.constexpr,
-                         LOOP_STAGES: tl.constexpr):
+                         EVEN_ROWS: tl.constexpr, EVEN_COLS: tl.constexpr):
     """The non-flush step of one row over CHUNKS blocks of BLOCK_P rows of head ``pid_h``,
     one block after another: the ring's weights ``v_j = coef_j (B_j . C)`` (and this
     token's, ``dt (B . C)``) are formed once for all of them, so a program's fixed cost
     (the slot, the cursor, the ring's B tile and dt) is paid once a run of blocks, not once
     a block. ``y = exp(A T) S_0 C + sum_j v_j x_j + dt (B . C) x`` per block; the block's x
-    is appended at ``w``. ``PREFETCH`` (launch config ``prefetch``) loads the next block's
-    tiles into registers before this block is used, so they are in flight during its
-    reductions (GDN's non-flush loop gained up to 8% so with a bf16 state); otherwise the
-    loop runs with ``LOOP_STAGES`` pipeline stages (``loop_stages``; None: Triton's
-    default, which stages none of these loads). sm_90 (ptxas), Nano-4B's 32 rows on one
-    warp over 3 blocks with a bf16 state: 128 registers as it is, 210 with ``prefetch``,
-    128 and 9.5 KB of shared memory with 2 stages."""
+    is appended at ``w``."""
     g = pid_h // heads_per_group
     offs_n = tl.arange(0, BLOCK_N)
     mask_n = dim_mask(offs_n, dstate, EVEN_COLS)
@@ -189,35 +156,20 @@ def _nonflush_row_blocks(state_ptr, slot, pid_p, pid_h, pid_b, w, heads_per_grou
     v = coef * tl.sum(Bm * C[None, :], axis=1)  # [BLOCK_L]
     v_now = dt * tl.sum(B.to(tl.float32) * C, axis=0)
     head = state_ptr + slot * stride_state_slot + pid_h * stride_state_h
-    if PREFETCH:
-        offs_p0 = pid_p * CHUNKS * BLOCK_P + tl.arange(0, BLOCK_P)
-        S0_n, X_n = _row_block_tiles(head, xc_base, offs_p0, offs_n, offs_l, mask_n, in_ring, True, headdim,
-                                     stride_state_p, stride_xc_l, EVEN_ROWS)
-        for c in range(0, CHUNKS):
-            S0, X = S0_n, X_n
-            offs_p = offs_p0 + c * BLOCK_P
-            S0_n, X_n = _row_block_tiles(head, xc_base, offs_p + BLOCK_P, offs_n, offs_l, mask_n, in_ring,
-                                         c + 1 < CHUNKS, headdim, stride_state_p, stride_xc_l, EVEN_ROWS)
-            mask_p = dim_mask(offs_p, headdim, EVEN_ROWS)
-            x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0)
-            D, z = load_output_terms(offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, stride_D_h, stride_D_p, stride_z_b,
-                                     stride_z_h, HAS_D, HAS_Z)
-            _row_block_output(S0.to(tl.float32), X.to(tl.float32), x, D, z, offs_p, mask_p, w, decay0, C, v, v_now,
-                              pid_b, pid_h, out_ptr, xc_base, x_cache_ptr, stride_xc_l, stride_out_b, stride_out_h,
-                              HAS_D, HAS_Z)
-    else:
-        for c in tl.range(0, CHUNKS, num_stages=LOOP_STAGES):
-            offs_p = (pid_p * CHUNKS + c) * BLOCK_P + tl.arange(0, BLOCK_P)
-            mask_p = dim_mask(offs_p, headdim, EVEN_ROWS)
-            S0 = tl.load(head + offs_p[:, None] * stride_state_p + offs_n[None, :],
-                         mask=mask_p[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
-            x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0)
-            X = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
-                        mask=mask_p[:, None] & in_ring[None, :], other=0.0).to(tl.float32)
-            D, z = load_output_terms(offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, stride_D_h, stride_D_p, stride_z_b,
-                                     stride_z_h, HAS_D, HAS_Z)
-            _row_block_output(S0, X, x, D, z, offs_p, mask_p, w, decay0, C, v, v_now, pid_b, pid_h, out_ptr, xc_base,
-                              x_cache_ptr, stride_xc_l, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+    for c in range(0, CHUNKS):
+        offs_p = (pid_p * CHUNKS + c) * BLOCK_P + tl.arange(0, BLOCK_P)
+        mask_p = dim_mask(offs_p, headdim, EVEN_ROWS)
+        S0 = tl.load(head + offs_p[:, None] * stride_state_p + offs_n[None, :],
+                     mask=mask_p[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0)
+        X = tl.load(xc_base + offs_l[None, :] * stride_xc_l + offs_p[:, None],
+                    mask=mask_p[:, None] & in_ring[None, :], other=0.0).to(tl.float32)
+        D, z = load_output_terms(offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, stride_D_h, stride_D_p, stride_z_b,
+                                 stride_z_h, HAS_D, HAS_Z)
+        xf = x.to(tl.float32)
+        y = decay0 * tl.sum(S0 * C[None, :], axis=1) + v_now * xf + tl.sum(X * v[None, :], axis=1)
+        tl.store(xc_base + w * stride_xc_l + offs_p, x.to(x_cache_ptr.dtype.element_ty), mask=mask_p)
+        store_output(y, xf, D, z, offs_p, mask_p, pid_b, pid_h, out_ptr, stride_out_b, stride_out_h, HAS_D, HAS_Z)
     if pid_p == 0:
         tl.store(dtc_base + w, dt)
         if pid_h % heads_per_group == 0:  # one head per group appends the shared B
@@ -242,8 +194,7 @@ def _replay_step_kernel(
     HAS_FORCE_FLUSH: tl.constexpr, MODE: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr, FOLD_CHUNK: tl.constexpr,
     EVEN_ROWS: tl.constexpr, EVEN_COLS: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr = False,
-    EARLY_STATE: tl.constexpr = False, CHUNKS: tl.constexpr = 1, PREFETCH: tl.constexpr = False,
-    LOOP_STAGES: tl.constexpr = None,
+    EARLY_STATE: tl.constexpr = False, CHUNKS: tl.constexpr = 1,
 ):
     let_dependents_launch(LAUNCH_DEPENDENTS)  # the fold's programmatic launch
     pid_p = tl.program_id(0)
@@ -294,7 +245,7 @@ def _replay_step_kernel(
                              stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h, stride_B_b, stride_B_g,
                              stride_C_b, stride_C_g, stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_dtb_h,
                              stride_out_b, stride_out_h, HAS_D, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS, BLOCK_P, BLOCK_N,
-                             BLOCK_L, CHUNKS, EVEN_ROWS, EVEN_COLS, PREFETCH, LOOP_STAGES)
+                             BLOCK_L, CHUNKS, EVEN_ROWS, EVEN_COLS)
     else:
         if not EARLY_STATE:
             g, state_ptrs, mask_pn, S0, C, x, xf, dt, A, B, Bf, D, z = _step_loads(
@@ -359,18 +310,6 @@ def _replay_step_kernel(
                     tl.store(Bc_base + w * stride_Bc_l + offs_n, B.to(B_cache_ptr.dtype.element_ty), mask=mask_n)
 
         store_output(y, xf, D, z, offs_p, mask_p, pid_b, pid_h, out_ptr, stride_out_b, stride_out_h, HAS_D, HAS_Z)
-
-
-def row_block_loop(cfg: LaunchConfig) -> dict:
-    """The non-flush launch's constexprs for a run of ``loop_blocks`` row blocks a program:
-    the run, and its loop's form (the next block's tiles loaded one block ahead,
-    ``prefetch``, or the loop's ``loop_stages``); nothing for a program of one block (the
-    kernel's defaults), so the compiles that do not loop keep their AOT keys."""
-    if cfg.loop_blocks == 1:
-        return {}
-    if cfg.prefetch:
-        return dict(CHUNKS=cfg.loop_blocks, PREFETCH=True)
-    return dict(CHUNKS=cfg.loop_blocks, **({"LOOP_STAGES": cfg.loop_stages} if cfg.loop_stages else {}))
 
 
 def check_ring(step: Mamba2Step, state: torch.Tensor, x_cache: torch.Tensor, dt_cache: torch.Tensor,
@@ -489,7 +428,7 @@ def selective_state_update_replayssm(
                       FOLD_CHUNK=(min(step_cfg.fold_chunk, block_l) if mode == NONFLUSH.value
                                   else max(1, min(step_cfg.fold_chunk, block_l))),
                       **even_rows_and_cols(step.headdim, step_cfg.block_p * chunks, step.dstate, block_n),
-                      **row_block_loop(step_cfg),
+                      **({"CHUNKS": chunks} if chunks > 1 else {}),
                       EARLY_STATE=bool(step_cfg.early_state), num_warps=step_cfg.num_warps,
                       **pdl_options(pdl, primary=True))
 

@@ -11,12 +11,13 @@ kernel loses occupancy, so this prunes tuning candidates before device time is s
     python benchmarks/kernel_registers.py --family mamba2 --kernels output_only --tuned   # what runs
     python benchmarks/kernel_registers.py --family mamba2 --kernels output_only --sass    # + SASS sizes
 
-``--sass`` adds each compile's static SASS instruction count (NOPs left out) and its shared
-memory: how a kernel change that is meant to leave a launch as it was can be checked
-without a GPU (the same count, or ``cuobjdump -sass`` of both compiles compared), and
-what a variant costs in instructions. ``--tuned`` compiles the configs the package's Mamba2 table (``tuned/mamba2_sm90.json``)
+``--tuned`` compiles the configs the package's Mamba2 table (``tuned/mamba2_sm90.json``)
 holds instead of the candidates: a kernel change that costs the launches in use registers
 shows there (CI checks the non-flush launch's, ``tests/test_benchmark_scripts.py``).
+``--sass`` adds each compile's static SASS instruction count (NOPs left out) and its shared
+memory: how a kernel change that is meant to leave a launch as it was can be checked
+without a GPU (the same count, or ``cuobjdump -sass`` of both compiles compared), and what
+a variant costs in instructions.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ def mamba2_steps(geom, batch: int, L: int, gap: int, device):
 def gdn_steps(geom, batch: int, L: int, gap: int, device):
     H, HV, K, V = geom.num_k_heads, geom.num_v_heads, geom.head_k_dim, geom.head_v_dim
     state = gapped((batch, HV, V, K), torch.float32, gap, device)
-    rings = {name: gapped((batch, *block), dtype, gap, device) for name, (block, dtype) in gdn_ring_layout(geom, L).items()}
+    rings = {name: gapped((batch, *block), dtype, gap, device) for name, (block, dtype) in gdn_ring_layout(geom, L, torch.float32).items()}
     write_pos = torch.zeros(batch, dtype=torch.int32, device=device)
     g = torch.Generator(device=device).manual_seed(1)
     q, k = (torch.randn(batch, H, K, generator=g, device=device).to(torch.bfloat16) for _ in range(2))

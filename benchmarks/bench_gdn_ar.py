@@ -40,11 +40,13 @@ from trtllm_replayssm.benchmarking.rig import (Launch, fastest_baseline, launche
                                                time_phases_side_by_side, worst_phase)
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.benchmarking.warm_compile import swept_kernels, warm_compile
+from trtllm_replayssm.cache import gdn_ring_dtype
 from trtllm_replayssm.models import model
 from trtllm_replayssm.ops import launch as launch_table
 from trtllm_replayssm.ops.launch import BATCH_POINTS
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 
 def main() -> None:
@@ -52,7 +54,9 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["qwen3.5-4b", "qwen3.5-122b"])
     ap.add_argument("--batches", nargs="+", type=int, default=list(BATCH_POINTS))
     ap.add_argument("--state-dtypes", nargs="+", default=["fp32", "bf16"], choices=list(DTYPES))
-    ap.add_argument("--ring-dtype", default="fp32", choices=list(DTYPES), help="d and k ring dtype (drift study)")
+    ap.add_argument("--ring-dtype", default=None, choices=list(DTYPES),
+                    help="d and k ring dtype (default: the package's for each state dtype, cache.gdn_ring_dtype: "
+                         "the drift study's choice)")
     ap.add_argument("--buffer-len", type=int, default=16)
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5, help="rounds of the final side-by-side timing")
@@ -84,6 +88,10 @@ def main() -> None:
     table = json.loads(table_path.read_text()) if table_path.exists() else {}
     os.environ[launch_table.TUNED_DIR_ENV] = args.table_dir  # the dispatcher ("auto") reads the table written here
     launch_table._load_table.cache_clear()
+
+    def ring_dtype(state_dtype: str) -> torch.dtype:
+        return DTYPES[args.ring_dtype] if args.ring_dtype else gdn_ring_dtype(DTYPES[state_dtype])
+
     commit, copy_gbps = git_commit(), copy_bandwidth_gbps()
     print(f"{gpu} ({arch}): copy bandwidth {copy_gbps:.0f} GB/s", flush=True)
     if torch.cuda.is_available() and fla_fused_recurrent() is None:
@@ -92,14 +100,14 @@ def main() -> None:
     records, rows = [], []
     L = args.buffer_len
     if args.warm_workers > 1 and not args.from_table:
-        warm_compile(warm_group, [(m, DTYPES[sd], DTYPES[args.ring_dtype], L, k) for sd in args.state_dtypes
+        warm_compile(warm_group, [(m, DTYPES[sd], ring_dtype(sd), L, k) for sd in args.state_dtypes
                                   for m in args.models for k in swept_kernels(args.tune)], args.warm_workers)
 
     for sd in args.state_dtypes:
         for name in args.models:
             for batch in args.batches:
                 m = model(name)
-                case = GDNCase(name, m.geom, batch, L, DTYPES[sd], ring_dtype=DTYPES[args.ring_dtype])
+                case = GDNCase(name, m.geom, batch, L, DTYPES[sd], ring_dtype=ring_dtype(sd))
                 rig = make_gdn_rig(case)
                 t0 = time.time()
                 tuned = {} if args.from_table else tune_gdn_case(rig, limit=args.max_candidates, kernels=args.tune)
@@ -120,7 +128,8 @@ def main() -> None:
                 for k, t in us.items():
                     lc = launches[k]
                     records.append(dict(
-                        gpu=gpu, model=name, state_dtype=sd, act_dtype="bf16", ring_dtype=args.ring_dtype, batch=batch,
+                        gpu=gpu, model=name, state_dtype=sd, act_dtype="bf16", ring_dtype=DTYPE_NAMES[case.ring_dtype],
+                        batch=batch,
                         L=L, route=k, chosen_route=lc.kernel, baseline=baseline, us_per_step=round(t, 3),
                         baseline_us_per_step=round(us[baseline], 3), speedup=round(us[baseline] / t, 3),
                         achieved_gbps=round(case.moved_bytes_per_cycle(lc.kernel) / (t * 1e-6 * L) / 1e9, 1),

@@ -2,8 +2,10 @@
 
 import torch
 
-from trtllm_replayssm.cache import Mamba2ReplayCache, mamba2_bytes_per_slot
-from trtllm_replayssm.models import MAMBA2_MODELS, TINY_MAMBA2  # noqa: F401
+import pytest
+
+from trtllm_replayssm.cache import GDNReplayCache, Mamba2ReplayCache, gdn_bytes_per_slot, gdn_ring_dtype, mamba2_bytes_per_slot
+from trtllm_replayssm.models import GDN_MODELS, MAMBA2_MODELS, TINY_MAMBA2  # noqa: F401
 
 
 def test_layout_and_zero_init():
@@ -34,3 +36,24 @@ def test_nano_4b_numbers():
     b = mamba2_bytes_per_slot(MAMBA2_MODELS["nemotron-3-nano-4b"].geom, 16)
     assert b["checkpoint"] == 96 * 80 * 128 * 4 == int(3.75 * 2**20)
     assert b["ring"] == 96 * 16 * 80 * 2 + 96 * 16 * 4 + 8 * 16 * 128 * 2
+
+
+@pytest.mark.parametrize("state_dtype, ring_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
+                                                     (torch.float16, torch.float32)])
+def test_gdn_rings_take_the_drift_studys_dtype(state_dtype, ring_dtype):
+    """The d and k rings are bf16 beside a bf16 state and fp32 otherwise (README, "GDN ring
+    dtype"); g stays fp32; a speculative verify's rings stay fp32; a ring dtype passed wins."""
+    g = GDN_MODELS["qwen3.5-4b"].geom
+    assert gdn_ring_dtype(state_dtype) == ring_dtype and gdn_ring_dtype(state_dtype, speculative=True) == torch.float32
+    c = GDNReplayCache(g, 1, 2, 16, state_dtype, device="meta")
+    assert (c.d_cache.dtype, c.k_cache.dtype, c.g_cache.dtype) == (ring_dtype, ring_dtype, torch.float32)
+    assert c.ring_dtype == ring_dtype and c.bytes_per_slot() == gdn_bytes_per_slot(g, 16, 1, state_dtype, ring_dtype)
+    assert GDNReplayCache(g, 1, 2, 16, state_dtype, torch.float32, device="meta").d_cache.dtype == torch.float32
+
+
+def test_qwen35_4b_gdn_ring_bytes():
+    """Qwen3.5-4B, one layer, L = 16: a value head's entry is 772 bytes on an fp32 ring and
+    388 on a bf16 one (d: V values, half a key head's k: K / 2, g: 4 bytes)."""
+    g = GDN_MODELS["qwen3.5-4b"].geom
+    fp32, bf16 = (gdn_bytes_per_slot(g, 16, 1, sd)["ring"] for sd in (torch.float32, torch.bfloat16))
+    assert (fp32, bf16) == (32 * 16 * 772, 32 * 16 * 388)

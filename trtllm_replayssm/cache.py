@@ -185,17 +185,30 @@ class GDNLayerCache(NamedTuple):
     write_pos: torch.Tensor  # (slots,)
 
 
+def gdn_ring_dtype(state_dtype: torch.dtype, speculative: bool = False) -> torch.dtype:
+    """The dtype of the ``d`` and ``k`` rings for a state dtype, the drift study's choice
+    (README, "GDN ring dtype"): bf16 beside a bf16 state, whose standard kernel rounds the
+    state every step (a bf16 ring drifts 0.31x the standard kernel's at 4096 steps, and a
+    cycle moves 8% fewer bytes), fp32 otherwise (beside an fp32 state a bf16 ring drifts
+    1844x the standard kernel's; an fp16 state was not studied). The speculative verify's
+    circular rings stay fp32 (a bf16 ring was not measured there)."""
+    return torch.bfloat16 if state_dtype == torch.bfloat16 and not speculative else torch.float32
+
+
 def gdn_bytes_per_slot(geom: GDNGeometry, buffer_len: int, num_layers: int = 1,
                        state_dtype: torch.dtype = torch.float32,
-                       ring_dtype: torch.dtype = torch.float32) -> Dict[str, int]:
-    """Exact bytes one slot holds (see :func:`mamba2_bytes_per_slot`)."""
+                       ring_dtype: Optional[torch.dtype] = None) -> Dict[str, int]:
+    """Exact bytes one slot holds (see :func:`mamba2_bytes_per_slot`); ``ring_dtype``
+    by default :func:`gdn_ring_dtype`'s."""
+    ring_dtype = ring_dtype or gdn_ring_dtype(state_dtype)
     checkpoint = num_layers * block_bytes((geom.num_v_heads, geom.head_v_dim, geom.head_k_dim), state_dtype)
     ring = num_layers * ring_bytes(gdn_ring_layout(geom, buffer_len, ring_dtype))
     return {"checkpoint": checkpoint, "ring": ring, "cursors": 4, "extra": ring + 4, "total": checkpoint + ring + 4}
 
 
-def gdn_ring_layout(geom: GDNGeometry, buffer_len: int, ring_dtype: torch.dtype = torch.float32) -> RingLayout:
-    """Per-slot block of each ring of one layer."""
+def gdn_ring_layout(geom: GDNGeometry, buffer_len: int, ring_dtype: torch.dtype) -> RingLayout:
+    """Per-slot block of each ring of one layer (``ring_dtype``: the ``d`` and ``k``
+    rings', :func:`gdn_ring_dtype`)."""
     H, HV, K, V, L = geom.num_k_heads, geom.num_v_heads, geom.head_k_dim, geom.head_v_dim, buffer_len
     return {"d_cache": ((HV, L, V), ring_dtype), "k_cache": ((H, L, K), ring_dtype), "g_cache": ((HV, L), torch.float32)}
 
@@ -203,14 +216,15 @@ def gdn_ring_layout(geom: GDNGeometry, buffer_len: int, ring_dtype: torch.dtype 
 class GDNReplayCache:
     """Checkpoint pool ``(layers, slots, HV, V, K)``, rings of corrected values ``d``,
     normalised keys ``k`` and log-decays ``g``, and the cursors, for ``num_layers`` GDN
-    layers. ``ring_dtype`` is the dtype of the ``d`` and ``k`` rings. ``with_state`` and
-    ``rings`` as in :class:`Mamba2ReplayCache`."""
+    layers. ``ring_dtype`` is the dtype of the ``d`` and ``k`` rings, by default
+    :func:`gdn_ring_dtype`'s for ``state_dtype``. ``with_state`` and ``rings`` as in
+    :class:`Mamba2ReplayCache`."""
 
     def __init__(self, geom: GDNGeometry, num_layers: int, num_slots: int, buffer_len: int,
-                 state_dtype: torch.dtype = torch.float32, ring_dtype: torch.dtype = torch.float32,
+                 state_dtype: torch.dtype = torch.float32, ring_dtype: Optional[torch.dtype] = None,
                  device: torch.device | str = "cuda", with_state: bool = True,
                  rings: Optional[Mapping[str, Sequence[torch.Tensor]]] = None):
-        self.ring_dtype = ring_dtype
+        self.ring_dtype = ring_dtype = ring_dtype or gdn_ring_dtype(state_dtype)
         _allocate(self, geom, num_layers, num_slots, buffer_len, (geom.num_v_heads, geom.head_v_dim, geom.head_k_dim),
                   state_dtype, gdn_ring_layout(geom, buffer_len, ring_dtype), device, with_state, rings)
 

@@ -70,7 +70,7 @@ class _GDNPair:
     def __init__(self, m, layers, batch, L, sd, ad, dev):
         g = self.g = m.geom
         self.batch, self.ad, self.dev = batch, ad, dev
-        self.cache = GDNReplayCache(g, layers, batch, L, sd, torch.float32, dev)
+        self.cache = GDNReplayCache(g, layers, batch, L, sd, device=dev)  # (the ring dtype the state dtype's)
         self.cache.ssm_state.normal_(std=0.1)
         self.standard_state = self.cache.ssm_state.clone()
         self.A_log = torch.rand(layers, g.num_v_heads, device=dev).log()

@@ -523,9 +523,10 @@ int rs_gdn_step(const rs_gdn_step_args* a, void* stream) {
   if (!a) return fail(RS_ERR_INVALID_ARGUMENT, "args is NULL");
   const char* sd = dtype_name(a->state_dtype);
   const char* ad = dtype_name(a->act_dtype);
+  const char* rd = dtype_name(a->ring_dtype);
   const char* route = route_name(a->route);
   const int standard = a->route == RS_ROUTE_STANDARD;
-  if (!sd || !ad || !route) return fail(RS_ERR_INVALID_ARGUMENT, "unknown dtype or route");
+  if (!sd || !ad || !rd || !route) return fail(RS_ERR_INVALID_ARGUMENT, "unknown dtype or route");
   if (!a->state || !a->q || !a->k || !a->v || !a->a || !a->b || !a->A_log || !a->dt_bias || !a->out)
     return fail(RS_ERR_INVALID_ARGUMENT, "a required pointer is NULL");
   if (!a->slot_idx) return fail(RS_ERR_UNSUPPORTED, "the AOT build covers calls with slot indices");
@@ -539,10 +540,11 @@ int rs_gdn_step(const rs_gdn_step_args* a, void* stream) {
     return fail(RS_ERR_INVALID_ARGUMENT, "buffer_len %lld outside [1, 64]", (long long)a->buffer_len);
   if (a->batch == 0) return RS_SUCCESS;
   char key[256];
-  snprintf(key, sizeof key, "gdn_step|H=%lld|HV=%lld|K=%lld|L=%lld|V=%lld|act=%s|ff=%d|route=%s|state=%s",
+  /* (the standard route has no ring: its key names none, as its L is 0) */
+  snprintf(key, sizeof key, "gdn_step|H=%lld|HV=%lld|K=%lld|L=%lld|V=%lld|act=%s|ff=%d|ring=%s|route=%s|state=%s",
            (long long)a->num_k_heads, (long long)a->num_v_heads, (long long)a->head_k_dim,
            standard ? 0LL : (long long)a->buffer_len, (long long)a->head_v_dim, ad,
-           (!standard && a->force_flush) ? 1 : 0, route, sd);
+           (!standard && a->force_flush) ? 1 : 0, standard ? "none" : rd, route, sd);
   const int64_t cursor_len = standard ? 0 : a->route == RS_ROUTE_STANDARD_STEP ? 1 : a->buffer_len;
   static const char* const names[] = {GDN_VALUES(NAME_OF)};
   const rs_value values[] = {GDN_VALUES(VALUE_OF)};

@@ -79,8 +79,9 @@ typedef struct {
 } rs_mamba2_step_args;
 
 /* One Gated DeltaNet decode step (TensorRT-LLM's fused sigmoid-gating delta-rule update),
- * q/k L2-normalised in the kernel; rings of corrected values d, keys k (fp32) and
- * log-decays g. force_flush optional (NULL). */
+ * q/k L2-normalised in the kernel; rings of corrected values d and keys k (in ring_dtype:
+ * fp32, or bf16 beside a bf16 state, the cases built; trtllm_replayssm.cache.gdn_ring_dtype)
+ * and log-decays g (fp32). force_flush optional (NULL). */
 typedef struct {
   void* state;            /* (slots, HV, V, K), innermost stride 1 */
   const void* q;          /* (B, H, K) */
@@ -92,8 +93,8 @@ typedef struct {
   const float* dt_bias;   /* (HV,) */
   void* out;              /* (B, HV, V) */
   const int32_t* slot_idx;/* (B,) */
-  float* d_cache;         /* (slots, HV, L, V) */
-  float* k_cache;         /* (slots, H, L, K) */
+  void* d_cache;          /* (slots, HV, L, V), ring_dtype */
+  void* k_cache;          /* (slots, H, L, K), ring_dtype */
   float* g_cache;         /* (slots, HV, L) */
   int32_t* write_pos;     /* (slots,) */
   const int8_t* force_flush;
@@ -104,6 +105,7 @@ typedef struct {
   float scale, softplus_beta, softplus_threshold;
   int32_t state_dtype, act_dtype;
   int32_t route;
+  int32_t ring_dtype;     /* rs_dtype of d_cache and k_cache (0, RS_DTYPE_FP32, in a zeroed struct) */
 } rs_gdn_step_args;
 
 /* Speculative verify of T = num_tokens tokens per row on a circular ring of

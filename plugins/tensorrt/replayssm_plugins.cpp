@@ -167,7 +167,9 @@ class ReplaySSMPlugin : public IPluginV3, public IPluginV3OneCore, public IPlugi
       case 0: return stateOk;
       case 1: return act(-1);
       case 2: case 3: case 4: case 5: return act(1);
-      case 6: case 7: case 9: case 10: case 11: return t == DataType::kFLOAT;
+      case 6: case 7: case 11: return t == DataType::kFLOAT;
+      case 9: return t == DataType::kFLOAT || (t == DataType::kBF16 && inOut[0].desc.type == DataType::kBF16);
+      case 10: return t == inOut[9].desc.type;  // (the d and k rings: fp32, or bf16 beside a bf16 state)
       case 8: case 12: return t == DataType::kINT32;
       default: return t == DataType::kINT8;
     }
@@ -265,7 +267,7 @@ class ReplaySSMPlugin : public IPluginV3, public IPluginV3OneCore, public IPlugi
     a.state = outputs[1]; a.q = inputs[1]; a.k = inputs[2]; a.v = inputs[3]; a.a = inputs[4]; a.b = inputs[5];
     a.A_log = static_cast<float const*>(inputs[6]); a.dt_bias = static_cast<float const*>(inputs[7]);
     a.slot_idx = static_cast<int32_t const*>(inputs[8]); a.out = outputs[0];
-    a.d_cache = static_cast<float*>(outputs[2]); a.k_cache = static_cast<float*>(outputs[3]);
+    a.d_cache = outputs[2]; a.k_cache = outputs[3];
     a.g_cache = static_cast<float*>(outputs[4]);
     a.write_pos = const_cast<int32_t*>(static_cast<int32_t const*>(inputs[12]));
     a.force_flush = mP.has_force_flush ? static_cast<int8_t const*>(inputs[13]) : nullptr;
@@ -284,6 +286,7 @@ class ReplaySSMPlugin : public IPluginV3, public IPluginV3OneCore, public IPlugi
     a.stride_out[0] = a.stride_v[0]; a.stride_out[1] = a.stride_v[1];
     a.scale = mP.scale; a.softplus_beta = 1.f; a.softplus_threshold = 20.f;
     a.state_dtype = rsDtype(in[0].type); a.act_dtype = rsDtype(in[1].type); a.route = mP.route;
+    a.ring_dtype = rsDtype(in[9].type);
     return rs_gdn_step(&a, stream);
   }
 

@@ -241,6 +241,48 @@ def test_main_gdn_packed_decode_and_mixed_batch_fold(main_trtllm):
         torch.testing.assert_close(s[slots], t[slots], rtol=1e-4, atol=1e-5)
 
 
+def test_main_gdn_rings_take_the_state_pools_ring_dtype(main_trtllm):
+    """The manager's pages hold bf16 d and k rings beside a bf16 GDN state pool (the drift
+    study's choice, ``cache.gdn_ring_dtype``) and fp32 ones beside an fp32 pool; decode
+    through the packed entry runs on them and stays near the engine's kernel."""
+    main_trtllm()
+    apply_mod.apply_replayssm(models=["gdn"], buffer_len=4, route="output_only")
+    from tensorrt_llm._torch.modules.mamba import gdn_mixer
+    from tensorrt_llm._torch.pyexecutor.kv_cache.mamba_cache_manager import MambaHybridCacheManagerV2
+
+    Hk, HV, K, V = 1, 2, 16, 16
+    for state_dtype in (torch.float32, torch.bfloat16):
+        mgr = MambaHybridCacheManagerV2(K, 4, HV, Hk, V, MASK, torch.bfloat16, state_dtype, num_slots=3, device=DEVICE,
+                                        conv_state_layout="q_k_v")
+        rings = mgr.get_aux_cache_extension("trtllm_replayssm").replay.rings
+        assert {r.dtype for r in rings.d_cache + rings.k_cache} == {state_dtype}
+        assert {r.dtype for r in rings.g_cache} == {torch.float32}
+        mgr.prepare_resources(_batch(ctx=[7]))
+        idx = torch.tensor(mgr.get_state_indices([7]), dtype=torch.int32, device=DEVICE)
+        g = torch.Generator().manual_seed(5)
+        states = [mgr.get_ssm_states(layer) for layer in mgr.mamba_pp_layers]
+        for st in states:
+            st[idx] = (torch.randn(1, HV, V, K, generator=g) * 0.3).to(state_dtype).to(DEVICE)
+        twins = [st.clone() for st in states]
+        A_log, dt_bias = torch.zeros(HV, device=DEVICE), torch.zeros(HV, device=DEVICE)
+        tol = 1e-4 if state_dtype == torch.float32 else 3e-2
+        for step in range(6):  # (past a flush at L = 4)
+            mgr.prepare_resources(_batch(gen=[7]))
+            for layer, (st, twin) in enumerate(zip(states, twins)):
+                kw = dict(q=torch.randn(1, 1, Hk, K, generator=g), k=torch.randn(1, 1, Hk, K, generator=g),
+                          v=torch.randn(1, 1, HV, V, generator=g), a=torch.randn(1, HV, generator=g),
+                          b=torch.randn(1, HV, generator=g))
+                kw = {n: t.to(torch.bfloat16).to(DEVICE) for n, t in kw.items()}
+                o = gdn_mixer.fused_sigmoid_gating_delta_rule_update(
+                    A_log=A_log, dt_bias=dt_bias, softplus_beta=1.0, softplus_threshold=20.0, initial_state_source=st,
+                    initial_state_indices=idx, cu_seqlens=torch.arange(2, dtype=torch.int32, device=DEVICE),
+                    use_qk_l2norm_in_kernel=True, **kw)
+                o_std = gdn_standard(twin, kw["q"][0], kw["k"][0], kw["v"][0], kw["a"], kw["b"], A_log, dt_bias,
+                                     None, True, idx)
+                err = ((o[0].float() - o_std.float()).norm() / o_std.float().norm()).item()
+                assert err < tol, (state_dtype, step, layer, err)
+
+
 def test_main_mamba2_speculative_verify_commit_and_conv_promotion(main_trtllm):
     """MTP on main with ReplaySSM's verify: the mixer's verify call (cache_steps = T, no
     intermediate states kept) matches the standard spec path, ``update_mamba_states``

@@ -121,7 +121,7 @@ def test_gdn_packed_decode_step_in_cuda_graph_on_gapped_pools():
     for p in pools:
         p.view.copy_(torch.randn(p.view.shape, generator=g, device="cuda") * 0.05)
     twins = [p.view.clone() for p in pools]
-    ring_pools, ring_views = gapped_rings(gdn_ring_layout(geom, L), LAYERS, SLOTS, "cuda", gap=40)
+    ring_pools, ring_views = gapped_rings(gdn_ring_layout(geom, L, torch.float32), LAYERS, SLOTS, "cuda", gap=40)
     mirror = GappedPool((SLOTS, 4), torch.int32, "cuda", gap=4)
     replay = ReplaySlots(geom, LAYERS, SLOTS, L, device="cuda", route="output_only", rings=ring_views,
                          cursor_mirror=mirror.view)

@@ -44,6 +44,20 @@ def test_extra_bytes_are_exact():
     assert mem["checkpoint_per_slot"] == 21 * H * P * N * 4
 
 
+def test_gdn_extra_bytes_follow_the_ring_dtype():
+    """GDN rings take the state dtype's ring dtype (bf16 beside a bf16 state); a verify's
+    circular rings stay fp32."""
+    m = model("qwen3.5-4b")
+    H, HV, K, V, L = 16, 32, 128, 128, 16
+    per_layer = {4: HV * L * V * 4 + H * L * K * 4 + HV * L * 4, 2: HV * L * V * 2 + H * L * K * 2 + HV * L * 4}
+    for state_dtype, size in (("fp32", 4), ("bf16", 2)):
+        mem = replay_memory(m, max_batch=8, buffer_len=L, state_dtype=state_dtype)
+        assert mem["extra_per_slot"] == m.num_ssm_layers * per_layer[size] + 4
+    spec = replay_memory(m, max_batch=8, buffer_len=L, state_dtype="bf16", spec_tokens=4)
+    C = ring_capacity(4, L)
+    assert spec["extra_per_slot"] == m.num_ssm_layers * (HV * C * V * 4 + H * C * K * 4 + HV * C * 4) + 9
+
+
 def test_memory_command_reads_a_config_file(tmp_path, capsys):
     (tmp_path / "config.json").write_text(json.dumps(NEMOTRON_H))
     assert load_ssm_model(str(tmp_path)).num_ssm_layers == 21

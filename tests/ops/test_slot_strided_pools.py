@@ -91,7 +91,7 @@ def test_gdn_replay_on_gapped_pools(order):
     start = (torch.randn(SLOTS, *block, generator=g) * 0.3).to(DEVICE)
     packed_state, gapped_state = start.clone(), _pool((SLOTS, *block), torch.float32)
     gapped_state.view.copy_(start)
-    ring_pools, ring_views = _gapped_rings(gdn_ring_layout(geom, L), 1)
+    ring_pools, ring_views = _gapped_rings(gdn_ring_layout(geom, L, torch.float32), 1)
     packed = ReplaySlots(geom, 1, SLOTS, L, device=DEVICE, gdn_pool_order=order)
     gapped = ReplaySlots(geom, 1, SLOTS, L, device=DEVICE, gdn_pool_order=order, rings=ring_views)
     idx = torch.tensor(ROWS, dtype=torch.int32, device=DEVICE)

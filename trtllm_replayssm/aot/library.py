@@ -53,7 +53,7 @@ class GDNStepArgs(ctypes.Structure):
                    ("stride_a", _i64 * 2), ("stride_b", _i64 * 2), ("stride_out", _i64 * 2),
                    ("stride_d_cache", _i64 * 3), ("stride_k_cache", _i64 * 3), ("stride_g_cache", _i64 * 2)]
                 + [(n, _f) for n in ("scale", "softplus_beta", "softplus_threshold")]
-                + [(n, _i32) for n in ("state_dtype", "act_dtype", "route")])
+                + [(n, _i32) for n in ("state_dtype", "act_dtype", "route", "ring_dtype")])
 
 
 class Mamba2SpecArgs(ctypes.Structure):

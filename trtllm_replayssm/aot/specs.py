@@ -20,6 +20,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
+from ..cache import gdn_ring_dtype
 from ..models import GDN_MODELS, MAMBA2_MODELS
 from ..ops.launch import (BATCH_POINTS, config_kernel, nearest_batch_point, pop_launcher, push_launcher,
                           recording_for_arch, select_config)
@@ -198,6 +199,7 @@ def _mamba2_calls(geom, state_dtype, act_dtype, batch, L, has_z, force_flush, ro
 
 
 def _gdn_calls(geom, state_dtype, act_dtype, batch, L, force_flush, route, arch):
+    """As :func:`_mamba2_calls`, on rings of the state dtype's ring dtype (``gdn_ring_dtype``)."""
     from ..cache import GDNReplayCache
     from ..ops.gdn import fused_recurrent_gated_delta_rule_replayssm, fused_sigmoid_gating_delta_rule_update
 
@@ -235,7 +237,7 @@ def _cursor_calls(op, batch, force_flush, flush_all, L):
 
 def _spec_calls(family, geom, state_dtype, act_dtype, batch, T, history_len, has_z):
     """One speculative verify (``T`` tokens per row) with the default launch config."""
-    from ..cache import GDNReplayCache, Mamba2ReplayCache
+    from ..cache import GDNReplayCache, Mamba2ReplayCache, gdn_ring_dtype
     from ..ops.gdn.spec import gdn_replayssm_spec_decode
     from ..ops.mamba2.spec import ring_capacity, selective_state_update_replayssm_spec
 
@@ -252,7 +254,8 @@ def _spec_calls(family, geom, state_dtype, act_dtype, batch, T, history_len, has
             cache.ssm_state[0], **step, state_batch_indices=slots, x_ring=cache.x_cache[0], dt_ring=cache.dt_cache[0],
             B_ring=cache.B_cache[0], **cursors)
     H, HV, K, V = geom.num_k_heads, geom.num_v_heads, geom.head_k_dim, geom.head_v_dim
-    cache = GDNReplayCache(geom, 1, batch + 1, buf, state_dtype, device=META)
+    cache = GDNReplayCache(geom, 1, batch + 1, buf, state_dtype, gdn_ring_dtype(state_dtype, speculative=True),
+                           device=META)
     qk = [torch.empty(batch, T, H, K, dtype=act_dtype, **kw) for _ in range(2)]
     v = torch.empty(batch, T, HV, V, dtype=act_dtype, **kw)
     ab = [torch.empty(batch, T, HV, dtype=act_dtype, **kw) for _ in range(2)]
@@ -410,7 +413,8 @@ def op_cases(arch: str, buffer_lens: Sequence[int] = DEFAULT_BUFFER_LENS,
                         for route in STEP_ROUTES:
                             for ff in ((False,) if route == "standard" else (False, True)):
                                 key = dict(state=sd, act=ad, V=V, K=K, HV=HV, H=H,
-                                           L=L if route != "standard" else 0, route=route, ff=int(ff))
+                                           L=L if route != "standard" else 0, route=route, ff=int(ff),
+                                           ring=_DTYPE_SIG[gdn_ring_dtype(s)] if route != "standard" else "none")
                                 add("gdn_step", key, b, _gdn_calls(g, s, a, b, L, ff, route, arch))
                                 for f in (pdl_flips(batches, b, HV, FOLD_PDL, FOLD_PDL_MAX_HEAD_ROWS["gdn"])
                                           if route == "output_only" else ()):

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 from .._runtime import default_device
-from ..cache import GDNGeometry, GDNReplayCache
+from ..cache import GDNGeometry, GDNReplayCache, gdn_ring_dtype
 from ..ops.gdn import fused_recurrent_gated_delta_rule_replayssm, fused_sigmoid_gating_delta_rule_update
 from ..ops.launch import LaunchConfig
 from ..models import model
@@ -75,7 +75,11 @@ class GDNCase:
     buffer_len: int
     state_dtype: torch.dtype
     act_dtype: torch.dtype = torch.bfloat16
-    ring_dtype: torch.dtype = torch.float32
+    ring_dtype: Optional[torch.dtype] = None  # (None: the package's for the state dtype, cache.gdn_ring_dtype)
+
+    def __post_init__(self):
+        if self.ring_dtype is None:
+            object.__setattr__(self, "ring_dtype", gdn_ring_dtype(self.state_dtype))
 
     @property
     def state_bytes(self) -> int:

@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..cache import GDNReplayCache, Mamba2ReplayCache
+from ..cache import GDNReplayCache, Mamba2ReplayCache, gdn_ring_dtype
 from ..ops.mamba2.spec import commit_replayssm_spec, reset_replayssm_spec_cursors, ring_capacity
 from ..ops.mamba2.spec_standard import promote_spec_state
 from .config import HybridConfig
@@ -31,7 +31,8 @@ class DecodeCaches:
         ring_len = buffer_len if T == 1 else ring_capacity(T, buffer_len)
         g = cfg.ssm
         if cfg.family == "gdn":
-            self.ssm = GDNReplayCache(g, n_ssm, batch, ring_len, state_dtype, device=device)
+            self.ssm = GDNReplayCache(g, n_ssm, batch, ring_len, state_dtype,
+                                      gdn_ring_dtype(state_dtype, speculative=T > 1), device=device)
             d_conv = 2 * g.num_k_heads * g.head_k_dim + g.num_v_heads * g.head_v_dim
             state_shape = (g.num_v_heads, g.head_v_dim, g.head_k_dim)
         else:

@@ -48,7 +48,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from ..cache import (GDNGeometry, Mamba2Geometry, RingLayout, block_bytes, gdn_ring_layout,
+from ..cache import (GDNGeometry, Mamba2Geometry, RingLayout, block_bytes, gdn_ring_dtype, gdn_ring_layout,
                      mamba2_ring_layout, ring_bytes)
 from .eras import UnsupportedTensorRTLLM
 from .hf_config import from_hf_config
@@ -104,15 +104,19 @@ def ring_geometry(context, family: str, gdn_order: Optional[str]):
     return GDNGeometry(num_k_heads=context.n_groups_per_rank, num_v_heads=a, head_k_dim=K, head_v_dim=V)
 
 
-def ring_layout(geom, buffer_len: int, act_dtype: torch.dtype) -> RingLayout:
-    """Mamba2 rings hold activations in their dtype; GDN rings are fp32 (the drift study's choice)."""
+def ring_layout(geom, buffer_len: int, act_dtype: torch.dtype, state_dtype: Optional[torch.dtype] = None,
+                speculative: bool = False) -> RingLayout:
+    """Mamba2 rings hold activations in their dtype; GDN rings take the state dtype's
+    (``gdn_ring_dtype``, the drift study's choice), fp32 where it is not known (the
+    estimator's upper bound)."""
     if isinstance(geom, Mamba2Geometry):
         return mamba2_ring_layout(geom, buffer_len, act_dtype)
-    return gdn_ring_layout(geom, buffer_len)
+    return gdn_ring_layout(geom, buffer_len, gdn_ring_dtype(state_dtype, speculative) if state_dtype else torch.float32)
 
 
 def ring_bytes_per_slot(geom, buffer_len: int, act_dtype: torch.dtype) -> int:
-    """One layer's ring bytes per slot."""
+    """One layer's ring bytes per slot, for the estimator, which knows no state dtype (GDN:
+    fp32 rings, the upper bound)."""
     return ring_bytes(ring_layout(geom, buffer_len, act_dtype))
 
 
@@ -149,7 +153,8 @@ def make_extension_class(base, buffer_config, data_role):
 
         def _layout(self, context) -> RingLayout:
             ring_len = self.opts.buffer_len if self.spec is None else ring_capacity(*self.spec)
-            return ring_layout(ring_geometry(context, self.family, self.gdn_order), ring_len, context.conv_state_dtype)
+            return ring_layout(ring_geometry(context, self.family, self.gdn_order), ring_len, context.conv_state_dtype,
+                               context.ssm_state_dtype, speculative=self.spec is not None)
 
         def buffer_configs(self, context, layer_id: int):
             if layer_id not in context.mamba_pp_layers:
@@ -178,6 +183,7 @@ def make_extension_class(base, buffer_config, data_role):
             route = "output_only" if self.opts.route == "auto" else self.opts.route
             self.replay = ReplaySlots(ring_geometry(context, self.family, self.gdn_order), len(layers),
                                       context.slot_capacity, self.opts.buffer_len, act_dtype=context.conv_state_dtype,
+                                      state_dtype=context.ssm_state_dtype,
                                       device=self.states[0].device, route=route, spec=self.spec,
                                       gdn_pool_order=self.gdn_order or "HV,V,K", rings=rings, cursor_mirror=mirror)
             self.registry.register_layers(self.states, self.replay)

@@ -96,7 +96,7 @@ def attach_gdn_rings(ssm_pool: torch.Tensor, conv_pool: torch.Tensor, opts: Repl
         raise UnsupportedTensorRTLLM(f"conv_states width {conv_pool.shape[2]} is not 2*H*K + HV*V for HV={HV}, "
                                      f"K={K}, V={V} (state pool order {order})")
     replay = ReplaySlots(GDNGeometry(num_k_heads=H, num_v_heads=HV, head_k_dim=K, head_v_dim=V), layers, slots,
-                         opts.buffer_len, device=ssm_pool.device,
+                         opts.buffer_len, state_dtype=ssm_pool.dtype, device=ssm_pool.device,
                          route="output_only" if opts.route == "auto" else opts.route, gdn_pool_order=order)
     registry.register_pool(ssm_pool, replay)
     return replay

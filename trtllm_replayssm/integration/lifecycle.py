@@ -24,7 +24,7 @@ from typing import Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from ..cache import GDNGeometry, GDNReplayCache, Mamba2Geometry, Mamba2ReplayCache
+from ..cache import GDNGeometry, GDNReplayCache, Mamba2Geometry, Mamba2ReplayCache, gdn_ring_dtype
 from ..ops.fold import fold_gdn_rings, fold_mamba2_rings
 from ..ops.gdn import choose_gdn_route, fused_recurrent_gated_delta_rule_replayssm
 from ..ops.gdn.spec import gdn_replayssm_spec_decode
@@ -41,7 +41,9 @@ class ReplaySlots:
     """Rings and cursors of ``num_layers`` SSM layers for ``num_slots`` engine slots.
 
     ``spec=None``: autoregressive rings of ``buffer_len`` entries; ``spec=(T, Bh)``:
-    circular rings of ``ring_capacity(T, Bh)`` entries for speculative verify. ``rings``:
+    circular rings of ``ring_capacity(T, Bh)`` entries for speculative verify.
+    ``state_dtype``: the engine's state dtype, which picks a GDN ring's dtype
+    (:func:`~trtllm_replayssm.cache.gdn_ring_dtype`); ``act_dtype``: a Mamba2 ring's. ``rings``:
     the engine's per-layer ring views (see :mod:`trtllm_replayssm.cache`) instead of
     rings allocated here. ``cursor_mirror (slots, C)`` int32, any strides: a copy of each
     slot's cursors (``write_pos``; with ``spec``, ``origin`` and ``is_flush`` too, so
@@ -50,7 +52,7 @@ class ReplaySlots:
     arrives at a new slot with its pages."""
 
     def __init__(self, geom, num_layers: int, num_slots: int, buffer_len: int = 16,
-                 act_dtype: torch.dtype = torch.bfloat16, gdn_ring_dtype: torch.dtype = torch.float32,
+                 act_dtype: torch.dtype = torch.bfloat16, state_dtype: torch.dtype = torch.float32,
                  device="cuda", pad_slot_id: int = -1, spec: Optional[Tuple[int, int]] = None,
                  route: str = "output_only", gdn_pool_order: str = "HV,V,K",
                  rings: Optional[Mapping[str, Sequence[torch.Tensor]]] = None,
@@ -63,7 +65,8 @@ class ReplaySlots:
         self.gdn_pool_order = gdn_pool_order
         ring_len = buffer_len if spec is None else ring_capacity(*spec)
         if isinstance(geom, GDNGeometry):
-            self.rings = GDNReplayCache(geom, num_layers, num_slots, ring_len, ring_dtype=gdn_ring_dtype,
+            self.rings = GDNReplayCache(geom, num_layers, num_slots, ring_len, state_dtype,
+                                        gdn_ring_dtype(state_dtype, speculative=spec is not None),
                                         device=device, with_state=False, rings=rings)
         elif isinstance(geom, Mamba2Geometry):
             self.rings = Mamba2ReplayCache(geom, num_layers, num_slots, ring_len, act_dtype=act_dtype, device=device,

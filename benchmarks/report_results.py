@@ -38,7 +38,19 @@ def footer(recs) -> str:
     else:
         commits = "commits " + "; ".join(f"{c} ({len(v)} case{'s' * (len(v) > 1)})" for c, v in cases.items())
     return (f"\n{r0['gpu']}, copy bandwidth {r0['copy_gbps']:.0f} GB/s, {commits}, "
-            "bf16 activations, fp32 ring, per layer-step.")
+            f"bf16 activations, {rings(recs)}, per layer-step.")
+
+
+def rings(recs) -> str:
+    """The rings' dtypes: GDN's records name their d/k ring's (``ring_dtype``), by state
+    dtype; Mamba2's rings hold the activations (x, B) and fp32 dt."""
+    by_state = defaultdict(set)
+    for r in recs:
+        if "ring_dtype" in r:
+            by_state[r["state_dtype"]].add(r["ring_dtype"])
+    if not by_state:
+        return "rings of bf16 x and B, fp32 dt"
+    return "d/k ring " + ", ".join(f"{' and '.join(sorted(v))} for {sd} states" for sd, v in sorted(by_state.items()))
 
 
 def baseline(rec) -> str:

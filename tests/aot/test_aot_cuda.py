@@ -10,7 +10,7 @@ import torch
 
 import trtllm_replayssm as rs
 from trtllm_replayssm.aot.backend import AOTLauncher
-from trtllm_replayssm.aot.library import DTYPE_CODES, ROUTE_CODES, KernelLibrary, Mamba2StepArgs
+from trtllm_replayssm.aot.library import DTYPE_CODES, ROUTE_CODES, GDNStepArgs, KernelLibrary, Mamba2StepArgs
 from trtllm_replayssm.cache import GDNReplayCache, Mamba2ReplayCache
 from trtllm_replayssm.models import model
 from trtllm_replayssm.ops.launch import launcher_in_front, pop_launcher, push_launcher
@@ -222,6 +222,81 @@ def test_c_abi_step_equals_jit_and_rejects_bad_calls(lib):
     assert lib.lib.rs_mamba2_step(ctypes.byref(bad), None) == 1
     torch.cuda.synchronize()
     assert torch.equal(cache.ssm_state, before)
+
+
+def _gdn_c_args(cache, slots, step, A_log, dt_bias, out, route) -> GDNStepArgs:
+    a = GDNStepArgs()
+    st, ring = cache.ssm_state[0], cache.ring_kwargs(0)
+    for name, t in dict(state=st, out=out, slot_idx=slots, A_log=A_log, dt_bias=dt_bias, d_cache=ring["d_cache"],
+                        k_cache=ring["k_cache"], g_cache=ring["g_cache"], write_pos=ring["write_pos"], **step).items():
+        setattr(a, name, t.data_ptr())
+    g = cache.geom
+    a.batch, a.num_slots, a.num_k_heads, a.num_v_heads = slots.shape[0], st.shape[0], g.num_k_heads, g.num_v_heads
+    a.head_k_dim, a.head_v_dim, a.buffer_len, a.pad_slot_id = g.head_k_dim, g.head_v_dim, L, -1
+    a.stride_state[:] = st.stride()[:3]
+    for name in ("q", "k", "v", "a", "b"):
+        getattr(a, f"stride_{name}")[:] = step[name].stride()[:2]
+    a.stride_out[:] = out.stride()[:2]
+    a.stride_d_cache[:] = ring["d_cache"].stride()[:3]
+    a.stride_k_cache[:] = ring["k_cache"].stride()[:3]
+    a.stride_g_cache[:] = ring["g_cache"].stride()[:2]
+    a.scale, a.softplus_beta, a.softplus_threshold = g.head_k_dim ** -0.5, 1.0, 20.0
+    a.state_dtype, a.act_dtype, a.route = DTYPE_CODES[_name(st.dtype)], DTYPE_CODES["bf16"], ROUTE_CODES[route]
+    a.ring_dtype = DTYPE_CODES[_name(cache.ring_dtype)]
+    return a
+
+
+def _name(dtype) -> str:
+    return next(k for k, v in DT.items() if v == dtype)
+
+
+@pytest.mark.parametrize("state", ["fp32", "bf16"])
+def test_c_abi_gdn_step_on_the_state_dtypes_ring_equals_jit(lib, state):
+    """rs_gdn_step (the GDN plugin's op) over a cycle and a flush, on the ring dtype the
+    state dtype takes (bf16 d/k rings beside a bf16 state), equals the Python entry point
+    on the JIT bit for bit; a ring dtype the build has no case for is refused, with
+    nothing written."""
+    g = model("qwen3.5-4b").geom
+    H, HV, K, V, batch = g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim, 32
+    runs = {}
+    for path in ("jit", "c"):
+        torch.manual_seed(7)
+        cache = GDNReplayCache(g, 1, batch + 2, L, DT[state], device="cuda")
+        assert cache.ring_dtype == DT[state]
+        cache.ssm_state.normal_(std=0.1)
+        slots = torch.randperm(batch + 2, device="cuda")[:batch].to(torch.int32)
+        A_log, dt_bias = torch.randn(HV, device="cuda"), torch.randn(HV, device="cuda")
+        outs = []
+        for _ in range(L + 3):
+            step = dict(q=torch.randn(batch, H, K, device="cuda", dtype=torch.bfloat16),
+                        k=torch.randn(batch, H, K, device="cuda", dtype=torch.bfloat16),
+                        v=torch.randn(batch, HV, V, device="cuda", dtype=torch.bfloat16),
+                        a=torch.randn(batch, HV, device="cuda", dtype=torch.bfloat16),
+                        b=torch.randn(batch, HV, device="cuda", dtype=torch.bfloat16))
+            out = torch.empty_like(step["v"])
+            if path == "jit":
+                rs.fused_recurrent_gated_delta_rule_replayssm(cache.ssm_state[0], **step, A_log=A_log, dt_bias=dt_bias,
+                                                              initial_state_indices=slots, out=out, route="output_only",
+                                                              **cache.ring_kwargs(0))
+            else:
+                stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+                args = _gdn_c_args(cache, slots, step, A_log, dt_bias, out, "output_only")
+                lib.check(lib.lib.rs_gdn_step(ctypes.byref(args), stream), "rs_gdn_step")
+            cache.advance(slots)
+            outs.append(out)
+        runs[path] = (outs, cache)
+    for t, (a, b) in enumerate(zip(runs["jit"][0], runs["c"][0])):
+        assert torch.equal(a, b), f"step {t}"
+    for name in ("ssm_state", "d_cache", "k_cache", "g_cache", "write_pos"):
+        assert torch.equal(getattr(runs["jit"][1], name), getattr(runs["c"][1], name)), name
+
+    cache = runs["c"][1]
+    before = (cache.ssm_state.clone(), cache.d_cache.clone())
+    bad = GDNStepArgs.from_buffer_copy(args)
+    bad.ring_dtype = DTYPE_CODES["fp32" if state == "bf16" else "bf16"]  # no such case built
+    assert lib.lib.rs_gdn_step(ctypes.byref(bad), None) == 2, lib.last_error()
+    torch.cuda.synchronize()
+    assert torch.equal(cache.ssm_state, before[0]) and torch.equal(cache.d_cache, before[1])
 
 
 def test_c_abi_step_with_the_fold_beside_captures_in_a_cuda_graph(lib):

@@ -90,7 +90,9 @@ def add_mamba2_step(network, state, x, dt, A, B, C, D, dt_bias, slot_idx, rings=
 
 def add_gdn_step(network, state, q, k, v, a, b, A_log, dt_bias, slot_idx, d_cache, k_cache, g_cache, write_pos,
                  force_flush=None, route: str = "output_only", scale: float = 0.0, pad_slot_id: int = -1):
-    """One Gated DeltaNet decode step; returns the output, then state and rings (aliased)."""
+    """One Gated DeltaNet decode step; returns the output, then state and rings (aliased).
+    ``d_cache`` and ``k_cache`` in the state dtype's ring dtype
+    (:func:`~trtllm_replayssm.cache.gdn_ring_dtype`: bf16 beside a bf16 state, else fp32)."""
     inputs = [state, q, k, v, a, b, A_log, dt_bias, slot_idx, d_cache, k_cache, g_cache, write_pos]
     inputs += [force_flush] if force_flush is not None else []
     return _add(network, "ReplaySSMGDNStep", inputs, route=ROUTE_CODES[route], pad_slot_id=pad_slot_id,

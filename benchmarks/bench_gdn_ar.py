@@ -129,8 +129,7 @@ def main() -> None:
                     lc = launches[k]
                     records.append(dict(
                         gpu=gpu, model=name, state_dtype=sd, act_dtype="bf16", ring_dtype=DTYPE_NAMES[case.ring_dtype],
-                        batch=batch,
-                        L=L, route=k, chosen_route=lc.kernel, baseline=baseline, us_per_step=round(t, 3),
+                        batch=batch, L=L, route=k, chosen_route=lc.kernel, baseline=baseline, us_per_step=round(t, 3),
                         baseline_us_per_step=round(us[baseline], 3), speedup=round(us[baseline] / t, 3),
                         achieved_gbps=round(case.moved_bytes_per_cycle(lc.kernel) / (t * 1e-6 * L) / 1e9, 1),
                         copy_gbps=round(copy_gbps, 1), config=lc.config.to_dict() if lc.config else None,

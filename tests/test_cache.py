@@ -1,10 +1,10 @@
 """Cache helper: shapes, zero initialisation, exact bytes per slot."""
 
+import pytest
 import torch
 
-import pytest
-
-from trtllm_replayssm.cache import GDNReplayCache, Mamba2ReplayCache, gdn_bytes_per_slot, gdn_ring_dtype, mamba2_bytes_per_slot
+from trtllm_replayssm.cache import (GDNReplayCache, Mamba2ReplayCache, gdn_bytes_per_slot, gdn_ring_dtype,
+                                    mamba2_bytes_per_slot)
 from trtllm_replayssm.models import GDN_MODELS, MAMBA2_MODELS, TINY_MAMBA2  # noqa: F401
 
 

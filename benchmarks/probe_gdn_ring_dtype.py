@@ -3,17 +3,17 @@
 
 The ring's dtype is chosen by drift (issue: replay within 1.5x of the standard kernel's
 drift at 4096 steps; README, "GDN ring dtype"). With an fp32 state a bf16 ring is far
-outside that (1844x), so the default is fp32. With a bf16 state the standard kernel rounds
+outside that (1844x), so that ring stays fp32. With a bf16 state the standard kernel rounds
 its state every step and a bf16 ring is well inside it (``gdn_drift.py --state-dtype bf16``,
 H100: standard 1.44e-2, replay 3.83e-3 with an fp32 ring, 4.48e-3 with a bf16 one), while
 it halves the ring's bytes: a value head's entry is 388 bytes against 772 (Qwen3.5-4B:
 K = V = 128, two value heads a key head), so a cycle of L = 16 steps (16 reads and one
 write of a 32 KB bf16 state a value head, 135 ring entries read or appended) moves 8% fewer
-bytes. This times the ``output_only`` route on the table's configs with each ring dtype,
-on two rigs of one case (the same checkpoints, rings rounded to each dtype, and the same
-step inputs: :func:`ring_rigs`), beside the baselines, all taking turns over rounds
-(``replayssm.md`` section 6): cycles in phase and staggered, and the flush and non-flush
-steps apart.
+bytes; so it is the default there since de6776a (``cache.gdn_ring_dtype``). This times the
+``output_only`` route on the table's configs with each ring dtype, on two rigs of one case
+(the same checkpoints, rings rounded to each dtype, and the same step inputs:
+:func:`ring_rigs`), beside the baselines, all taking turns over rounds (``replayssm.md``
+section 6): cycles in phase and staggered, and the flush and non-flush steps apart.
 
     python benchmarks/probe_gdn_ring_dtype.py     # -> benchmarks/results/gdn_ring_dtype.json
 """

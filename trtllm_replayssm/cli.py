@@ -271,7 +271,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     mem.add_argument("--buffer-len", type=int, default=16, help="ring length L")
     mem.add_argument("--state-dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
     mem.add_argument("--ring-dtype", choices=["bf16", "fp16", "fp32"], default="bf16",
-                     help="Mamba2 ring (activation) dtype; GDN rings are fp32")
+                     help="Mamba2 ring (activation) dtype; GDN rings take the state dtype's (cache.gdn_ring_dtype)")
     mem.add_argument("--spec-tokens", type=int, help="T = drafts + 1 with speculative decoding (MTP); the buffer "
                                                      "length is then the history budget")
     au = sub.add_parser("autoload", help="the .pth hook that applies TRTLLM_REPLAYSSM=1 in every process")

@@ -141,7 +141,7 @@ def table_key(kernel: str, state_dtype: torch.dtype, act_dtype: torch.dtype, hea
 
 # The batch sizes the tuned tables hold rows at (the benchmarks' default cases) and the
 # AOT library builds a case for; any other batch takes the nearest (below).
-BATCH_POINTS = (1, 2, 4, 8, 32, 128, 256, 512)
+BATCH_POINTS = (1, 2, 4, 6, 8, 32, 128, 256, 512)
 
 
 def nearest_batch_point(points: Sequence[int], batch: int) -> int:

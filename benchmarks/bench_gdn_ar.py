@@ -35,6 +35,7 @@ from tabulate import tabulate
 
 from trtllm_replayssm.benchmarking.gdn_ar import (ROUTES, TUNABLE, GDNCase, fla_fused_recurrent, make_gdn_rig,
                                                   tune_gdn_case, warm_group)
+from trtllm_replayssm.benchmarking.probes import DTYPE_NAMES, DTYPES
 from trtllm_replayssm.benchmarking.records import REPO, git_commit, save_tuned_case
 from trtllm_replayssm.benchmarking.rig import (Launch, fastest_baseline, launches_on, time_flush_and_nonflush_steps,
                                                time_phases_side_by_side, worst_phase)
@@ -44,9 +45,6 @@ from trtllm_replayssm.cache import gdn_ring_dtype
 from trtllm_replayssm.models import model
 from trtllm_replayssm.ops import launch as launch_table
 from trtllm_replayssm.ops.launch import BATCH_POINTS
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 
 def main() -> None:

@@ -28,6 +28,7 @@ import re
 import subprocess
 import tempfile
 from types import SimpleNamespace
+from typing import Optional
 
 os.environ["TRITON_INTERPRET"] = "0"  # compile for the GPU even on a machine without one
 
@@ -38,9 +39,11 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 
 from trtllm_replayssm.aot.build import source_type  # noqa: E402
 from trtllm_replayssm.benchmarking import gdn_ar, mamba2_ar  # noqa: E402
-from trtllm_replayssm.benchmarking.probes import DTYPES  # noqa: E402
+from trtllm_replayssm.benchmarking.probes import DTYPE_NAMES, DTYPES  # noqa: E402
 from trtllm_replayssm.benchmarking.spec import GDN_SPEC_CANDIDATES, MAMBA2_SPEC_CANDIDATES  # noqa: E402
+from trtllm_replayssm.cache import gdn_ring_dtype  # noqa: E402
 from trtllm_replayssm.ops import launch  # noqa: E402
+from trtllm_replayssm.ops.common import fold_precision, one_pass_fold  # noqa: E402
 from trtllm_replayssm.ops.launch import clamp_loop_blocks, maxnreg_option  # noqa: E402
 from trtllm_replayssm.ops.gdn import replay as gdn_replay, spec as gdn_spec, standard as gdn_standard  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import replay as m2_replay, replay_fold as m2_replay_fold  # noqa: E402
@@ -51,14 +54,16 @@ CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/
 SASS = False  # --sass: each line also gives the compile's SASS size and shared memory
 ACT_PTRS = {"x_ptr", "dt_ptr", "B_ptr", "C_ptr", "z_ptr", "out_ptr", "x_cache_ptr", "B_cache_ptr",
             "q_ptr", "k_ptr", "v_ptr", "a_ptr", "b_ptr", "x_ring_ptr", "B_ring_ptr"}
+GDN_RING_PTRS = {"d_cache_ptr", "k_cache_ptr"}  # the autoregressive replay kernel's d/k ring
 FLOAT_SCALARS = {"scale", "softplus_beta", "softplus_threshold"}
 DIV16_SIZES = {"headdim", "dstate", "head_k_dim", "head_v_dim", "buffer_len"}
 NOT_ALIGNED = {"stride_A_h", "stride_dtb_h", "stride_D_h", "stride_D_p", "stride_dt_h", "stride_a_h", "stride_b_h"}
 
 
-def registers(fn, constexprs: dict, num_warps: int, state_dtype: str, maxnreg=None) -> str:
+def registers(fn, constexprs: dict, num_warps: int, state_dtype: str, maxnreg=None, ring_dtype: str = "fp32") -> str:
     """ptxas's resource line for ``fn`` specialised like a real launch (16-byte aligned
-    pointers and strides divisible by 16, the launch's register cap), bf16 activations."""
+    pointers and strides divisible by 16, the launch's register cap), bf16 activations;
+    ``ring_dtype``: GDN's ``d``/``k`` ring (other pointers not named here are fp32)."""
     sig, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in constexprs or fn.params[i].is_constexpr:  # a constexpr left out takes its default
@@ -66,6 +71,8 @@ def registers(fn, constexprs: dict, num_warps: int, state_dtype: str, maxnreg=No
             continue
         if name == "state_ptr":
             sig[name] = "*" + state_dtype
+        elif name in GDN_RING_PTRS:
+            sig[name] = "*" + ring_dtype
         elif name in ACT_PTRS:
             sig[name] = "*bf16"
         elif name in ("slot_idx_ptr", "write_pos_ptr", "wp_ptr", "origin_ptr"):
@@ -141,7 +148,10 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
             yield ["mamba2", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype)]
 
 
-def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16):
+def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16, ring_dtype: Optional[str] = None):
+    """``ring_dtype``: the ``d``/``k`` ring's, by default the package's for the state dtype
+    (``cache.gdn_ring_dtype``: bf16 beside a bf16 state)."""
+    ring_dtype = ring_dtype or DTYPE_NAMES[gdn_ring_dtype(DTYPES[state_dtype])]
     common = dict(USE_QK_L2NORM=True, HAS_SLOT_IDX=True, BLOCK_K=head_dim, V_INNER=False)
     modes = {"output_only": 1, "fold": 2}
     for kernel in gdn_ar.CANDIDATES:
@@ -155,13 +165,14 @@ def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16):
                 fn, c = gdn_replay._gdn_replay_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, MODE=modes[kernel],
                     BLOCK_V=cfg.block_p, CHUNKS=clamp_loop_blocks(cfg, head_dim).loop_blocks, BLOCK_L=L,
-                    FOLD_CHUNK=cfg.fold_chunk, FOLD_DOT=bool(cfg.fold_dot) and kernel == "fold", DOT_PRECISION="tf32x3",
+                    FOLD_CHUNK=cfg.fold_chunk, FOLD_DOT=bool(cfg.fold_dot) and kernel == "fold",
+                    DOT_PRECISION=fold_precision(kernel == "fold" and one_pass_fold(DTYPES[state_dtype])),
                     HEADS_PER_PROG=cfg.heads_per_prog if kernel == "fold" else 1, EVEN_TILE=head_dim % cfg.block_p == 0,
                     LOOP_STAGES=gdn_replay.LOOP_STAGES[modes[kernel]] if state_dtype == "fp32" else None,
                     ROW_BLOCK=cfg.row_block if kernel == "fold" else 1,
                     ROW_PROGS=cfg.row_progs if kernel == "fold" else 0,
                     PREFETCH=bool(cfg.prefetch) and kernel == "output_only")
-            yield ["gdn", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype, cfg.maxnreg)]
+            yield ["gdn", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype, cfg.maxnreg, ring_dtype)]
 
 
 def spec_rows(state_dtype: str, T: int = 4, history_len: int = 16):
@@ -254,6 +265,8 @@ def main() -> None:
     ap.add_argument("--kernels", nargs="+", choices=list(mamba2_ar.CANDIDATES), help="Mamba2 kernels (default: all)")
     ap.add_argument("--tuned", action="store_true", help="Mamba2: the tuned table's configs, not the candidates")
     ap.add_argument("--sass", action="store_true", help="also each compile's SASS instructions and shared memory")
+    ap.add_argument("--ring-dtype", choices=list(DTYPES),
+                    help="GDN's d/k ring (default: the state dtype's, cache.gdn_ring_dtype)")
     args = ap.parse_args()
     global SASS
     SASS = args.sass
@@ -263,7 +276,7 @@ def main() -> None:
     if args.family in ("mamba2", "all"):
         rows += list(mamba2_rows(args.state_dtype, args.headdim, kernels=args.kernels, tuned=args.tuned))
     if args.family in ("gdn", "all"):
-        rows += list(gdn_rows(args.state_dtype))
+        rows += list(gdn_rows(args.state_dtype, ring_dtype=args.ring_dtype))
     if args.family in ("spec", "all"):
         rows += list(spec_rows(args.state_dtype))
     print(tabulate(rows, headers=["family", "kernel", "launch config", f"sm_90, {args.state_dtype} state"]))

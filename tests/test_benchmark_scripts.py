@@ -237,6 +237,42 @@ def test_kernel_registers_reports_sass_size_and_shared_memory():
     assert all(int(n) > 100 for _, n, _ in sizes), run.stdout
 
 
+GDN_ROWS_SNIPPET = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("kr", sys.argv[1])
+kr = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(kr)
+assert kr.GDN_RING_PTRS <= set(kr.gdn_replay._gdn_replay_kernel.arg_names)
+calls = []
+kr.registers = lambda fn, c, warps, sd, maxnreg=None, ring_dtype="fp32": calls.append(
+    [c["MODE"], c["DOT_PRECISION"], ring_dtype] if "MODE" in c else ["standard", None, None]) or ""
+for state_dtype, ring in (("fp32", None), ("bf16", None), ("bf16", "fp32")):
+    calls.clear()
+    list(kr.gdn_rows(state_dtype, ring_dtype=ring))
+    print(json.dumps([state_dtype, ring, sorted(set(map(tuple, calls)), key=str)]))
+"""
+
+
+def test_kernel_registers_gdn_rows_compile_what_runs():
+    """``kernel_registers.py --family gdn`` compiles the replay kernel as the package launches
+    it: on the state dtype's ``d``/``k`` ring (``cache.gdn_ring_dtype``: bf16 beside a bf16
+    state) and with the fold's one TF32 pass into a bf16 checkpoint (``common.one_pass_fold``).
+    It had compiled fp32 rings and tf32x3 for both state dtypes, so its bf16 figures were not
+    the launches in use; ``--ring-dtype`` still picks the other ring. (In a subprocess: the
+    script switches the interpreter off for its process.)"""
+    run = subprocess.run([sys.executable, "-c", GDN_ROWS_SNIPPET, str(REPO / "benchmarks/kernel_registers.py")],
+                         capture_output=True, text=True, timeout=300, check=True)
+    seen = {(sd, ring): {tuple(c) for c in calls} for sd, ring, calls in map(json.loads, run.stdout.splitlines())}
+    nonflush, fold = 1, 2  # the replay kernel's MODE of each launch
+    DOT_PRECISION, ONE_PASS_PRECISION = "tf32x3", "tf32"  # compiled for sm_90 (common.fold_precision)
+    assert seen[("fp32", None)] == {("standard", None, None), (nonflush, DOT_PRECISION, "fp32"),
+                                    (fold, DOT_PRECISION, "fp32")}
+    assert seen[("bf16", None)] == {("standard", None, None), (nonflush, DOT_PRECISION, "bf16"),
+                                    (fold, ONE_PASS_PRECISION, "bf16")}
+    assert seen[("bf16", "fp32")] == {("standard", None, None), (nonflush, DOT_PRECISION, "fp32"),
+                                      (fold, ONE_PASS_PRECISION, "fp32")}
+
+
 def test_gluon_fold_probes_compile_for_sm90():
     """``probe_gluon_folds.py --compile-only``: the Gluon folds (GPU-only, no interpreter)
     still compile for sm_90, so the probe is ready to run on the device."""

@@ -17,6 +17,7 @@ from .rig import CycleRig
 from .rigs import make_model_rig
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}  # (records and reports name dtypes so)
 
 
 def add_case_args(ap: argparse.ArgumentParser, models: Sequence[str], batches: Sequence[int], out: str) -> None:

@@ -237,7 +237,7 @@ def _cursor_calls(op, batch, force_flush, flush_all, L):
 
 def _spec_calls(family, geom, state_dtype, act_dtype, batch, T, history_len, has_z):
     """One speculative verify (``T`` tokens per row) with the default launch config."""
-    from ..cache import GDNReplayCache, Mamba2ReplayCache, gdn_ring_dtype
+    from ..cache import GDNReplayCache, Mamba2ReplayCache
     from ..ops.gdn.spec import gdn_replayssm_spec_decode
     from ..ops.mamba2.spec import ring_capacity, selective_state_update_replayssm_spec
 

@@ -36,7 +36,7 @@ from tabulate import tabulate
 from trtllm_replayssm.benchmarking.gdn_ar import (ROUTES, TUNABLE, GDNCase, fla_fused_recurrent, make_gdn_rig,
                                                   tune_gdn_case, warm_group)
 from trtllm_replayssm.benchmarking.probes import DTYPE_NAMES, DTYPES
-from trtllm_replayssm.benchmarking.records import REPO, git_commit, save_tuned_case
+from trtllm_replayssm.benchmarking.records import REPO, TriedLog, git_commit, save_tuned_case
 from trtllm_replayssm.benchmarking.rig import (Launch, fastest_baseline, launches_on, time_flush_and_nonflush_steps,
                                                time_phases_side_by_side, worst_phase)
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
@@ -70,6 +70,9 @@ def main() -> None:
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/gdn_ar.json"))
     ap.add_argument("--table-dir", default=str(REPO / "trtllm_replayssm/tuned"))
     ap.add_argument("--dry-run", action="store_true", help="no GPU: run the flow eagerly, nothing measured")
+    ap.add_argument("--tried-out", default=None, metavar="PATH",
+                    help="write every tuning candidate's time (worst phase's cycle), one record a tuned kernel "
+                         "and case: what the winner beat (default: not kept)")
     ap.add_argument("--fold-pdl-limit", type=int, default=None, metavar="HEAD_ROWS",
                     help="batch rows x value heads up to which the fold is a programmatic launch, beyond which it "
                          "goes on the side stream (default: ops.launch.FOLD_PDL_MAX_HEAD_ROWS['gdn'])")
@@ -91,6 +94,7 @@ def main() -> None:
         return DTYPES[args.ring_dtype] if args.ring_dtype else gdn_ring_dtype(DTYPES[state_dtype])
 
     commit, copy_gbps = git_commit(), copy_bandwidth_gbps()
+    tried_log = TriedLog(args.tried_out, gpu, commit)
     print(f"{gpu} ({arch}): copy bandwidth {copy_gbps:.0f} GB/s", flush=True)
     if torch.cuda.is_available() and fla_fused_recurrent() is None:
         print("warning: fla-core is not importable here (install it with einops); its baseline rows are skipped",
@@ -109,6 +113,8 @@ def main() -> None:
                 rig = make_gdn_rig(case)
                 t0 = time.time()
                 tuned = {} if args.from_table else tune_gdn_case(rig, limit=args.max_candidates, kernels=args.tune)
+                tried_log.add(tuned, model=name, state_dtype=sd, ring_dtype=DTYPE_NAMES[case.ring_dtype], batch=batch,
+                              L=L)
                 best = {**rig.table_configs(arch), **tuned}
                 launches = launches_on(best, ("standard",) + ROUTES)
                 if rig.fla is not None and torch.cuda.is_available():

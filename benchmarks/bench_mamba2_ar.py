@@ -38,7 +38,7 @@ from tabulate import tabulate
 from trtllm_replayssm.benchmarking.mamba2_ar import ROUTES, TUNABLE, Launch, Mamba2Case, make_rig, tune_case, warm_group
 from trtllm_replayssm.benchmarking.rig import (fastest_baseline, launches_on, time_flush_and_nonflush_steps,
                                                time_phases_side_by_side, worst_phase)
-from trtllm_replayssm.benchmarking.records import REPO, git_commit, save_tuned_case
+from trtllm_replayssm.benchmarking.records import REPO, TriedLog, git_commit, save_tuned_case
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.benchmarking.warm_compile import swept_kernels, warm_compile
 from trtllm_replayssm.models import mamba2_model
@@ -67,6 +67,9 @@ def main() -> None:
                     help="no GPU: run the whole flow eagerly in the interpreter (nothing measured); "
                          "use with --models tiny and --out/--table-dir in a scratch folder")
     ap.add_argument("--table-dir", default=str(REPO / "trtllm_replayssm/tuned"))
+    ap.add_argument("--tried-out", default=None, metavar="PATH",
+                    help="write every tuning candidate's time (worst phase's cycle), one record a tuned kernel "
+                         "and case: what the winner beat (default: not kept)")
     ap.add_argument("--max-candidates", type=int, default=None, help="tune over the first N configs of each kernel")
     ap.add_argument("--tune", nargs="+", default=list(TUNABLE), choices=TUNABLE,
                     help="launches to tune (replay: the fold and the non-flush launch; fold: the fold alone; "
@@ -86,6 +89,7 @@ def main() -> None:
     os.environ[launch_table.TUNED_DIR_ENV] = args.table_dir  # the dispatcher ("auto") reads the table written here
     launch_table._load_table.cache_clear()
     commit = git_commit()
+    tried_log = TriedLog(args.tried_out, gpu, commit)
 
     cases = [(m, sd, b, args.buffer_len) for sd in args.state_dtypes for m in args.models for b in args.batches]
     cases += [(m, "fp32", args.l_sweep_batch, L) for m in args.models for L in args.l_sweep if L != args.buffer_len]
@@ -104,6 +108,7 @@ def main() -> None:
         rig = make_rig(case)
         t0 = time.time()
         tuned = {} if args.from_table else tune_case(rig, limit=args.max_candidates, kernels=args.tune)
+        tried_log.add(tuned, model=model, state_dtype=sd, batch=batch, L=L)
         best = {**rig.table_configs(arch), **tuned}
         launches = launches_on(best, ("standard",) + ROUTES)
         by_phase = time_phases_side_by_side(rig, launches, args.replays, args.rounds)

@@ -28,11 +28,16 @@ def test_bench_mamba2_ar_dry_run(tmp_path):
     out = tmp_path / "mamba2.json"
     subprocess.run([sys.executable, str(REPO / "benchmarks/bench_mamba2_ar.py"), "--dry-run", "--models", "tiny",
                     "--batches", "2", "--state-dtypes", "fp32", "--buffer-len", "2", "--l-sweep", "--replays", "1",
-                    "--rounds", "1", "--max-candidates", "1", "--out", str(out), "--table-dir", str(tmp_path)],
+                    "--rounds", "1", "--max-candidates", "1", "--out", str(out), "--table-dir", str(tmp_path),
+                    "--tried-out", str(tmp_path / "tried.json")],
                    check=True, capture_output=True, text=True, timeout=900)
     records = json.loads(out.read_text())
     assert {r["route"] for r in records} == {"standard", "output_only", "state_and_output", "standard_step", "always_flush",
                                            "auto"}
+    # --tried-out: a record per tuned kernel and case (the L sweep's cases too), one candidate each here
+    tried = json.loads((tmp_path / "tried.json").read_text())
+    assert {(t["L"], t["kernel"]) for t in tried} >= {(2, "standard"), (2, "fold"), (2, "output_only")}
+    assert all(len(t["tried"]) == 1 and t["tried"][0]["us"] == t["best_us"] for t in tried)
     assert all(SCHEMA | {"baseline"} <= set(r) for r in records)
     table = json.loads((tmp_path / "mamba2_cpu.json").read_text())
     routes = [rows for key, rows in table.items() if key.startswith("route|")]
@@ -67,10 +72,19 @@ def test_bench_gdn_ar_dry_run(tmp_path):
     subprocess.run([sys.executable, str(REPO / "benchmarks/bench_gdn_ar.py"), "--dry-run", "--models", "tiny-gdn",
                     "--batches", "2", "--state-dtypes", "fp32", "--buffer-len", "2", "--replays", "1",
                     "--rounds", "1", "--max-candidates", "2", "--tune", "standard", "--out", str(out),
-                    "--table-dir", str(tmp_path)], check=True, capture_output=True, text=True, timeout=900)
+                    "--table-dir", str(tmp_path), "--tried-out", str(tmp_path / "tried.json")],
+                   check=True, capture_output=True, text=True, timeout=900)
     again = json.loads((tmp_path / "gdn_cpu.json").read_text())
     assert {k: v for k, v in again.items() if not k.startswith(("standard|", "route|"))} == \
         {k: v for k, v in table.items() if not k.startswith(("standard|", "route|"))}
+    # --tried-out: each candidate the tuner timed, and the winner the table took among them
+    [tried] = json.loads((tmp_path / "tried.json").read_text())
+    assert (tried["kernel"], tried["model"], tried["batch"], tried["ring_dtype"]) == ("standard", "tiny-gdn", 2, "fp32")
+    assert len(tried["tried"]) == 2 and tried["best_us"] == min(t["us"] for t in tried["tried"])
+    won = next(t for t in tried["tried"] if t["us"] == tried["best_us"])
+    assert {k: won[k] for k in tried["best"]} == tried["best"]
+    entry = next(rows for key, rows in again.items() if key.startswith("standard|"))[0]
+    assert all(entry[k] == v for k, v in tried["best"].items())
 
 
 def test_side_by_side_timing_alternates_and_takes_medians():

@@ -1,5 +1,5 @@
-"""Helpers the benchmark scripts share: the commit measured, the tuned-table update and a
-probe's records."""
+"""Helpers the benchmark scripts share: the commit measured, the tuned-table update, the
+tuner's candidates and a probe's records."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 from ..ops import launch
 
@@ -56,6 +56,28 @@ def save_tuned_case(table: dict, table_path: Path, rig, best: Dict[str, Dict], r
     table_path.parent.mkdir(parents=True, exist_ok=True)
     table_path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
     launch._load_table.cache_clear()
+
+
+class TriedLog:
+    """The tuner's every candidate with its time (:func:`~.rig.best_config`'s ``tried``: the
+    worst phase's cycle, us a layer-step), one record a tuned kernel and case, rewritten to
+    ``out`` after each case; with no ``out`` nothing is kept. What a table change's winner
+    beat, and by how much, measured in one process."""
+
+    def __init__(self, out: Optional[str], gpu: str, commit: str):
+        self.out, self.gpu, self.commit, self.records = (Path(out) if out else None), gpu, commit, []
+
+    def add(self, tuned: Dict[str, Dict], **case) -> None:
+        if self.out is None:
+            return
+        for kernel, best in tuned.items():
+            self.records.append(dict(gpu=self.gpu, **case, kernel=kernel, best=best["config"].to_dict(),
+                                     best_us=round(best["us"], 3),
+                                     tried=[{k: (round(v, 3) if k == "us" else v) for k, v in t.items()}
+                                            for t in best["tried"]],
+                                     commit=self.commit))
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.out.write_text(json.dumps(self.records, indent=1) + "\n")
 
 
 class ProbeLog:

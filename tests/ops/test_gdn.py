@@ -91,14 +91,19 @@ def test_programs_looping_over_value_blocks(geom, config, fold_config):
     run_gdn_replay(GDNScenario(geom, 4, seed=11), 6, route="always_flush", fold_config=fold_config)
 
 
-@pytest.mark.parametrize("geom, config", [
-    (GEOM, LaunchConfig(4, 1, loop_blocks=4, prefetch=1)),
-    (GDNGeometry(1, 3, 24, 40), LaunchConfig(8, 1, loop_blocks=2, prefetch=1)),  # the last run's second block past V
-], ids=["whole_head", "uneven_last_run"])
-def test_non_flush_loop_with_register_prefetch(geom, config):
+BF16 = torch.bfloat16
+
+
+@pytest.mark.parametrize("geom, config, dtypes", [
+    (GEOM, LaunchConfig(4, 1, loop_blocks=4, prefetch=1), {}),
+    (GDNGeometry(1, 3, 24, 40), LaunchConfig(8, 1, loop_blocks=2, prefetch=1), {}),  # the last run's second block past V
+    # the table's bf16-state form since fd79a28: bf16 state, activations and d/k ring
+    (GEOM, LaunchConfig(4, 1, loop_blocks=4, prefetch=1), dict(state_dtype=BF16, act_dtype=BF16, ring_dtype=BF16)),
+], ids=["whole_head", "uneven_last_run", "bf16_state_on_bf16_ring"])
+def test_non_flush_loop_with_register_prefetch(geom, config, dtypes):
     """``prefetch``: the non-flush launch loads a block's tiles one block ahead (masked
     past the program's last block and past V)."""
-    res = run_gdn_replay(GDNScenario(geom, 4, seed=12), cycles(4), config=config, fold_config=config,
+    res = run_gdn_replay(GDNScenario(geom, 4, seed=12, **dtypes), cycles(4), config=config, fold_config=config,
                          force_flush_at={1: [2]})
     assert min(f for f in res.flushes_per_row if f) >= 3
 

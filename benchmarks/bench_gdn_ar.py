@@ -36,7 +36,7 @@ from tabulate import tabulate
 from trtllm_replayssm.benchmarking.gdn_ar import (ROUTES, TUNABLE, GDNCase, fla_fused_recurrent, make_gdn_rig,
                                                   tune_gdn_case, warm_group)
 from trtllm_replayssm.benchmarking.probes import DTYPE_NAMES, DTYPES
-from trtllm_replayssm.benchmarking.records import REPO, TriedLog, git_commit, save_tuned_case
+from trtllm_replayssm.benchmarking.records import REPO, TriedLog, git_commit, open_table, save_tuned_case
 from trtllm_replayssm.benchmarking.rig import (Launch, fastest_baseline, launches_on, time_flush_and_nonflush_steps,
                                                time_phases_side_by_side, worst_phase)
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
@@ -68,7 +68,9 @@ def main() -> None:
     ap.add_argument("--warm-workers", type=int, default=min(14, os.cpu_count() or 1),
                     help="processes that compile the tuned launches' candidates before the timing (1: none)")
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/gdn_ar.json"))
-    ap.add_argument("--table-dir", default=str(REPO / "trtllm_replayssm/tuned"))
+    ap.add_argument("--table-dir", default=str(REPO / "trtllm_replayssm/tuned"),
+                    help="where the tuned table is read and written (default: the package's); a folder "
+                         "without the GPU's table starts from a copy of the package's")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: run the flow eagerly, nothing measured")
     ap.add_argument("--tried-out", default=None, metavar="PATH",
                     help="write every tuning candidate's time (worst phase's cycle), one record a tuned kernel "
@@ -85,10 +87,7 @@ def main() -> None:
         gpu, arch = torch.cuda.get_device_name(), f"sm{''.join(map(str, torch.cuda.get_device_capability()))}"
     else:
         gpu, arch, args.warm_workers = "none (dry run)", "cpu", 0
-    table_path = Path(args.table_dir) / f"gdn_{arch}.json"
-    table = json.loads(table_path.read_text()) if table_path.exists() else {}
-    os.environ[launch_table.TUNED_DIR_ENV] = args.table_dir  # the dispatcher ("auto") reads the table written here
-    launch_table._load_table.cache_clear()
+    table, table_path = open_table(args.table_dir, "gdn", arch)  # the dispatcher ("auto") reads it too
 
     def ring_dtype(state_dtype: str) -> torch.dtype:
         return DTYPES[args.ring_dtype] if args.ring_dtype else gdn_ring_dtype(DTYPES[state_dtype])

@@ -38,11 +38,10 @@ from tabulate import tabulate
 from trtllm_replayssm.benchmarking.mamba2_ar import ROUTES, TUNABLE, Launch, Mamba2Case, make_rig, tune_case, warm_group
 from trtllm_replayssm.benchmarking.rig import (fastest_baseline, launches_on, time_flush_and_nonflush_steps,
                                                time_phases_side_by_side, worst_phase)
-from trtllm_replayssm.benchmarking.records import REPO, TriedLog, git_commit, save_tuned_case
+from trtllm_replayssm.benchmarking.records import REPO, TriedLog, git_commit, open_table, save_tuned_case
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.benchmarking.warm_compile import swept_kernels, warm_compile
 from trtllm_replayssm.models import mamba2_model
-from trtllm_replayssm.ops import launch as launch_table
 from trtllm_replayssm.ops.launch import BATCH_POINTS
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -66,7 +65,9 @@ def main() -> None:
     ap.add_argument("--dry-run", action="store_true",
                     help="no GPU: run the whole flow eagerly in the interpreter (nothing measured); "
                          "use with --models tiny and --out/--table-dir in a scratch folder")
-    ap.add_argument("--table-dir", default=str(REPO / "trtllm_replayssm/tuned"))
+    ap.add_argument("--table-dir", default=str(REPO / "trtllm_replayssm/tuned"),
+                    help="where the tuned table is read and written (default: the package's); a folder "
+                         "without the GPU's table starts from a copy of the package's")
     ap.add_argument("--tried-out", default=None, metavar="PATH",
                     help="write every tuning candidate's time (worst phase's cycle), one record a tuned kernel "
                          "and case: what the winner beat (default: not kept)")
@@ -84,10 +85,7 @@ def main() -> None:
         arch = f"sm{''.join(map(str, torch.cuda.get_device_capability()))}"
     else:
         gpu, arch, args.warm_workers = "none (dry run)", "cpu", 0
-    table_path = Path(args.table_dir) / f"mamba2_{arch}.json"
-    table = json.loads(table_path.read_text()) if table_path.exists() else {}
-    os.environ[launch_table.TUNED_DIR_ENV] = args.table_dir  # the dispatcher ("auto") reads the table written here
-    launch_table._load_table.cache_clear()
+    table, table_path = open_table(args.table_dir, "mamba2", arch)  # the dispatcher ("auto") reads it too
     commit = git_commit()
     tried_log = TriedLog(args.tried_out, gpu, commit)
 

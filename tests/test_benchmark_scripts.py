@@ -159,6 +159,32 @@ def test_tuning_a_subset_times_only_those_launches():
     assert [(lc.config, lc.fold_config) for lc in rig.timed] == [(c, LaunchConfig(64, 1)) for c in candidates["output_only"]]
 
 
+@pytest.mark.parametrize("family", ["mamba2", "gdn"])
+def test_a_fresh_table_dir_starts_from_the_package_table(family, tmp_path, monkeypatch):
+    """``open_table``: a ``--table-dir`` with no table of the GPU's arch starts as a copy of
+    the package's, which the dispatcher then reads from there (so ``--tune nonflush`` tunes
+    under the package's fold, not the untuned default); a table already there is kept;
+    an arch with no package table starts empty."""
+    from trtllm_replayssm.benchmarking.records import open_table
+    from trtllm_replayssm.ops import launch
+
+    monkeypatch.setenv(launch.TUNED_DIR_ENV, "")  # restored after the test: open_table points it at tmp_path
+    package = json.loads((REPO / f"trtllm_replayssm/tuned/{family}_sm90.json").read_text())
+    try:
+        table, path = open_table(str(tmp_path / "fresh"), family, "sm90")
+        assert path == tmp_path / "fresh" / f"{family}_sm90.json" and table == package
+        assert json.loads(path.read_text()) == package
+        assert os.environ[launch.TUNED_DIR_ENV] == str(tmp_path / "fresh")
+        assert launch._load_table("sm90", family) == package  # what the tuner's table_configs read
+        path.write_text(json.dumps({"kept": []}))
+        assert open_table(str(tmp_path / "fresh"), family, "sm90")[0] == {"kept": []}
+        assert launch._load_table("sm90", family) == {"kept": []}
+        table, path = open_table(str(tmp_path / "cpu"), family, "cpu")
+        assert table == {} and not path.exists()
+    finally:
+        launch._load_table.cache_clear()
+
+
 def test_baseline_is_the_fastest_launch_that_writes_the_state_every_step():
     """A speedup is against the fastest standard launch measured, never against a replay
     route that skips state writes, and not against a slower standard kernel."""

@@ -1,4 +1,4 @@
-"""Helpers the benchmark scripts share: the commit measured, the tuned-table update, the
+"""Helpers the benchmark scripts share: the commit measured, the tuned table a run reads and writes and its update, the
 tuner's candidates and a probe's records."""
 
 from __future__ import annotations
@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from importlib import resources
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 from ..ops import launch
 
@@ -43,6 +44,26 @@ def update_table(table: dict, batch: int, nheads: int, key_of: Callable[[str], s
     for kernel, b in best.items():
         put(kernel, {**b["config"].to_dict(), "us": round(b["us"], 2)})
     put("route", {"route": route})
+
+
+def open_table(table_dir: str, family: str, arch: str) -> Tuple[dict, Path]:
+    """The tuned table a benchmark run reads and writes, ``{family}_{arch}.json`` in
+    ``table_dir``, and its path; the dispatcher (``launch``'s table look-ups, the ``auto``
+    rows) is pointed at ``table_dir`` too. Where ``table_dir`` holds no such table, it
+    starts as a copy of the package's for ``arch`` (empty where the package has none):
+    the launches a run does not tune then keep the package's configs, as ``--tune``
+    says, where an empty table would leave them on the untuned defaults."""
+    table_path = Path(table_dir) / f"{family}_{arch}.json"
+    if not table_path.exists():
+        package_table = resources.files("trtllm_replayssm").joinpath(f"tuned/{family}_{arch}.json")
+        if package_table.is_file():
+            table_path.parent.mkdir(parents=True, exist_ok=True)
+            table_path.write_text(package_table.read_text())
+            print(f"{table_path}: started as a copy of the package's table", flush=True)
+    table = json.loads(table_path.read_text()) if table_path.exists() else {}
+    os.environ[launch.TUNED_DIR_ENV] = str(table_dir)
+    launch._load_table.cache_clear()
+    return table, table_path
 
 
 def save_tuned_case(table: dict, table_path: Path, rig, best: Dict[str, Dict], route: str) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from importlib import resources
 from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
@@ -53,9 +52,9 @@ def open_table(table_dir: str, family: str, arch: str) -> Tuple[dict, Path]:
     starts as a copy of the package's for ``arch`` (empty where the package has none):
     the launches a run does not tune then keep the package's configs, as ``--tune``
     says, where an empty table would leave them on the untuned defaults."""
-    table_path = Path(table_dir) / f"{family}_{arch}.json"
+    table_path = Path(table_dir) / launch.table_file_name(arch, family)
     if not table_path.exists():
-        package_table = resources.files("trtllm_replayssm").joinpath(f"tuned/{family}_{arch}.json")
+        package_table = launch.package_table_file(arch, family)
         if package_table.is_file():
             table_path.parent.mkdir(parents=True, exist_ok=True)
             table_path.write_text(package_table.read_text())

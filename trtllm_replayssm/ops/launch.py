@@ -122,14 +122,23 @@ def _dtype_key(dtype: torch.dtype) -> str:
 TUNED_DIR_ENV = "REPLAYSSM_TUNED_DIR"
 
 
+def table_file_name(arch: str, family: str) -> str:
+    """The name of a family's tuned table for ``arch``, in the package and in a ``TUNED_DIR_ENV`` folder."""
+    return f"{family}_{arch}.json"
+
+
+def package_table_file(arch: str, family: str):
+    """The package's tuned table of ``family`` for ``arch`` (a ``Traversable``; it may not exist)."""
+    return resources.files("trtllm_replayssm").joinpath(f"tuned/{table_file_name(arch, family)}")
+
+
 @lru_cache(maxsize=None)
 def _load_table(arch: str, family: str = "mamba2") -> dict:
-    name = f"{family}_{arch}.json"
     try:
         if os.environ.get(TUNED_DIR_ENV):
-            text = Path(os.environ[TUNED_DIR_ENV], name).read_text()
+            text = Path(os.environ[TUNED_DIR_ENV], table_file_name(arch, family)).read_text()
         else:
-            text = resources.files("trtllm_replayssm").joinpath(f"tuned/{name}").read_text()
+            text = package_table_file(arch, family).read_text()
     except (FileNotFoundError, ModuleNotFoundError):
         return {}
     return json.loads(text)

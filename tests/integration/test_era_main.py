@@ -12,7 +12,7 @@ import torch
 from mamba2_harness import DEVICE
 from trtllm_replayssm.cache import GDNGeometry, Mamba2Geometry
 from trtllm_replayssm.integration import apply as apply_mod
-from trtllm_replayssm.integration.era_main import CURSOR_BLOCK, ring_bytes_per_slot
+from trtllm_replayssm.integration.era_main import CURSOR_BLOCK, page_bytes, ring_bytes_per_slot
 from trtllm_replayssm.integration.eras import UnsupportedTensorRTLLM, detect_era
 from trtllm_replayssm.ops.gdn import fused_sigmoid_gating_delta_rule_update as gdn_standard
 from trtllm_replayssm.ops.mamba2 import selective_state_update as mamba2_standard
@@ -115,19 +115,27 @@ def test_main_without_the_extension_api_is_refused_untouched(main_trtllm):
     assert mixer.selective_state_update_native is original and not apply_mod.applied()
 
 
-def test_main_mamba2_decode_through_slot_moves_and_frees(main_trtllm):
+@pytest.mark.parametrize("buffer_len", [L, 3])
+def test_main_mamba2_decode_through_slot_moves_and_frees(main_trtllm, buffer_len):
     """Decode matches the standard kernel step for step while: requests start at staggered
     times; a live request is offloaded, its slot reused by a new request, and it comes back
     at another slot with its pages (its cursor restored from the pool); a request is freed
     with block reuse on (its page, as committed, holds the exact state). The conv states
-    in the same pages stay untouched."""
+    in the same pages stay untouched. At L = 3 the dt ring's block (12 fp32) and the
+    cursors' (4 int32) are not multiples of 64 bytes: their padded pages keep every ring's
+    slot stride and base at multiples of 16 elements."""
     main_trtllm()
-    apply_mod.apply_replayssm(buffer_len=L, route="output_only")
+    apply_mod.apply_replayssm(buffer_len=buffer_len, route="output_only")
     from tensorrt_llm._torch.modules.mamba import mamba2_mixer as mixer
 
+    L = buffer_len
     mgr = _manager(enable_block_reuse=True)
     ext = mgr.get_aux_cache_extension("trtllm_replayssm")
     assert ext.replay.rings.x_cache[0].stride(0) > H * L * P  # the ring lives in the page, between slots
+    for name in ("x_cache", "dt_cache", "B_cache"):
+        for view in getattr(ext.replay.rings, name):
+            assert view.stride(0) % 16 == 0 and view.storage_offset() % 16 == 0, (name, view.stride())
+    assert tuple(ext.replay.rings.dt_cache[0].shape) == (6, H, L)
     assert all(int(v.count_nonzero()) == 0 for name in ("x_cache", "dt_cache", "B_cache")
                for v in getattr(ext.replay.rings, name))  # the stand-in's pages start as 0xAB bytes
     for conv in mgr.all_conv_states:
@@ -146,7 +154,7 @@ def test_main_mamba2_decode_through_slot_moves_and_frees(main_trtllm):
     for _ in range(2):
         step(gen=[7])
     step(ctx=[9], gen=[7])  # 9 starts two steps behind
-    for _ in range(3):
+    for _ in range(L - 1):
         step(gen=[7, 9])
     assert ext.replay.write_pos[mgr.get_state_indices([9])[0]].item() != 0  # 9's ring holds entries
     old_slot = mgr.get_state_indices([9])[0]
@@ -177,7 +185,7 @@ def test_main_memory_plan_counts_the_rings(main_trtllm):
     base = 2 * (H * P * N * 4 + (H * P + 2 * G * N) * 3 * 4)
     ring = ring_bytes_per_slot(Mamba2Geometry(H, P, N, G), L, torch.float32)
     assert ring == H * L * P * 4 + H * L * 4 + G * L * N * 4
-    assert mgr._mamba_state_bytes_per_slot() == base + 2 * (ring + CURSOR_BLOCK * 4)
+    assert mgr._mamba_state_bytes_per_slot() == base + 2 * (ring + page_bytes(CURSOR_BLOCK * 4))
     from tensorrt_llm._torch.pyexecutor.kv_cache.mamba_cache_manager.common import (
         estimate_mamba_aux_cache_bytes_per_rank,
     )
@@ -188,7 +196,7 @@ def test_main_memory_plan_counts_the_rings(main_trtllm):
     got = estimate_mamba_aux_cache_bytes_per_rank(SimpleNamespace(pretrained_config=cfg), None, mapping,
                                                   spec_config=None, use_separate_draft_kv_cache=False)
     local = Mamba2Geometry(32, 64, 128, 4)
-    assert got == 3 * (ring_bytes_per_slot(local, L, torch.bfloat16) + CURSOR_BLOCK * 4)
+    assert got == 3 * (ring_bytes_per_slot(local, L, torch.bfloat16) + page_bytes(CURSOR_BLOCK * 4))
     qwen = SimpleNamespace(linear_num_value_heads=32, linear_num_key_heads=16, linear_key_head_dim=128,
                            linear_value_head_dim=128, num_hidden_layers=8, full_attention_interval=4)
     assert estimate_mamba_aux_cache_bytes_per_rank(SimpleNamespace(pretrained_config=qwen), None, mapping) == 0

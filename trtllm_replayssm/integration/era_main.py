@@ -43,13 +43,14 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import math
 import os
 from typing import Dict, List, Optional, Tuple
 
 import torch
 
 from ..cache import (GDNGeometry, Mamba2Geometry, RingLayout, block_bytes, gdn_ring_dtype, gdn_ring_layout,
-                     mamba2_ring_layout, ring_bytes)
+                     mamba2_ring_layout)
 from .eras import UnsupportedTensorRTLLM
 from .hf_config import from_hf_config
 from .hooks import GDNVerifyCall, GDNVerifyScope, StateRegistry, make_gdn_verify_update
@@ -65,6 +66,25 @@ LEGACY_MANAGERS = ("PythonMambaCacheManager", "CppMambaHybridCacheManager", "Mix
 RING_NAMES = {"mamba2": ("x_cache", "dt_cache", "B_cache"), "gdn": ("d_cache", "k_cache", "g_cache")}
 CONV_LAYOUT = {"mamba2": "x_b_c", "gdn": "q_k_v"}  # the manager's conv_state_layout of each family
 CURSOR_BLOCK = 4  # int32 entries a slot's cursor mirror takes (16 bytes: write_pos, origin, is_flush)
+PAGE_ALIGN = 64  # bytes every buffer declared here is rounded up to (:func:`page_bytes`)
+
+
+def page_bytes(nbytes: int) -> int:
+    """A declared buffer's size: ``nbytes`` rounded up to ``PAGE_ALIGN``. V2 derives a
+    buffer's slot stride and each layer's base from the declared sizes; at multiples of 64
+    bytes both stay multiples of 16 elements of any dtype up to 4 bytes, whatever the ring
+    length and heads a rank. The kernels need that: without it Triton drops its
+    divisibility specialisation (Nano-4B's replay steps 24-50% slower,
+    ``benchmarks/bench_gapped_pools.py``) and the AOT kernels refuse the launch."""
+    return -(-nbytes // PAGE_ALIGN) * PAGE_ALIGN
+
+
+def page_view(manager, local_layer: int, role, block: Tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """``(slots, *block)``: one layer's buffer of ``role`` in the pool, the block at the
+    start of its padded page."""
+    page_elems = page_bytes(block_bytes(block, dtype)) // dtype.itemsize
+    page = manager._get_state_buffer(local_layer, role, dtype, [page_elems])
+    return page[:, :math.prod(block)].view(page.shape[0], *block)
 
 
 def spec_sizes(spec_config, opts: ReplayOptions) -> Optional[Tuple[int, int]]:
@@ -115,9 +135,10 @@ def ring_layout(geom, buffer_len: int, act_dtype: torch.dtype, state_dtype: Opti
 
 
 def ring_bytes_per_slot(geom, buffer_len: int, act_dtype: torch.dtype) -> int:
-    """One layer's ring bytes per slot, for the estimator, which knows no state dtype (GDN:
-    fp32 rings, the upper bound)."""
-    return ring_bytes(ring_layout(geom, buffer_len, act_dtype))
+    """One layer's ring bytes per slot as declared (padded pages), for the estimator, which
+    knows no state dtype (GDN: fp32 rings, the upper bound)."""
+    layout = ring_layout(geom, buffer_len, act_dtype)
+    return sum(page_bytes(block_bytes(block, dtype)) for block, dtype in layout.values())
 
 
 def make_extension_class(base, buffer_config, data_role):
@@ -160,11 +181,11 @@ def make_extension_class(base, buffer_config, data_role):
             if layer_id not in context.mamba_pp_layers:
                 return ()
             # Every layer gets the same buffers (the first one's cursor mirror is used):
-            # uniform layers keep V2 coalescing them as it does the states. Sizes are the
-            # blocks' exact bytes: V2 lays a role's pages at that size (times its scale).
-            configs = [buffer_config(role=self._roles[name], size=block_bytes(block, dtype))
+            # uniform layers keep V2 coalescing them as it does the states. V2 lays a role's
+            # pages at the declared size (times its scale): the blocks' bytes, padded.
+            configs = [buffer_config(role=self._roles[name], size=page_bytes(block_bytes(block, dtype)))
                        for name, (block, dtype) in self._layout(context).items()]
-            configs.append(buffer_config(role=self._roles["cursor"], size=CURSOR_BLOCK * 4))
+            configs.append(buffer_config(role=self._roles["cursor"], size=page_bytes(CURSOR_BLOCK * 4)))
             return tuple(configs)
 
         def bind(self, context, manager) -> None:
@@ -172,13 +193,12 @@ def make_extension_class(base, buffer_config, data_role):
             if not layers:
                 return
             local = manager.layer_offsets
-            rings = {name: [manager._get_state_buffer(local[layer], self._roles[name], dtype, list(block))
-                            for layer in layers]
+            rings = {name: [page_view(manager, local[layer], self._roles[name], block, dtype) for layer in layers]
                      for name, (block, dtype) in self._layout(context).items()}
             for views in rings.values():  # pool pages come uninitialised; rings start as zeros
                 for view in views:
                     view.zero_()
-            mirror = manager._get_state_buffer(local[layers[0]], self._roles["cursor"], torch.int32, [CURSOR_BLOCK])
+            mirror = page_view(manager, local[layers[0]], self._roles["cursor"], (CURSOR_BLOCK,), torch.int32)
             self.states = [manager.get_ssm_states(layer) for layer in layers]
             route = "output_only" if self.opts.route == "auto" else self.opts.route
             self.replay = ReplaySlots(ring_geometry(context, self.family, self.gdn_order), len(layers),
@@ -340,7 +360,7 @@ def make_estimator(opts: ReplayOptions, family: str):
         layers = -(-m.num_ssm_layers // pp)
         spec = spec_sizes(spec_config, opts)
         ring_len = opts.buffer_len if spec is None else ring_capacity(*spec)
-        return layers * (ring_bytes_per_slot(local, ring_len, act) + CURSOR_BLOCK * 4)
+        return layers * (ring_bytes_per_slot(local, ring_len, act) + page_bytes(CURSOR_BLOCK * 4))
 
     return estimate
 

@@ -185,7 +185,7 @@ def test_main_memory_plan_counts_the_rings(main_trtllm):
     base = 2 * (H * P * N * 4 + (H * P + 2 * G * N) * 3 * 4)
     ring = ring_bytes_per_slot(Mamba2Geometry(H, P, N, G), L, torch.float32)
     assert ring == H * L * P * 4 + H * L * 4 + G * L * N * 4
-    assert mgr._mamba_state_bytes_per_slot() == base + 2 * (ring + page_bytes(CURSOR_BLOCK * 4))
+    assert mgr._mamba_state_bytes_per_slot() == base + 2 * (ring + page_bytes((CURSOR_BLOCK,), torch.int32))
     from tensorrt_llm._torch.pyexecutor.kv_cache.mamba_cache_manager.common import (
         estimate_mamba_aux_cache_bytes_per_rank,
     )
@@ -196,7 +196,7 @@ def test_main_memory_plan_counts_the_rings(main_trtllm):
     got = estimate_mamba_aux_cache_bytes_per_rank(SimpleNamespace(pretrained_config=cfg), None, mapping,
                                                   spec_config=None, use_separate_draft_kv_cache=False)
     local = Mamba2Geometry(32, 64, 128, 4)
-    assert got == 3 * (ring_bytes_per_slot(local, L, torch.bfloat16) + page_bytes(CURSOR_BLOCK * 4))
+    assert got == 3 * (ring_bytes_per_slot(local, L, torch.bfloat16) + page_bytes((CURSOR_BLOCK,), torch.int32))
     qwen = SimpleNamespace(linear_num_value_heads=32, linear_num_key_heads=16, linear_key_head_dim=128,
                            linear_value_head_dim=128, num_hidden_layers=8, full_attention_interval=4)
     assert estimate_mamba_aux_cache_bytes_per_rank(SimpleNamespace(pretrained_config=qwen), None, mapping) == 0

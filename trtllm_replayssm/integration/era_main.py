@@ -69,20 +69,21 @@ CURSOR_BLOCK = 4  # int32 entries a slot's cursor mirror takes (16 bytes: write_
 PAGE_ALIGN = 64  # bytes every buffer declared here is rounded up to (:func:`page_bytes`)
 
 
-def page_bytes(nbytes: int) -> int:
-    """A declared buffer's size: ``nbytes`` rounded up to ``PAGE_ALIGN``. V2 derives a
-    buffer's slot stride and each layer's base from the declared sizes; at multiples of 64
-    bytes both stay multiples of 16 elements of any dtype up to 4 bytes, whatever the ring
-    length and heads a rank. The kernels need that: without it Triton drops its
+def page_bytes(block: Tuple[int, ...], dtype: torch.dtype) -> int:
+    """A declared buffer's size: a slot's ``block`` of ``dtype``, its bytes rounded up to
+    ``PAGE_ALIGN``. V2 derives a buffer's slot stride and each layer's base from the
+    declared sizes; at multiples of 64 bytes both stay multiples of 16 elements of any
+    dtype up to 4 bytes, whatever the ring length and heads a rank. The kernels need that:
+    without it Triton drops its
     divisibility specialisation (Nano-4B's replay steps 24-50% slower,
     ``benchmarks/bench_gapped_pools.py``) and the AOT kernels refuse the launch."""
-    return -(-nbytes // PAGE_ALIGN) * PAGE_ALIGN
+    return -(-block_bytes(block, dtype) // PAGE_ALIGN) * PAGE_ALIGN
 
 
 def page_view(manager, local_layer: int, role, block: Tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """``(slots, *block)``: one layer's buffer of ``role`` in the pool, the block at the
     start of its padded page."""
-    page_elems = page_bytes(block_bytes(block, dtype)) // dtype.itemsize
+    page_elems = page_bytes(block, dtype) // dtype.itemsize
     page = manager._get_state_buffer(local_layer, role, dtype, [page_elems])
     return page[:, :math.prod(block)].view(page.shape[0], *block)
 
@@ -138,7 +139,7 @@ def ring_bytes_per_slot(geom, buffer_len: int, act_dtype: torch.dtype) -> int:
     """One layer's ring bytes per slot as declared (padded pages), for the estimator, which
     knows no state dtype (GDN: fp32 rings, the upper bound)."""
     layout = ring_layout(geom, buffer_len, act_dtype)
-    return sum(page_bytes(block_bytes(block, dtype)) for block, dtype in layout.values())
+    return sum(page_bytes(block, dtype) for block, dtype in layout.values())
 
 
 def make_extension_class(base, buffer_config, data_role):
@@ -183,9 +184,9 @@ def make_extension_class(base, buffer_config, data_role):
             # Every layer gets the same buffers (the first one's cursor mirror is used):
             # uniform layers keep V2 coalescing them as it does the states. V2 lays a role's
             # pages at the declared size (times its scale): the blocks' bytes, padded.
-            configs = [buffer_config(role=self._roles[name], size=page_bytes(block_bytes(block, dtype)))
+            configs = [buffer_config(role=self._roles[name], size=page_bytes(block, dtype))
                        for name, (block, dtype) in self._layout(context).items()]
-            configs.append(buffer_config(role=self._roles["cursor"], size=page_bytes(CURSOR_BLOCK * 4)))
+            configs.append(buffer_config(role=self._roles["cursor"], size=page_bytes((CURSOR_BLOCK,), torch.int32)))
             return tuple(configs)
 
         def bind(self, context, manager) -> None:
@@ -360,7 +361,7 @@ def make_estimator(opts: ReplayOptions, family: str):
         layers = -(-m.num_ssm_layers // pp)
         spec = spec_sizes(spec_config, opts)
         ring_len = opts.buffer_len if spec is None else ring_capacity(*spec)
-        return layers * (ring_bytes_per_slot(local, ring_len, act) + page_bytes(CURSOR_BLOCK * 4))
+        return layers * (ring_bytes_per_slot(local, ring_len, act) + page_bytes((CURSOR_BLOCK,), torch.int32))
 
     return estimate
 

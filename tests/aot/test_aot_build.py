@@ -395,3 +395,90 @@ def test_a_gluon_kernel_builds_like_the_others(tmp_path):
                          env={**os.environ, "PYTHONPATH": str(repo)})
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.split()[-6:] == ["8", "True", "1", "(1,", "128,", "128)"]
+
+
+NARROW_CHUNK_BUILD = """
+import os, sys
+os.environ["TRITON_INTERPRET"] = "0"  # compile for the GPU, as the AOT build does
+import torch
+from trtllm_replayssm.aot.build import _compile_one
+from trtllm_replayssm.aot.specs import Recorder, _spec_calls, spec_of
+from trtllm_replayssm.models import model
+from trtllm_replayssm.ops.launch import LaunchConfig
+family, name, out = sys.argv[1:4]
+config = LaunchConfig(16 if family == "mamba2" else 64, 2, split_fold=2, key_chunk=8)
+with Recorder() as rec:
+    _spec_calls(family, model(name).geom, torch.float32, torch.bfloat16, 128, 4, 16, False, config)()
+os.makedirs(os.path.join(out, "sm90"))
+chunked = 0
+for launch in rec.launches:
+    spec = spec_of(launch.kernel, launch.kwargs)
+    constexprs = dict(spec.constexprs)
+    if min(constexprs.get("STATE_CHUNK", 16), constexprs.get("KEY_CHUNK", 16)) >= 16:
+        continue
+    chunked += 1
+    _compile_one((dict(key=spec.key, kernel=spec.kernel, constexprs=[list(c) for c in spec.constexprs],
+                       num_warps=spec.num_warps, params=[vars(p) for p in spec.params]), 90, out))
+print("chunked", chunked)
+"""
+
+
+@pytest.mark.parametrize("family,name", [("mamba2", "nemotron-3-super"), ("gdn", "qwen3.5-122b")])
+def test_verify_with_key_chunks_narrower_than_a_dot_compiles_for_the_gpu(tmp_path, family, name):
+    """``LaunchConfig.key_chunk`` 8 on the speculative verify at a model's shapes, whose
+    tiles take tensor-core dots: a chunk of 8 columns cannot be a dot's K (16 at least), so
+    its product takes the broadcast form. The interpreter takes a dot of any K, so only a
+    compile for sm_90 shows it (without the guard: a CompilationError, K >= 16). That the
+    broadcast form stays fp32 on the GPU is the next test's; the verify's outputs at such a
+    chunk are checked on the GPU by ``test_tiles_whose_rows_or_columns_run_past_the_sizes``."""
+    repo = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, "-c", NARROW_CHUNK_BUILD, family, name, str(tmp_path)],
+                         capture_output=True, text=True, timeout=600, cwd=repo,
+                         env={**os.environ, "PYTHONPATH": str(repo)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert int(run.stdout.split()[-1]) >= 1  # a launch with a narrow chunk was compiled
+
+
+BROADCAST_PRODUCT = """
+import triton
+import triton.language as tl
+from trtllm_replayssm.ops.common import small_matmul
+
+
+@triton.jit
+def product(a_ptr, b_ptr, o_ptr, M: tl.constexpr, J: tl.constexpr, N: tl.constexpr):
+    a = tl.load(a_ptr + tl.arange(0, M)[:, None] * J + tl.arange(0, J)[None, :])
+    b = tl.load(b_ptr + tl.arange(0, J)[:, None] * N + tl.arange(0, N)[None, :])
+    tl.store(o_ptr + tl.arange(0, M)[:, None] * N + tl.arange(0, N)[None, :],
+             small_matmul(a, b, False, False, "tf32x3", "tf32"))
+"""
+
+BROADCAST_COMPILE = """
+import os, sys
+os.environ["TRITON_INTERPRET"] = "0"
+sys.path.insert(0, sys.argv[1])
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from broadcast_product import product
+sig = {"a_ptr": "*fp32", "b_ptr": "*fp32", "o_ptr": "*fp32", "M": "constexpr", "J": "constexpr", "N": "constexpr"}
+for M, J, N in ((16, 8, 16), (64, 4, 16), (16, 16, 16)):
+    ttir = triton.compile(ASTSource(fn=product, signature=sig, constexprs={"M": M, "J": J, "N": N}),
+                          target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ttir"]
+    print(M, J, N, "tt.dot" in ttir)
+"""
+
+
+def test_the_broadcast_product_stays_fp32_when_compiled_for_the_gpu(tmp_path):
+    """``small_matmul``'s broadcast form is the fp32 product of tiles a dot cannot take.
+    Triton's combine pass turns ``sum(a[:, :, None] * b[None, :, :], axis=1)`` into a
+    one-pass TF32 dot where both outer sides are >= 16 (triton 3.6, sm_90): an fp32 caller
+    then got TF32's error (the Mamba2 verify's state in chunks of 8: 5-8e-4 relative on
+    the GPU, where its tolerance is 2e-5). The compiled form must hold no dot."""
+    (tmp_path / "broadcast_product.py").write_text(BROADCAST_PRODUCT)
+    repo = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, "-c", BROADCAST_COMPILE, str(tmp_path)], capture_output=True, text=True,
+                         timeout=600, cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["16", "8", "16", "False", "64", "4", "16", "False", "16", "16", "16", "False"]
+

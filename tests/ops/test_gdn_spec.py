@@ -125,11 +125,14 @@ def test_verify_on_dot_heads_and_key_chunks():
 
 
 @pytest.mark.parametrize("config", [LaunchConfig(16, 1, heads_per_prog=2, split_fold=2, key_chunk=16),
-                                    LaunchConfig(16, 1, split_fold=2)], ids=["heads_and_chunks", "whole_tile"])
+                                    LaunchConfig(16, 1, heads_per_prog=2, split_fold=2, key_chunk=8),
+                                    LaunchConfig(16, 1, split_fold=2)],
+                         ids=["heads_and_chunks", "chunks_under_a_dot", "whole_tile"])
 def test_flush_rows_take_their_whole_step_in_their_own_launch(config):
     """``split_fold = 2`` on the tl.dot verify: the flush rows fold on the way through (a
     state chunk read once, folded, stored and multiplied) in a launch of their own, one
-    value head a program; the other rows in a launch compiled without the fold."""
+    value head a program; the other rows in a launch compiled without the fold. Chunks of
+    8 key columns, under a dot's K, take the broadcast product."""
     geom = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=32, head_v_dim=16)
     flushes = run_gdn_spec_fuzz(T=3, Bh=8, steps=16, seed=11, geom=geom, config=config)
     assert min(flushes.values()) >= 1, flushes

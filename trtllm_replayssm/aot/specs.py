@@ -235,8 +235,8 @@ def _cursor_calls(op, batch, force_flush, flush_all, L):
     return lambda: advance_write_pos(write_pos, L, slots, ff, flush_all=flush_all)
 
 
-def _spec_calls(family, geom, state_dtype, act_dtype, batch, T, history_len, has_z):
-    """One speculative verify (``T`` tokens per row) with the default launch config."""
+def _spec_calls(family, geom, state_dtype, act_dtype, batch, T, history_len, has_z, config=None):
+    """One speculative verify (``T`` tokens per row) with the default launch config (or ``config``)."""
     from ..cache import GDNReplayCache, Mamba2ReplayCache
     from ..ops.gdn.spec import gdn_replayssm_spec_decode
     from ..ops.mamba2.spec import ring_capacity, selective_state_update_replayssm_spec
@@ -252,7 +252,7 @@ def _spec_calls(family, geom, state_dtype, act_dtype, batch, T, history_len, has
         step = _mamba2_meta_inputs(geom, act_dtype, (batch, T), has_z)
         return lambda: selective_state_update_replayssm_spec(
             cache.ssm_state[0], **step, state_batch_indices=slots, x_ring=cache.x_cache[0], dt_ring=cache.dt_cache[0],
-            B_ring=cache.B_cache[0], **cursors)
+            B_ring=cache.B_cache[0], **cursors, config=config)
     H, HV, K, V = geom.num_k_heads, geom.num_v_heads, geom.head_k_dim, geom.head_v_dim
     cache = GDNReplayCache(geom, 1, batch + 1, buf, state_dtype, gdn_ring_dtype(state_dtype, speculative=True),
                            device=META)
@@ -261,7 +261,8 @@ def _spec_calls(family, geom, state_dtype, act_dtype, batch, T, history_len, has
     ab = [torch.empty(batch, T, HV, dtype=act_dtype, **kw) for _ in range(2)]
     return lambda: gdn_replayssm_spec_decode(
         cache.ssm_state[0], *qk, v, *ab, torch.empty(HV, **kw), torch.empty(HV, **kw), initial_state_indices=slots,
-        out=torch.empty_like(v), d_ring=cache.d_cache[0], k_ring=cache.k_cache[0], g_ring=cache.g_cache[0], **cursors)
+        out=torch.empty_like(v), d_ring=cache.d_cache[0], k_ring=cache.k_cache[0], g_ring=cache.g_cache[0], **cursors,
+        config=config)
 
 
 def _mamba2_spec_batches(geom, state_dtype, act_dtype, T, has_z) -> Tuple[List[int], List[int]]:

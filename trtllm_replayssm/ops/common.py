@@ -309,15 +309,18 @@ def small_matmul(a, b, USE_DOT: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISI
                  ONE_PASS_PRECISION: tl.constexpr):
     """``a [M, J] @ b [J, N]`` in fp32: a matmul where every side is >= 16 (the callers
     pass ``USE_DOT``; two TF32 passes where ``b`` holds bf16/fp16 values, ``EXACT_B``, see
-    :func:`split_tf32_dot`, else tf32x3), else a broadcast product summed over J (tiny
-    tiles, e.g. in the interpreter on small shapes)."""
+    :func:`split_tf32_dot`, else tf32x3), else a broadcast product summed over J, exact in
+    fp32 (tiny tiles, e.g. in the interpreter on small shapes, or a J under the dot's 16)."""
     if USE_DOT:
         if EXACT_B:
             return split_tf32_dot(a, b, ONE_PASS_PRECISION)
         else:
             return tl.dot(a, b, input_precision=DOT_PRECISION)
     else:
-        return tl.sum(a[:, :, None] * b[None, :, :], axis=1)
+        # J innermost: Triton's combine pass rewrites sum(a[:, :, None] * b[None, :, :], axis=1)
+        # into a one-pass TF32 dot where M and N are >= 16 (triton 3.6, sm_90), and an fp32
+        # caller would get TF32's error; this form it leaves alone.
+        return tl.sum(a[:, None, :] * tl.trans(b)[None, :, :], axis=2)
 
 
 @triton.jit

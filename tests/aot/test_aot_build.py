@@ -481,4 +481,3 @@ def test_the_broadcast_product_stays_fp32_when_compiled_for_the_gpu(tmp_path):
                          timeout=600, cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)})
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.split() == ["16", "8", "16", "False", "64", "4", "16", "False", "16", "16", "16", "False"]
-

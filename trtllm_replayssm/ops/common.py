@@ -310,8 +310,9 @@ def small_matmul(a, b, USE_DOT: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISI
     """``a [M, J] @ b [J, N]`` in fp32: a matmul where every side is >= 16 (the callers
     pass ``USE_DOT``; two TF32 passes where ``b`` holds bf16/fp16 values, ``EXACT_B``, see
     :func:`split_tf32_dot`, else tf32x3), else a broadcast product summed over J, exact in
-    fp32 (tiny tiles, e.g. in the interpreter on small shapes, or a J under the dot's 16)."""
-    if USE_DOT:
+    fp32: tiny tiles (e.g. in the interpreter on small shapes), and any J under 16, which
+    a dot cannot take (a verify's state in narrow chunks of columns)."""
+    if USE_DOT and a.shape[1] >= 16:
         if EXACT_B:
             return split_tf32_dot(a, b, ONE_PASS_PRECISION)
         else:

@@ -295,7 +295,7 @@ def _gdn_spec_verify_dot_kernel(
         # S_0 X: the whole state tile against the drafts' tile, or the state streamed in
         # chunks of KEY_CHUNK key columns (the drafts' tile chunk is then read again from
         # L1, as the whole tile held across the heads would cost the registers saved). A
-        # chunk narrower than a dot's K of 16 takes the broadcast product.
+        # chunk narrower than a dot's K of 16 takes the broadcast product (small_matmul).
         state_rows = state_ptr + slot * stride_state_slot + hv * stride_state_h + offs_v[:, None] * stride_state_v
         if PHASE == FLUSH_ROWS:
             # Fold on the way: S_h = exp(G) S_0 + D_w K_hist chunk by chunk, stored, and S_h X.
@@ -308,8 +308,7 @@ def _gdn_spec_verify_dot_kernel(
                                   state_rows + offs_c[None, :], mask_vc, G, D_w, kr_base, stride_kr_l, phys_l, mask_l,
                                   offs_c, mask_c, DOT_PRECISION, ONE_PASS_PRECISION)
                 Xc = _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_c, mask_c, tok, is_key, mask_u)
-                SX += small_matmul(S_h, Xc.to(tl.float32), KEY_CHUNK >= 16, EXACT_X, DOT_PRECISION,
-                                   ONE_PASS_PRECISION)
+                SX += small_matmul(S_h, Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION, ONE_PASS_PRECISION)
             SX = SX * col_scale[None, :]
         else:
             if KEY_CHUNK == BLOCK_K:
@@ -322,8 +321,8 @@ def _gdn_spec_verify_dot_kernel(
                     mask_c = dim_mask(offs_c, head_k_dim, EVEN_TILE)
                     S0 = tl.load(state_rows + offs_c[None, :], mask=mask_v[:, None] & mask_c[None, :], other=0.0)
                     Xc = _draft_tile(k_base, q_base, stride_k_t, stride_q_t, offs_c, mask_c, tok, is_key, mask_u)
-                    SX += small_matmul(S0.to(tl.float32), Xc.to(tl.float32), KEY_CHUNK >= 16, EXACT_X,
-                                       DOT_PRECISION, ONE_PASS_PRECISION)
+                    SX += small_matmul(S0.to(tl.float32), Xc.to(tl.float32), True, EXACT_X, DOT_PRECISION,
+                                       ONE_PASS_PRECISION)
             SX = tl.exp(G) * SX * col_scale[None, :]
             SX += small_matmul(D_w, HX, True, False, SMALL_PRECISION, ONE_PASS_PRECISION)
 

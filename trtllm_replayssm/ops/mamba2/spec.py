@@ -374,7 +374,7 @@ def _spec_verify_kernel(
                         elif STATE_CHUNK < BLOCK_N:
                             # S_0 C^T with the state streamed in chunks of STATE_CHUNK dstate columns
                             # (the C^T chunk read again: it is small and in L1). A chunk narrower than
-                            # a dot's K of 16 takes the broadcast product.
+                            # a dot's K of 16 takes the broadcast product (small_matmul).
                             Y = tl.zeros((BLOCK_P, BLOCK_T), tl.float32)
                             for c in tl.range(0, BLOCK_N // STATE_CHUNK):
                                 offs_c = c * STATE_CHUNK + tl.arange(0, STATE_CHUNK)
@@ -384,8 +384,8 @@ def _spec_verify_kernel(
                                 CT_c = tl.load(C_ptr + pid_b * stride_C_b + offs_t[None, :] * stride_C_t
                                                + g * stride_C_g + offs_c[:, None],
                                                mask=mask_c[:, None] & mask_t[None, :], other=0.0)
-                                Y += small_matmul(S0, CT_c.to(tl.float32), USE_DOT & (STATE_CHUNK >= 16), EXACT_B,
-                                                  DOT_PRECISION, ONE_PASS_PRECISION)
+                                Y += small_matmul(S0, CT_c.to(tl.float32), USE_DOT, EXACT_B, DOT_PRECISION,
+                                                  ONE_PASS_PRECISION)
                         else:
                             Y = small_matmul(S0, CT.to(tl.float32), USE_DOT, EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
                         if PHASE != RING_PART:

@@ -361,7 +361,7 @@ GLUON_BUILD = """
 import os, sys
 os.environ["TRITON_INTERPRET"] = "0"  # compile for the GPU, as the AOT build does
 import torch
-from trtllm_replayssm.aot.build import _compile_one
+from trtllm_replayssm.aot.build import _compile_one, spec_job
 from trtllm_replayssm.aot.specs import Recorder, _mamba2_calls, spec_of
 from trtllm_replayssm.models import model
 sys.path.insert(0, sys.argv[1])
@@ -377,8 +377,7 @@ from triton.experimental.gluon._runtime import GluonASTSource
 assert source_type(fn) is GluonASTSource  # the front end Gluon's JIT uses
 spec = spec_of(fn, args)
 os.makedirs(os.path.join(sys.argv[2], "sm90"))
-facts = _compile_one((dict(key="gluon_fold", kernel=spec.kernel, constexprs=[list(c) for c in spec.constexprs],
-                           num_warps=spec.num_warps, params=[vars(p) for p in spec.params]), 90, sys.argv[2]))
+facts = _compile_one((spec_job("gluon_fold", spec), 90, sys.argv[2]))
 print(facts["num_warps"], facts["cubin_bytes"] > 0, dict(spec.constexprs)["ROW_BLOCK"], grid)
 """
 
@@ -401,7 +400,7 @@ NARROW_CHUNK_BUILD = """
 import os, sys
 os.environ["TRITON_INTERPRET"] = "0"  # compile for the GPU, as the AOT build does
 import torch
-from trtllm_replayssm.aot.build import _compile_one
+from trtllm_replayssm.aot.build import _compile_one, spec_job
 from trtllm_replayssm.aot.specs import Recorder, _spec_calls, spec_of
 from trtllm_replayssm.models import model
 from trtllm_replayssm.ops.launch import LaunchConfig
@@ -417,8 +416,7 @@ for launch in rec.launches:
     if min(constexprs.get("STATE_CHUNK", 16), constexprs.get("KEY_CHUNK", 16)) >= 16:
         continue
     chunked += 1
-    _compile_one((dict(key=spec.key, kernel=spec.kernel, constexprs=[list(c) for c in spec.constexprs],
-                       num_warps=spec.num_warps, params=[vars(p) for p in spec.params]), 90, out))
+    _compile_one((spec_job(spec.key, spec), 90, out))
 print("chunked", chunked)
 """
 

@@ -38,6 +38,14 @@ def source_type(kernel):
     return GluonASTSource if isinstance(kernel, GluonJITFunction) else ASTSource
 
 
+def spec_job(key: str, spec) -> dict:
+    """A :class:`~.specs.KernelSpec` as :func:`_compile_one` takes it and the manifest
+    records it (plain data, to cross to a worker process)."""
+    return dict(key=key, kernel=spec.kernel, constexprs=[list(c) for c in spec.constexprs], num_warps=spec.num_warps,
+                params=[vars(p) for p in spec.params], **({"maxnreg": spec.maxnreg} if spec.maxnreg else {}),
+                **({"programmatic": True} if spec.programmatic else {}))
+
+
 def _compile_one(job):
     """Compile one spec for one arch; returns the manifest facts and writes the cubin."""
     import triton
@@ -81,10 +89,7 @@ def build(archs: Sequence[int], out_dir: Path, workers: int = 2, buffer_lens=(16
         (out_dir / f"sm{arch}").mkdir(exist_ok=True)
         arch_cases = op_cases(f"sm{arch}", buffer_lens)
         specs = unique_specs(arch_cases)
-        spec_dicts = {k: dict(key=k, kernel=s.kernel, constexprs=[list(c) for c in s.constexprs],
-                              num_warps=s.num_warps, params=[vars(p) for p in s.params],
-                              **({"maxnreg": s.maxnreg} if s.maxnreg else {}),
-                              **({"programmatic": True} if s.programmatic else {})) for k, s in specs.items()}
+        spec_dicts = {k: spec_job(k, s) for k, s in specs.items()}
         jobs = [(d, arch, str(out_dir)) for d in spec_dicts.values()]
         with ProcessPoolExecutor(max_workers=workers) as pool:
             for i, facts in enumerate(pool.map(_compile_one, jobs, chunksize=4)):

@@ -50,7 +50,7 @@ def main() -> None:
         sys.exit("--staggered needs --warmup-steps >= --buffer-len (the staggering steps run in the warm-up)")
     if not gpu and not args.dry_run:
         sys.exit("this benchmark needs a CUDA GPU (or --dry-run)")
-    cfg = hybrid_config(args.model or ("nemotron-3-nano-4b" if gpu else "tiny-hybrid"))
+    cfg = hybrid_config(args.model or ("tiny-hybrid" if args.dry_run else "nemotron-3-nano-4b"))
     model = HybridDecoder(cfg, dtype=torch.bfloat16, device="cuda" if gpu else "cpu")
     records, rows = [], []
     for batch in tqdm(args.batch_size, desc="batch sizes"):

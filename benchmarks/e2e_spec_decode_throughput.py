@@ -54,7 +54,7 @@ def main() -> None:
         sys.exit("this benchmark needs a CUDA GPU (or --dry-run)")
     print(f"synthetic acceptance: {args.acceptance} of {T} tokens on every row and step "
           "(throughput, not draft quality)")
-    cfg = hybrid_config(args.model or ("nemotron-3-nano-4b" if gpu else "tiny-hybrid"))
+    cfg = hybrid_config(args.model or ("tiny-hybrid" if args.dry_run else "nemotron-3-nano-4b"))
     model = HybridDecoder(cfg, dtype=torch.bfloat16, device="cuda" if gpu else "cpu")
     records, rows = [], []
     for batch in tqdm(args.batch_size, desc="batch sizes"):

@@ -24,13 +24,22 @@ def load_script(name: str):
     return module
 
 
+def dry_run(script: str, *args: str) -> None:
+    """``benchmarks/<script> --dry-run ARGS``: the scripts' CPU flow (the interpreter, the
+    ``cpu`` table, the tiny models), whatever machine runs the tests. A dry run that sees a
+    GPU measures there instead (compiling every candidate, writing the ``sm90`` table), which
+    is not what these tests check, so the GPU is hidden from it."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"}
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / script), "--dry-run", *args], check=True,
+                   capture_output=True, text=True, timeout=900, env=env)
+
+
 def test_bench_mamba2_ar_dry_run(tmp_path):
     out = tmp_path / "mamba2.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks/bench_mamba2_ar.py"), "--dry-run", "--models", "tiny",
-                    "--batches", "2", "--state-dtypes", "fp32", "--buffer-len", "2", "--l-sweep", "--replays", "1",
-                    "--rounds", "1", "--max-candidates", "1", "--out", str(out), "--table-dir", str(tmp_path),
-                    "--tried-out", str(tmp_path / "tried.json")],
-                   check=True, capture_output=True, text=True, timeout=900)
+    dry_run("bench_mamba2_ar.py", "--models", "tiny",
+            "--batches", "2", "--state-dtypes", "fp32", "--buffer-len", "2", "--l-sweep", "--replays", "1",
+            "--rounds", "1", "--max-candidates", "1", "--out", str(out), "--table-dir", str(tmp_path),
+            "--tried-out", str(tmp_path / "tried.json"))
     records = json.loads(out.read_text())
     assert {r["route"] for r in records} == {"standard", "output_only", "state_and_output", "standard_step", "always_flush",
                                            "auto"}
@@ -48,10 +57,9 @@ def test_bench_mamba2_ar_dry_run(tmp_path):
     # --from-table: the same table's configs measured again (in rounds), the table left alone
     table_text = (tmp_path / "mamba2_cpu.json").read_text()
     again = tmp_path / "again.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks/bench_mamba2_ar.py"), "--dry-run", "--models", "tiny",
-                    "--batches", "2", "--state-dtypes", "fp32", "--buffer-len", "2", "--l-sweep", "--replays", "1",
-                    "--rounds", "2", "--from-table", "--out", str(again), "--table-dir", str(tmp_path)],
-                   check=True, capture_output=True, text=True, timeout=900)
+    dry_run("bench_mamba2_ar.py", "--models", "tiny",
+            "--batches", "2", "--state-dtypes", "fp32", "--buffer-len", "2", "--l-sweep", "--replays", "1",
+            "--rounds", "2", "--from-table", "--out", str(again), "--table-dir", str(tmp_path))
     assert (tmp_path / "mamba2_cpu.json").read_text() == table_text
     measured = {r["route"]: r["config"] for r in json.loads(again.read_text())}
     standard = next(rows for key, rows in table.items() if key.startswith("standard|"))[0]
@@ -60,20 +68,18 @@ def test_bench_mamba2_ar_dry_run(tmp_path):
 
 def test_bench_gdn_ar_dry_run(tmp_path):
     out = tmp_path / "gdn.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks/bench_gdn_ar.py"), "--dry-run", "--models", "tiny-gdn",
-                    "--batches", "2", "--state-dtypes", "fp32", "--buffer-len", "2", "--replays", "1",
-                    "--rounds", "1", "--max-candidates", "1", "--out", str(out), "--table-dir", str(tmp_path)],
-                   check=True, capture_output=True, text=True, timeout=900)
+    dry_run("bench_gdn_ar.py", "--models", "tiny-gdn",
+            "--batches", "2", "--state-dtypes", "fp32", "--buffer-len", "2", "--replays", "1",
+            "--rounds", "1", "--max-candidates", "1", "--out", str(out), "--table-dir", str(tmp_path))
     records = json.loads(out.read_text())
     assert {r["route"] for r in records} >= {"standard", "output_only", "standard_step", "always_flush", "auto"}
     assert all(SCHEMA | {"baseline", "ring_dtype"} <= set(r) for r in records)
     table = json.loads((tmp_path / "gdn_cpu.json").read_text())
     # --tune standard: the other launches keep the table's entries
-    subprocess.run([sys.executable, str(REPO / "benchmarks/bench_gdn_ar.py"), "--dry-run", "--models", "tiny-gdn",
-                    "--batches", "2", "--state-dtypes", "fp32", "--buffer-len", "2", "--replays", "1",
-                    "--rounds", "1", "--max-candidates", "2", "--tune", "standard", "--out", str(out),
-                    "--table-dir", str(tmp_path), "--tried-out", str(tmp_path / "tried.json")],
-                   check=True, capture_output=True, text=True, timeout=900)
+    dry_run("bench_gdn_ar.py", "--models", "tiny-gdn",
+            "--batches", "2", "--state-dtypes", "fp32", "--buffer-len", "2", "--replays", "1",
+            "--rounds", "1", "--max-candidates", "2", "--tune", "standard", "--out", str(out),
+            "--table-dir", str(tmp_path), "--tried-out", str(tmp_path / "tried.json"))
     again = json.loads((tmp_path / "gdn_cpu.json").read_text())
     assert {k: v for k, v in again.items() if not k.startswith(("standard|", "route|"))} == \
         {k: v for k, v in table.items() if not k.startswith(("standard|", "route|"))}
@@ -199,10 +205,9 @@ def test_baseline_is_the_fastest_launch_that_writes_the_state_every_step():
 @pytest.mark.parametrize("tuning", [[], ["--tune-batch", "2", "--max-candidates", "1"]], ids=["default", "tuned"])
 def test_bench_spec_dry_run(tmp_path, tuning):
     out = tmp_path / "spec.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks/bench_spec.py"), "--dry-run", "--models", "tiny", "tiny-gdn",
-                    "--batches", "2", "--tokens", "2", "--history-len", "2", "--acceptance", "all", "--steps", "3",
-                    "--replays", "1", "--rounds", "1", *tuning, "--out", str(out)],
-                   check=True, capture_output=True, text=True, timeout=900)
+    dry_run("bench_spec.py", "--models", "tiny", "tiny-gdn",
+            "--batches", "2", "--tokens", "2", "--history-len", "2", "--acceptance", "all", "--steps", "3",
+            "--replays", "1", "--rounds", "1", *tuning, "--out", str(out))
     records = json.loads(out.read_text())
     assert {r["route"] for r in records} == {"replay_spec", "standard_spec"}
     assert {r["model"] for r in records} == {"tiny", "tiny-gdn"}
@@ -329,9 +334,8 @@ def test_gluon_fold_probes_compile_for_sm90():
 
 def test_bench_gapped_pools_dry_run(tmp_path):
     out = tmp_path / "gapped.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks/bench_gapped_pools.py"), "--dry-run", "--models", "tiny",
-                    "tiny-gdn", "--batches", "2", "--buffer-len", "2", "--replays", "1", "--out", str(out)],
-                   check=True, capture_output=True, text=True, timeout=900)
+    dry_run("bench_gapped_pools.py", "--models", "tiny",
+            "tiny-gdn", "--batches", "2", "--buffer-len", "2", "--replays", "1", "--out", str(out))
     records = json.loads(out.read_text())["records"]
     assert {(r["layout"], r["kernel"]) for r in records} == {
         (lay, k) for lay in ("packed", "gap_16", "gap_odd") for k in ("replay_nonflush", "replay_flush", "standard")}
@@ -347,8 +351,7 @@ def test_bench_gapped_pools_dry_run(tmp_path):
 ])
 def test_e2e_scripts_dry_run(tmp_path, script, extra, routes):
     out = tmp_path / "e2e.json"
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / script), "--dry-run", "--batch-size", "2", *extra,
-                    "--out", str(out)], check=True, capture_output=True, text=True, timeout=900)
+    dry_run(script, "--batch-size", "2", *extra, "--out", str(out))
     records = json.loads(out.read_text())
     assert {r["route"] for r in records} == routes
     assert all(r["logits_rel_err"] < 2e-2 for r in records)

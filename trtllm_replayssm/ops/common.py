@@ -305,6 +305,16 @@ def store_nan_tokens(out_ptr, offs, mask, pid_b, pid_h, stride_out_b, stride_out
 
 
 @triton.jit
+def exact_matmul(a, b):
+    """``a [M, J] @ b [J, N]`` as a broadcast product summed over J: exact fp32 on tiles of
+    any size, a dot's K of 16 or not."""
+    # J innermost: Triton's combine pass rewrites sum(a[:, :, None] * b[None, :, :], axis=1)
+    # into a one-pass TF32 dot where M and N are >= 16 (triton 3.6, sm_90), and an fp32
+    # caller would get TF32's error; this form it leaves alone.
+    return tl.sum(a[:, None, :] * tl.trans(b)[None, :, :], axis=2)
+
+
+@triton.jit
 def small_matmul(a, b, USE_DOT: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr,
                  ONE_PASS_PRECISION: tl.constexpr):
     """``a [M, J] @ b [J, N]`` in fp32: a matmul where every side is >= 16 (the callers
@@ -318,10 +328,7 @@ def small_matmul(a, b, USE_DOT: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISI
         else:
             return tl.dot(a, b, input_precision=DOT_PRECISION)
     else:
-        # J innermost: Triton's combine pass rewrites sum(a[:, :, None] * b[None, :, :], axis=1)
-        # into a one-pass TF32 dot where M and N are >= 16 (triton 3.6, sm_90), and an fp32
-        # caller would get TF32's error; this form it leaves alone.
-        return tl.sum(a[:, None, :] * tl.trans(b)[None, :, :], axis=2)
+        return exact_matmul(a, b)
 
 
 @triton.jit

@@ -8,7 +8,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..common import dim_mask, load_spec_row, ring_positions, small_matmul, store_nan_tokens, tile_masks
+from ..common import (dim_mask, exact_matmul, load_spec_row, ring_positions, small_matmul, store_nan_tokens,
+                      tile_masks)
 from ..mamba2.spec import AFTER_FOLD, FOLD_ONLY
 from .spec_dot import _history_decays, _history_values
 
@@ -177,9 +178,9 @@ def _gdn_spec_verify_kernel(
         lower = offs_t[None, :] < offs_t[:, None]
         M = tl.where(lower, beta[:, None] * tl.exp(tl.minimum(diff, 0.0)) * KK, 0.0)
         eye = tl.where(offs_t[:, None] == offs_t[None, :], 1.0, 0.0)
-        M2 = _matmul_tt(M, M)
-        M4 = _matmul_tt(M2, M2)
-        Inv = _matmul_tt(_matmul_tt(eye - M, eye + M2), eye + M4)
+        M2 = exact_matmul(M, M)
+        M4 = exact_matmul(M2, M2)
+        Inv = exact_matmul(exact_matmul(eye - M, eye + M2), eye + M4)
         R = beta[None, :] * (Vd - tl.exp(A_t)[None, :] * SK)  # [V, T]
         Dd = tl.sum(R[:, None, :] * Inv[None, :, :], axis=2)  # d[:, t] = sum_s Inv[t, s] r[:, s]
         # o_t = exp(A_t) S_h q_t + sum_{s <= t} exp(A_t - A_s) (q_t . k_s) d_s

@@ -20,12 +20,6 @@ def fma_key_chunk(block_k: int) -> int:
     return min(32, block_k)
 
 
-@triton.jit
-def _matmul_tt(X, Y):
-    """``X @ Y`` of two small [T, T] tiles, without tl.dot (T can be below 16)."""
-    return tl.sum(X[:, :, None] * Y[None, :, :], axis=1)
-
-
 @triton.jit(do_not_specialize=["num_slots"])
 def _gdn_spec_verify_kernel(
     state_ptr, d_ring_ptr, k_ring_ptr, g_ring_ptr, wp_ptr, origin_ptr, flush_ptr,

@@ -23,12 +23,11 @@ import argparse
 import json
 import math
 import sys
-from pathlib import Path
 
 import torch
 from tabulate import tabulate
 
-from trtllm_replayssm.benchmarking.records import REPO, git_commit
+from trtllm_replayssm.benchmarking.records import DRY_RUN_DIR, RESULTS, committed_or_scratch, git_commit
 from trtllm_replayssm.benchmarking.timing import capture, time_graph_ms
 from trtllm_replayssm.cache import gdn_ring_layout, mamba2_ring_layout
 from trtllm_replayssm.models import model
@@ -88,8 +87,10 @@ def main() -> None:
     ap.add_argument("--buffer-len", type=int, default=16)
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--dry-run", action="store_true", help="no GPU: run the flow on the interpreter")
-    ap.add_argument("--out", type=Path, default=REPO / "benchmarks/results/gapped_pools.json")
+    ap.add_argument("--out", default=None,
+                    help=f"default: {RESULTS.name}/gapped_pools.json (a dry run's: under {DRY_RUN_DIR})")
     args = ap.parse_args()
+    args.out = committed_or_scratch(args.out, RESULTS / "gapped_pools.json", args.dry_run)
     if not torch.cuda.is_available() and not args.dry_run:
         sys.exit("needs a CUDA GPU (or --dry-run)")
     device = "cuda" if torch.cuda.is_available() else "cpu"

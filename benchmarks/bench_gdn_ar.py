@@ -28,7 +28,6 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import torch
 from tabulate import tabulate
@@ -36,7 +35,8 @@ from tabulate import tabulate
 from trtllm_replayssm.benchmarking.gdn_ar import (ROUTES, TUNABLE, GDNCase, fla_fused_recurrent, make_gdn_rig,
                                                   tune_gdn_case, warm_group)
 from trtllm_replayssm.benchmarking.probes import DTYPE_NAMES, DTYPES
-from trtllm_replayssm.benchmarking.records import REPO, TriedLog, git_commit, open_table, save_tuned_case
+from trtllm_replayssm.benchmarking.records import (DRY_RUN_DIR, PACKAGE_TABLES, RESULTS, TriedLog, committed_or_scratch,
+                                                   git_commit, open_table, save_tuned_case)
 from trtllm_replayssm.benchmarking.rig import (Launch, fastest_baseline, launches_on, time_flush_and_nonflush_steps,
                                                time_phases_side_by_side, worst_phase)
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
@@ -67,9 +67,11 @@ def main() -> None:
     ap.add_argument("--max-candidates", type=int, default=None)
     ap.add_argument("--warm-workers", type=int, default=min(14, os.cpu_count() or 1),
                     help="processes that compile the tuned launches' candidates before the timing (1: none)")
-    ap.add_argument("--out", default=str(REPO / "benchmarks/results/gdn_ar.json"))
-    ap.add_argument("--table-dir", default=str(REPO / "trtllm_replayssm/tuned"),
-                    help="where the tuned table is read and written (default: the package's); a folder "
+    ap.add_argument("--out", default=None,
+                    help=f"default: {RESULTS.name}/gdn_ar.json (a dry run's: under {DRY_RUN_DIR})")
+    ap.add_argument("--table-dir", default=None,
+                    help="where the tuned table is read and written (default: the package's; a dry run's under "
+                         f"{DRY_RUN_DIR}); a folder "
                          "without the GPU's table starts from a copy of the package's")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: run the flow eagerly, nothing measured")
     ap.add_argument("--tried-out", default=None, metavar="PATH",
@@ -79,6 +81,8 @@ def main() -> None:
                     help="batch rows x value heads up to which the fold is a programmatic launch, beyond which it "
                          "goes on the side stream (default: ops.launch.FOLD_PDL_MAX_HEAD_ROWS['gdn'])")
     args = ap.parse_args()
+    args.out = committed_or_scratch(args.out, RESULTS / "gdn_ar.json", args.dry_run)
+    args.table_dir = committed_or_scratch(args.table_dir, PACKAGE_TABLES, args.dry_run)
     if args.fold_pdl_limit is not None:
         launch_table.FOLD_PDL_MAX_HEAD_ROWS = {**launch_table.FOLD_PDL_MAX_HEAD_ROWS, "gdn": args.fold_pdl_limit}
     if not torch.cuda.is_available() and not args.dry_run:
@@ -151,8 +155,8 @@ def main() -> None:
                              f"{us[baseline] / staggered_us['output_only']:.2f}x",
                              f"{us[baseline] / staggered_us['auto']:.2f}x"])
                 print(rows[-1], f"[{time.time() - t0:.0f}s]", flush=True)
-                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-                Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(records, indent=1) + "\n")
                 del rig
                 torch.cuda.empty_cache()
     print(tabulate(rows, headers=["model", "state", "batch", "faster baseline", "baseline us", "output_only us",

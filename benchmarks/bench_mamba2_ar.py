@@ -30,7 +30,6 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import torch
 from tabulate import tabulate
@@ -38,7 +37,8 @@ from tabulate import tabulate
 from trtllm_replayssm.benchmarking.mamba2_ar import ROUTES, TUNABLE, Launch, Mamba2Case, make_rig, tune_case, warm_group
 from trtllm_replayssm.benchmarking.rig import (fastest_baseline, launches_on, time_flush_and_nonflush_steps,
                                                time_phases_side_by_side, worst_phase)
-from trtllm_replayssm.benchmarking.records import REPO, TriedLog, git_commit, open_table, save_tuned_case
+from trtllm_replayssm.benchmarking.records import (DRY_RUN_DIR, PACKAGE_TABLES, RESULTS, TriedLog, committed_or_scratch,
+                                                   git_commit, open_table, save_tuned_case)
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.benchmarking.warm_compile import swept_kernels, warm_compile
 from trtllm_replayssm.models import mamba2_model
@@ -61,12 +61,14 @@ def main() -> None:
                     help="no tuning: measure the configs of the table in --table-dir (left as it is; "
                          "the L sweep runs the default L's configs)")
     ap.add_argument("--warm-workers", type=int, default=min(14, os.cpu_count() or 1))
-    ap.add_argument("--out", default=str(REPO / "benchmarks/results/mamba2_ar.json"))
+    ap.add_argument("--out", default=None,
+                    help=f"default: {RESULTS.name}/mamba2_ar.json (a dry run's: under {DRY_RUN_DIR})")
     ap.add_argument("--dry-run", action="store_true",
                     help="no GPU: run the whole flow eagerly in the interpreter (nothing measured); "
-                         "use with --models tiny and --out/--table-dir in a scratch folder")
-    ap.add_argument("--table-dir", default=str(REPO / "trtllm_replayssm/tuned"),
-                    help="where the tuned table is read and written (default: the package's); a folder "
+                         "use with --models tiny")
+    ap.add_argument("--table-dir", default=None,
+                    help="where the tuned table is read and written (default: the package's; a dry run's under "
+                         f"{DRY_RUN_DIR}); a folder "
                          "without the GPU's table starts from a copy of the package's")
     ap.add_argument("--tried-out", default=None, metavar="PATH",
                     help="write every tuning candidate's time (worst phase's cycle), one record a tuned kernel "
@@ -77,6 +79,8 @@ def main() -> None:
                          "nonflush: the non-flush launch alone); "
                          "the others keep the table's")
     args = ap.parse_args()
+    args.out = committed_or_scratch(args.out, RESULTS / "mamba2_ar.json", args.dry_run)
+    args.table_dir = committed_or_scratch(args.table_dir, PACKAGE_TABLES, args.dry_run)
 
     if not torch.cuda.is_available() and not args.dry_run:
         sys.exit("this benchmark needs a CUDA GPU (or --dry-run)")
@@ -98,7 +102,7 @@ def main() -> None:
     copy_gbps = copy_bandwidth_gbps()
     print(f"{gpu} ({arch}): copy bandwidth {copy_gbps:.0f} GB/s", flush=True)
     records, rows = [], []
-    out_path = Path(args.out)
+    out_path = args.out
     out_path.parent.mkdir(parents=True, exist_ok=True)
 
     for model, sd, batch, L in cases:

@@ -23,13 +23,12 @@ import argparse
 import json
 import sys
 from functools import partial
-from pathlib import Path
 
 import torch
 from tabulate import tabulate
 
 from trtllm_replayssm.benchmarking.spec import SpecCase, default_verify_config, make_spec_rig, tune_verify_config
-from trtllm_replayssm.benchmarking.records import REPO, git_commit
+from trtllm_replayssm.benchmarking.records import DRY_RUN_DIR, RESULTS, committed_or_scratch, git_commit
 from trtllm_replayssm.benchmarking.rig import median_of_rounds
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.models import model
@@ -50,9 +49,10 @@ def main() -> None:
                     help="tune the verify kernel's launch config at this batch (all drafts accepted) per model and T, "
                          "then keep it for every case (default: the op's default config at each batch)")
     ap.add_argument("--max-candidates", type=int, default=None, help="tune over the first N launch configs")
-    ap.add_argument("--out", default=str(REPO / "benchmarks/results/spec.json"))
+    ap.add_argument("--out", default=None, help=f"default: {RESULTS.name}/spec.json (a dry run's: under {DRY_RUN_DIR})")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: run the flow eagerly, nothing measured")
     args = ap.parse_args()
+    args.out = committed_or_scratch(args.out, RESULTS / "spec.json", args.dry_run)
     if not torch.cuda.is_available() and not args.dry_run:
         sys.exit("this benchmark needs a CUDA GPU (or --dry-run)")
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none (dry run)"
@@ -95,8 +95,8 @@ def main() -> None:
                     rows.append([name, T, c, batch, f"{std:.1f}", f"{rep:.1f}", f"{std / rep:.2f}x",
                                  f"{rep / c / ar:.2f}", f"{std / staggered:.2f}x"])
                     print(rows[-1], flush=True)
-                    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-                    Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
+                    args.out.parent.mkdir(parents=True, exist_ok=True)
+                    args.out.write_text(json.dumps(records, indent=1) + "\n")
                     del rig
                     torch.cuda.empty_cache()
     print(tabulate(rows, headers=["model", "T", "accepted", "batch", "standard spec us", "replay spec us", "speedup",

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 from tabulate import tabulate
 from tqdm import tqdm
 
-from trtllm_replayssm.benchmarking.records import REPO, git_commit
+from trtllm_replayssm.benchmarking.records import DRY_RUN_DIR, RESULTS, committed_or_scratch, git_commit
 from trtllm_replayssm.e2e import HybridDecoder, hybrid_config
 from trtllm_replayssm.e2e.bench import compare_paths, step_shares, write_records
 
@@ -42,9 +41,10 @@ def main() -> None:
     ap.add_argument("--staggered", action="store_true",
                     help="spread the ReplaySSM path's cursors over the L phases during the warm-up (a server's "
                          "steady state) instead of starting them all at 0")
-    ap.add_argument("--out", default=str(REPO / "benchmarks/results/e2e.json"))
+    ap.add_argument("--out", default=None, help=f"default: {RESULTS.name}/e2e.json (a dry run's: under {DRY_RUN_DIR})")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: tiny model in the interpreter, nothing measured")
     args = ap.parse_args()
+    args.out = committed_or_scratch(args.out, RESULTS / "e2e.json", args.dry_run)
     gpu = torch.cuda.is_available()
     if args.staggered and args.warmup_steps < args.buffer_len:
         sys.exit("--staggered needs --warmup-steps >= --buffer-len (the staggering steps run in the warm-up)")
@@ -71,7 +71,7 @@ def main() -> None:
         rows.append([cfg.name, batch, f"{std:.3f}", f"{rep:.3f}", f"{batch / rep * 1e3:.0f}", f"{std / rep:.2f}x",
                      " / ".join(f"{shares[k + '_share']:.0%}" for k in ("ssm", "attention", "mlp")),
                      f"{res['logits_rel_err']:.1e}"])
-    write_records(Path(args.out), records, merge=not args.dry_run)
+    write_records(args.out, records, merge=not args.dry_run)
     print(tabulate(rows, headers=["model", "batch", "standard ms/step", "ReplaySSM ms/step", "ReplaySSM tok/s",
                                   "speedup", "standard step: SSM / attention / MLP", "logits rel. err (teacher-forced)"]))
 

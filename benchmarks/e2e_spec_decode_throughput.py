@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 from tabulate import tabulate
 from tqdm import tqdm
 
-from trtllm_replayssm.benchmarking.records import REPO, git_commit
+from trtllm_replayssm.benchmarking.records import DRY_RUN_DIR, RESULTS, committed_or_scratch, git_commit
 from trtllm_replayssm.e2e import HybridDecoder, hybrid_config
 from trtllm_replayssm.e2e.bench import compare_paths, step_shares, write_records
 
@@ -40,12 +39,13 @@ def main() -> None:
     ap.add_argument("--num-steps", type=int, default=32)
     ap.add_argument("--warmup-steps", type=int, default=8)
     ap.add_argument("--state-dtype", choices=list(DTYPES), default="fp32")
-    ap.add_argument("--out", default=str(REPO / "benchmarks/results/e2e.json"))
+    ap.add_argument("--out", default=None, help=f"default: {RESULTS.name}/e2e.json (a dry run's: under {DRY_RUN_DIR})")
     ap.add_argument("--staggered", action="store_true",
                     help="spread the rows over their flush period during the warm-up (each row held to one accepted "
                          "token a step for a while, on both paths) instead of starting them together")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: tiny model in the interpreter, nothing measured")
     args = ap.parse_args()
+    args.out = committed_or_scratch(args.out, RESULTS / "e2e.json", args.dry_run)
     T = 1 + args.num_spec
     if not 1 <= args.acceptance <= T:
         sys.exit(f"--acceptance must be in [1, {T}]")
@@ -79,7 +79,7 @@ def main() -> None:
         rows.append([cfg.name, batch, T, args.acceptance, f"{std:.3f}", f"{rep:.3f}", f"{tok(rep):.0f}",
                      f"{std / rep:.2f}x", " / ".join(f"{shares[k + '_share']:.0%}" for k in ("ssm", "attention", "mlp")),
                      f"{res['logits_rel_err']:.1e}"])
-    write_records(Path(args.out), records, merge=not args.dry_run)
+    write_records(args.out, records, merge=not args.dry_run)
     print(tabulate(rows, headers=["model", "batch", "T", "accepted", "standard spec ms/step", "ReplaySSM ms/step",
                                   "ReplaySSM tok/s", "speedup", "standard step: SSM / attention / MLP",
                                   "logits rel. err (teacher-forced)"]))

@@ -24,14 +24,15 @@ def load_script(name: str):
     return module
 
 
-def dry_run(script: str, *args: str) -> None:
-    """``benchmarks/<script> --dry-run ARGS``: the scripts' CPU flow (the interpreter, the
-    ``cpu`` table, the tiny models), whatever machine runs the tests. A dry run that sees a
-    GPU measures there instead (compiling every candidate, writing the ``sm90`` table), which
-    is not what these tests check, so the GPU is hidden from it."""
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"}
-    subprocess.run([sys.executable, str(REPO / "benchmarks" / script), "--dry-run", *args], check=True,
-                   capture_output=True, text=True, timeout=900, env=env)
+def dry_run(script: str, *args: str, **env: str) -> str:
+    """``benchmarks/<script> --dry-run ARGS`` (with ``env`` on top of this process's), and
+    its standard output: the scripts' CPU flow (the interpreter, the ``cpu`` table, the tiny
+    models), whatever machine runs the tests. A dry run that sees a GPU measures there
+    instead (compiling every candidate, writing the ``sm90`` table), which is not what these
+    tests check, so the GPU is hidden from it."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1", **env}
+    return subprocess.run([sys.executable, str(REPO / "benchmarks" / script), "--dry-run", *args], check=True,
+                          capture_output=True, text=True, timeout=900, env=env).stdout
 
 
 def test_bench_mamba2_ar_dry_run(tmp_path):
@@ -362,6 +363,26 @@ def test_e2e_scripts_dry_run(tmp_path, script, extra, routes):
     if "--staggered" in extra:  # autoregressive: the standard path has no phase; speculative: both paths stagger
         phases = {"standard": None, "auto": "staggered", "standard_spec": "staggered", "replay_spec": "staggered"}
         assert {r["route"]: r.get("phases") for r in records} == {k: phases[k] for k in routes}
+
+
+def test_a_dry_run_without_out_leaves_the_committed_results_alone(tmp_path):
+    """The scripts' docstrings run ``--dry-run`` with no ``--out``: its records (and a
+    ``cpu`` table) go under the scratch folder, never over ``benchmarks/results`` or the
+    package's tuned tables."""
+    from trtllm_replayssm.benchmarking.records import PACKAGE_TABLES, RESULTS, committed_or_scratch
+
+    committed = RESULTS / "e2e.json"
+    before = committed.read_bytes()
+    printed = dry_run("e2e_decode_speedup.py", "--batch-size", "2", "--num-steps", "2", "--warmup-steps", "2",
+                      "--buffer-len", "2", TMPDIR=str(tmp_path))
+    assert committed.read_bytes() == before
+    scratch = tmp_path / "trtllm_replayssm_dry_runs"
+    assert {r["route"] for r in json.loads((scratch / "e2e.json").read_text())} == {"standard", "output_only"}
+    assert str(scratch) in printed
+    # what was given is taken as it is; a measured run keeps the committed places
+    assert committed_or_scratch("x/y.json", committed, True) == Path("x/y.json")
+    assert committed_or_scratch(None, committed, False) == committed
+    assert committed_or_scratch(None, PACKAGE_TABLES, False) == PACKAGE_TABLES
 
 
 def test_plot_e2e(tmp_path):

@@ -6,12 +6,30 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
 from ..ops import launch
 
 REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "benchmarks/results"
+PACKAGE_TABLES = REPO / "trtllm_replayssm/tuned"
+DRY_RUN_DIR = Path(tempfile.gettempdir()) / "trtllm_replayssm_dry_runs"
+
+
+def committed_or_scratch(given: Optional[str], committed: Path, dry_run: bool) -> Path:
+    """Where a benchmark script writes (its ``--out``, ``--table-dir``): what was given,
+    else ``committed`` (a file of :data:`RESULTS`, or :data:`PACKAGE_TABLES`). A dry run's
+    output (records that measure nothing, a table for the ``cpu`` arch) goes under
+    :data:`DRY_RUN_DIR` instead, so that the scripts' documented dry runs, which pass no
+    ``--out``, leave the repository's results and tables as they are."""
+    if given is not None:
+        return Path(given)
+    if not dry_run:
+        return committed
+    print(f"dry run: {committed.name} goes under {DRY_RUN_DIR}", flush=True)
+    return DRY_RUN_DIR / committed.name
 
 
 def git_commit() -> str:

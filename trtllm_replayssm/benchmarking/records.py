@@ -1,4 +1,5 @@
-"""Helpers the benchmark scripts share: the commit measured, the tuned table a run reads
+"""Helpers the benchmark scripts share: the commit measured, where a run writes (the
+committed results and tables, or a dry run's scratch folder), the tuned table a run reads
 and writes and its update, the tuner's candidates and a probe's records."""
 
 from __future__ import annotations

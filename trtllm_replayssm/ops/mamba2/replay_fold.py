@@ -51,7 +51,6 @@ def product_constexprs(one_pass: bool, exact_b: bool) -> dict:
 # stages, Nano 417 / 1633 -> 383 / 1495; 2 stages no gain; 4 stages 2-4% slower than 3
 # (commit 0ac52d0, same file).
 LOOP_STAGES = 3
-STATE_TMA = False  # probe: the checkpoint tile loaded and stored by TMA (a device-side descriptor)
 
 
 @triton.jit
@@ -87,7 +86,7 @@ def fold_rows(S0, x, w, Bm, coef, decay, xc_base, stride_xc_l, offs_p, offs_l, m
 def fold_row_heads(pid_b, pid_hg, offs_p0, offs_n, offs_l, mask_n,
                    state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr, write_pos_ptr, slot_idx_ptr,
                    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr,
-                   num_slots, nheads, headdim, dstate, heads_per_group, pad_slot_id,
+                   num_slots, nheads, headdim, heads_per_group, pad_slot_id,
                    stride_state_slot, stride_state_h, stride_state_p, stride_xc_slot, stride_xc_h, stride_xc_l,
                    stride_dtc_slot, stride_dtc_h, stride_Bc_slot, stride_Bc_g, stride_Bc_l,
                    stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h,
@@ -96,19 +95,13 @@ def fold_row_heads(pid_b, pid_hg, offs_p0, offs_n, offs_l, mask_n,
                    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
                    DT_SOFTPLUS: tl.constexpr, BLOCK_P: tl.constexpr, EVEN_ROWS: tl.constexpr, EXACT_B: tl.constexpr,
                    DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
-                   CHUNKS: tl.constexpr, EVEN_HEADS: tl.constexpr, LOOP_STAGES: tl.constexpr,
-                   STATE_TMA: tl.constexpr = False, BLOCK_N: tl.constexpr = 16):
+                   CHUNKS: tl.constexpr, EVEN_HEADS: tl.constexpr, LOOP_STAGES: tl.constexpr):
     """Batch row ``pid_b``'s flush step (fold, store, output) on a fold program's heads
     (group ``pid_hg``) and run of blocks of rows (from ``offs_p0``)."""
     # The row's slot and cursor again, as scalars (the program's vector load of the batch's
     # cursors left them in cache).
     slot, _, _ = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
     w = tl.load(write_pos_ptr + slot)
-    if STATE_TMA:
-        state_desc = tl.make_tensor_descriptor(state_ptr, shape=[num_slots, nheads, headdim, dstate],
-                                               strides=[stride_state_slot, stride_state_h, stride_state_p, 1],
-                                               block_shape=[1, 1, BLOCK_P, BLOCK_N])
-    p_first = tl.program_id(0) * (BLOCK_P * CHUNKS)
     # A fold program may loop over several heads and rows so that the launch is a few
     # programs that return at once on the many steps where no row flushes; and over
     # several blocks of a head's rows (CHUNKS), the head's ring scalars and B tile
@@ -135,20 +128,12 @@ def fold_row_heads(pid_b, pid_hg, offs_p0, offs_n, offs_l, mask_n,
                 mask_pn = mask_p[:, None] & mask_n[None, :]
                 x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p,
                             other=0.0).to(tl.float32)
-                if STATE_TMA:
-                    S0 = state_desc.load([slot.to(tl.int32), pid_h, p_first + c * BLOCK_P, 0]).reshape(BLOCK_P, BLOCK_N)
-                    S0 = S0.to(tl.float32)
-                else:
-                    state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
-                                  + offs_p[:, None] * stride_state_p + offs_n[None, :])
-                    S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
+                state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+                              + offs_p[:, None] * stride_state_p + offs_n[None, :])
+                S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
                 S = fold_rows(S0, x, w, Bm, coef, decay, xc_base, stride_xc_l, offs_p, offs_l, mask_p,
                               EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
-                if STATE_TMA:
-                    state_desc.store([slot.to(tl.int32), pid_h, p_first + c * BLOCK_P, 0],
-                                     S.to(state_ptr.dtype.element_ty).reshape(1, 1, BLOCK_P, BLOCK_N))
-                else:
-                    tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
+                tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
                 y = tl.sum(S * C[None, :], axis=1)
                 finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h,
                               stride_D_p, stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
@@ -172,7 +157,6 @@ def _replay_fold_kernel(
     EVEN_ROWS: tl.constexpr, EVEN_COLS: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr,
     ONE_PASS_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr, CHUNKS: tl.constexpr, EVEN_HEADS: tl.constexpr,
     ROW_BLOCK: tl.constexpr = 1, ROW_PROGS: tl.constexpr = 0, LOOP_STAGES: tl.constexpr = None, WAIT_PRIMARY: tl.constexpr = False,
-    STATE_TMA: tl.constexpr = False,
 ):
     """Programs ``(runs of CHUNKS headdim blocks, groups of HEADS_PER_PROG heads, blocks of
     ROW_BLOCK batch rows, or ROW_PROGS programs that share the batch's flushing rows)``
@@ -204,15 +188,14 @@ def _replay_fold_kernel(
                 fold_row_heads(tl.program_id(2) * ROW_BLOCK + i, pid_hg, offs_p0, offs_n, offs_l, mask_n,
                                state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr, write_pos_ptr, slot_idx_ptr,
                                x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr,
-                               num_slots, nheads, headdim, dstate, heads_per_group, pad_slot_id,
+                               num_slots, nheads, headdim, heads_per_group, pad_slot_id,
                                stride_state_slot, stride_state_h, stride_state_p, stride_xc_slot, stride_xc_h,
                                stride_xc_l, stride_dtc_slot, stride_dtc_h, stride_Bc_slot, stride_Bc_g, stride_Bc_l,
                                stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h,
                                stride_B_b, stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p,
                                stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
                                HAS_D, HAS_Z, HAS_DT_BIAS, HAS_SLOT_IDX, DT_SOFTPLUS, BLOCK_P, EVEN_ROWS, EXACT_B,
-                               DOT_PRECISION, ONE_PASS_PRECISION, HEADS_PER_PROG, CHUNKS, EVEN_HEADS, LOOP_STAGES,
-                               STATE_TMA, BLOCK_N)
+                               DOT_PRECISION, ONE_PASS_PRECISION, HEADS_PER_PROG, CHUNKS, EVEN_HEADS, LOOP_STAGES)
     else:
         block, end_block, place = fold_row_blocks(batch, ROW_BLOCK, ROW_PROGS)
         before = 0
@@ -229,15 +212,14 @@ def _replay_fold_kernel(
                     fold_row_heads(pid_b, pid_hg, offs_p0, offs_n, offs_l, mask_n,
                                    state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr, write_pos_ptr, slot_idx_ptr,
                                    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr,
-                                   num_slots, nheads, headdim, dstate, heads_per_group, pad_slot_id,
+                                   num_slots, nheads, headdim, heads_per_group, pad_slot_id,
                                    stride_state_slot, stride_state_h, stride_state_p, stride_xc_slot, stride_xc_h,
                                    stride_xc_l, stride_dtc_slot, stride_dtc_h, stride_Bc_slot, stride_Bc_g, stride_Bc_l,
                                    stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h,
                                    stride_B_b, stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p,
                                    stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
                                    HAS_D, HAS_Z, HAS_DT_BIAS, HAS_SLOT_IDX, DT_SOFTPLUS, BLOCK_P, EVEN_ROWS, EXACT_B,
-                                   DOT_PRECISION, ONE_PASS_PRECISION, HEADS_PER_PROG, CHUNKS, EVEN_HEADS, LOOP_STAGES,
-                               STATE_TMA, BLOCK_N)
+                                   DOT_PRECISION, ONE_PASS_PRECISION, HEADS_PER_PROG, CHUNKS, EVEN_HEADS, LOOP_STAGES)
             block += 1
     complete_after_primary(WAIT_PRIMARY)
 
@@ -256,7 +238,6 @@ def fold_launch_plan(args: dict, step, cfg: LaunchConfig, block_n: int, block_l:
         **even_rows_and_cols(step.headdim, cfg.block_p * cfg.loop_blocks, step.dstate, block_n),
         **product_constexprs(one_pass_fold(args["state_ptr"].dtype), exact_in_tf32(args["B_cache_ptr"].dtype)),
         HEADS_PER_PROG=hpp, CHUNKS=cfg.loop_blocks, EVEN_HEADS=step.nheads % hpp == 0, LOOP_STAGES=LOOP_STAGES,
-        **(dict(STATE_TMA=True) if STATE_TMA else {}),
         num_warps=cfg.num_warps)
 
 

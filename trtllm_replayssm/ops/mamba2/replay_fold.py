@@ -51,7 +51,6 @@ def product_constexprs(one_pass: bool, exact_b: bool) -> dict:
 # stages, Nano 417 / 1633 -> 383 / 1495; 2 stages no gain; 4 stages 2-4% slower than 3
 # (commit 0ac52d0, same file).
 LOOP_STAGES = 3
-PREFETCH_STATE = False  # probe: the next block's checkpoint tile in registers instead of staged
 
 
 @triton.jit
@@ -96,8 +95,7 @@ def fold_row_heads(pid_b, pid_hg, offs_p0, offs_n, offs_l, mask_n,
                    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
                    DT_SOFTPLUS: tl.constexpr, BLOCK_P: tl.constexpr, EVEN_ROWS: tl.constexpr, EXACT_B: tl.constexpr,
                    DOT_PRECISION: tl.constexpr, ONE_PASS_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
-                   CHUNKS: tl.constexpr, EVEN_HEADS: tl.constexpr, LOOP_STAGES: tl.constexpr,
-                   PREFETCH_STATE: tl.constexpr = False):
+                   CHUNKS: tl.constexpr, EVEN_HEADS: tl.constexpr, LOOP_STAGES: tl.constexpr):
     """Batch row ``pid_b``'s flush step (fold, store, output) on a fold program's heads
     (group ``pid_hg``) and run of blocks of rows (from ``offs_p0``)."""
     # The row's slot and cursor again, as scalars (the program's vector load of the batch's
@@ -124,56 +122,21 @@ def fold_row_heads(pid_b, pid_hg, offs_p0, offs_n, offs_l, mask_n,
                                                 mask_n)
             C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n,
                         other=0.0).to(tl.float32)
-            state_base = state_ptr + slot * stride_state_slot + pid_h * stride_state_h
-            if PREFETCH_STATE:
-                # The next block's checkpoint tile is loaded into registers while this one
-                # folds: no shared-memory staging of the state (LOOP_STAGES None).
-                S0_n = state_block(state_base, offs_p0, offs_n, mask_n, headdim, stride_state_p, True, EVEN_ROWS)
-                for c in range(0, CHUNKS):
-                    S0 = S0_n
-                    S0_n = state_block(state_base, offs_p0 + (c + 1) * BLOCK_P, offs_n, mask_n, headdim,
-                                       stride_state_p, c + 1 < CHUNKS, EVEN_ROWS)
-                    fold_block(S0, offs_p0 + c * BLOCK_P, offs_n, offs_l, mask_n, state_base, w, Bm, coef, decay, C,
-                               xc_base, pid_b, pid_h, headdim, stride_state_p, stride_xc_l, x_ptr, stride_x_b,
-                               stride_x_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p, stride_z_b, stride_z_h,
-                               stride_out_b, stride_out_h, HAS_D, HAS_Z, EVEN_ROWS, EXACT_B, DOT_PRECISION,
-                               ONE_PASS_PRECISION)
-            else:
-                for c in tl.range(0, CHUNKS, num_stages=LOOP_STAGES):
-                    S0 = state_block(state_base, offs_p0 + c * BLOCK_P, offs_n, mask_n, headdim, stride_state_p,
-                                     True, EVEN_ROWS)
-                    fold_block(S0, offs_p0 + c * BLOCK_P, offs_n, offs_l, mask_n, state_base, w, Bm, coef, decay, C,
-                               xc_base, pid_b, pid_h, headdim, stride_state_p, stride_xc_l, x_ptr, stride_x_b,
-                               stride_x_h, D_ptr, z_ptr, out_ptr, stride_D_h, stride_D_p, stride_z_b, stride_z_h,
-                               stride_out_b, stride_out_h, HAS_D, HAS_Z, EVEN_ROWS, EXACT_B, DOT_PRECISION,
-                               ONE_PASS_PRECISION)
-
-
-@triton.jit
-def state_block(state_base, offs_p, offs_n, mask_n, headdim, stride_state_p, live, EVEN_ROWS: tl.constexpr):
-    """A block of rows' checkpoint tile ``[P, N]`` in fp32 (nothing read where not ``live``)."""
-    mask_p = dim_mask(offs_p, headdim, EVEN_ROWS) & live
-    return tl.load(state_base + offs_p[:, None] * stride_state_p + offs_n[None, :],
-                   mask=mask_p[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
-
-
-@triton.jit
-def fold_block(S0, offs_p, offs_n, offs_l, mask_n, state_base, w, Bm, coef, decay, C, xc_base, pid_b, pid_h, headdim,
-               stride_state_p, stride_xc_l, x_ptr, stride_x_b, stride_x_h, D_ptr, z_ptr, out_ptr, stride_D_h,
-               stride_D_p, stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D: tl.constexpr,
-               HAS_Z: tl.constexpr, EVEN_ROWS: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr,
-               ONE_PASS_PRECISION: tl.constexpr):
-    """A block of rows' fold from its checkpoint tile ``S0``: the new checkpoint stored, the
-    output written."""
-    mask_p = dim_mask(offs_p, headdim, EVEN_ROWS)
-    x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0).to(tl.float32)
-    S = fold_rows(S0, x, w, Bm, coef, decay, xc_base, stride_xc_l, offs_p, offs_l, mask_p,
-                  EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
-    tl.store(state_base + offs_p[:, None] * stride_state_p + offs_n[None, :], S.to(state_base.dtype.element_ty),
-             mask=mask_p[:, None] & mask_n[None, :])
-    y = tl.sum(S * C[None, :], axis=1)
-    finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h,
-                  stride_D_p, stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
+            for c in tl.range(0, CHUNKS, num_stages=LOOP_STAGES):
+                offs_p = offs_p0 + c * BLOCK_P
+                mask_p = dim_mask(offs_p, headdim, EVEN_ROWS)
+                mask_pn = mask_p[:, None] & mask_n[None, :]
+                x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p,
+                            other=0.0).to(tl.float32)
+                state_ptrs = (state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+                              + offs_p[:, None] * stride_state_p + offs_n[None, :])
+                S0 = tl.load(state_ptrs, mask=mask_pn, other=0.0).to(tl.float32)
+                S = fold_rows(S0, x, w, Bm, coef, decay, xc_base, stride_xc_l, offs_p, offs_l, mask_p,
+                              EXACT_B, DOT_PRECISION, ONE_PASS_PRECISION)
+                tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_pn)
+                y = tl.sum(S * C[None, :], axis=1)
+                finish_output(y, x, offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, out_ptr, stride_D_h,
+                              stride_D_p, stride_z_b, stride_z_h, stride_out_b, stride_out_h, HAS_D, HAS_Z)
 
 
 @triton.jit(do_not_specialize=["num_slots", "batch"])
@@ -194,7 +157,6 @@ def _replay_fold_kernel(
     EVEN_ROWS: tl.constexpr, EVEN_COLS: tl.constexpr, EXACT_B: tl.constexpr, DOT_PRECISION: tl.constexpr,
     ONE_PASS_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr, CHUNKS: tl.constexpr, EVEN_HEADS: tl.constexpr,
     ROW_BLOCK: tl.constexpr = 1, ROW_PROGS: tl.constexpr = 0, LOOP_STAGES: tl.constexpr = None, WAIT_PRIMARY: tl.constexpr = False,
-    PREFETCH_STATE: tl.constexpr = False,
 ):
     """Programs ``(runs of CHUNKS headdim blocks, groups of HEADS_PER_PROG heads, blocks of
     ROW_BLOCK batch rows, or ROW_PROGS programs that share the batch's flushing rows)``
@@ -233,8 +195,7 @@ def _replay_fold_kernel(
                                stride_B_b, stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p,
                                stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
                                HAS_D, HAS_Z, HAS_DT_BIAS, HAS_SLOT_IDX, DT_SOFTPLUS, BLOCK_P, EVEN_ROWS, EXACT_B,
-                               DOT_PRECISION, ONE_PASS_PRECISION, HEADS_PER_PROG, CHUNKS, EVEN_HEADS, LOOP_STAGES,
-                               PREFETCH_STATE)
+                               DOT_PRECISION, ONE_PASS_PRECISION, HEADS_PER_PROG, CHUNKS, EVEN_HEADS, LOOP_STAGES)
     else:
         block, end_block, place = fold_row_blocks(batch, ROW_BLOCK, ROW_PROGS)
         before = 0
@@ -258,8 +219,7 @@ def _replay_fold_kernel(
                                    stride_B_b, stride_B_g, stride_C_b, stride_C_g, stride_D_h, stride_D_p,
                                    stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
                                    HAS_D, HAS_Z, HAS_DT_BIAS, HAS_SLOT_IDX, DT_SOFTPLUS, BLOCK_P, EVEN_ROWS, EXACT_B,
-                                   DOT_PRECISION, ONE_PASS_PRECISION, HEADS_PER_PROG, CHUNKS, EVEN_HEADS, LOOP_STAGES,
-                               PREFETCH_STATE)
+                                   DOT_PRECISION, ONE_PASS_PRECISION, HEADS_PER_PROG, CHUNKS, EVEN_HEADS, LOOP_STAGES)
             block += 1
     complete_after_primary(WAIT_PRIMARY)
 
@@ -277,8 +237,7 @@ def fold_launch_plan(args: dict, step, cfg: LaunchConfig, block_n: int, block_l:
         BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_L=max(16, block_l),
         **even_rows_and_cols(step.headdim, cfg.block_p * cfg.loop_blocks, step.dstate, block_n),
         **product_constexprs(one_pass_fold(args["state_ptr"].dtype), exact_in_tf32(args["B_cache_ptr"].dtype)),
-        HEADS_PER_PROG=hpp, CHUNKS=cfg.loop_blocks, EVEN_HEADS=step.nheads % hpp == 0,
-        **(dict(PREFETCH_STATE=True, LOOP_STAGES=None) if PREFETCH_STATE else dict(LOOP_STAGES=LOOP_STAGES)),
+        HEADS_PER_PROG=hpp, CHUNKS=cfg.loop_blocks, EVEN_HEADS=step.nheads % hpp == 0, LOOP_STAGES=LOOP_STAGES,
         num_warps=cfg.num_warps)
 
 

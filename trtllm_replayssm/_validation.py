@@ -13,6 +13,7 @@ import torch
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 INDEX_DTYPES = (torch.int32, torch.int64)
+FLAG_DTYPES = (torch.bool, torch.int8, torch.uint8, torch.int32)  # per-row force-flush flags
 
 
 def _dtype_names(dtypes: Iterable[torch.dtype]) -> str:
@@ -36,6 +37,22 @@ def check_tensor(
         raise TypeError(f"{name} must have dtype in ({_dtype_names(dtypes)}), got {t.dtype}")
     if device is not None and t.device != device:
         raise ValueError(f"{name} must be on {device}, got {t.device}")
+
+
+def check_vector(
+    name: str,
+    t: torch.Tensor,
+    length: Optional[int],
+    dtypes: Sequence[torch.dtype],
+    device: Optional[torch.device] = None,
+) -> None:
+    """A 1-D tensor the kernels read as ``ptr + i`` (slot indices, flush flags, accepted
+    counts, GDN's per-head ``A_log`` and ``dt_bias``; ``length`` None: any):
+    :func:`check_tensor`, and unit stride, which a slice such as ``t[::2]`` lacks; read
+    as packed, it would put rows on other rows' slots, or heads on other heads' gates."""
+    check_tensor(name, t, (length,), dtypes, device)
+    if t.shape[0] > 1 and t.stride(0) != 1:
+        raise ValueError(f"{name} must have unit stride (the kernels read it packed), got stride {t.stride(0)}")
 
 
 def check_last_dim_contiguous(name: str, t: torch.Tensor) -> None:

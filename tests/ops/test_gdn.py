@@ -198,6 +198,22 @@ def test_bad_input_layouts():
     with pytest.raises(ValueError, match="buffer length L"):
         rs.fused_recurrent_gated_delta_rule_replayssm(
             cache.ssm_state[0], **kw, **{**cache.ring_kwargs(0), "d_cache": torch.zeros(3, 4, 0, 16, device=DEVICE)})
+    # Index and flag vectors with a stride: the kernels read them packed.
+    strided_indices = torch.tensor([0, 0, 1, 0, 2, 0], dtype=torch.int32, device=DEVICE)[::2]
+    before = cache.ssm_state.clone()
+    strided_kw = {**kw, "initial_state_indices": strided_indices}
+    with pytest.raises(ValueError, match="initial_state_indices must have unit stride"):
+        rs.fused_recurrent_gated_delta_rule_replayssm(cache.ssm_state[0], **strided_kw, **cache.ring_kwargs(0))
+    with pytest.raises(ValueError, match="initial_state_indices must have unit stride"):
+        rs.fused_sigmoid_gating_delta_rule_update(cache.ssm_state[0], **strided_kw)
+    for name in ("A_log", "dt_bias"):  # per-head vectors, read as A_log_ptr + head
+        with pytest.raises(ValueError, match=f"{name} must have unit stride"):
+            rs.fused_sigmoid_gating_delta_rule_update(cache.ssm_state[0], **{**kw, name: kw[name].repeat(2)[::2]})
+    strided_flags = torch.zeros(6, dtype=torch.int8, device=DEVICE)[::2]
+    with pytest.raises(ValueError, match="force_flush must have unit stride"):
+        rs.fused_recurrent_gated_delta_rule_replayssm(cache.ssm_state[0], **kw, **cache.ring_kwargs(0),
+                                                      force_flush=strided_flags)
+    assert torch.equal(cache.ssm_state, before)
 
 
 def test_standard_step_route_after_a_drain():

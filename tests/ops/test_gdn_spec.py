@@ -188,6 +188,33 @@ def test_workspace_is_checked():
     assert not torch.isnan(out).any()
 
 
+def test_strided_indices_are_rejected():
+    """``initial_state_indices`` with a stride raises before any launch (the verify and the
+    standard path read it packed); nothing is written."""
+    from trtllm_replayssm.ops.gdn.spec_standard import gdn_spec_standard
+
+    H, HV, K, V, T, Bh, Bsz = GEOM.num_k_heads, GEOM.num_v_heads, GEOM.head_k_dim, GEOM.head_v_dim, 2, 4, 2
+    buf = ring_capacity(T, Bh)
+    rand = lambda *shape: torch.randn(*shape, device=DEVICE)  # noqa: E731
+    state = rand(Bsz, HV, V, K)
+    qkv = (rand(Bsz, T, H, K), rand(Bsz, T, H, K), rand(Bsz, T, HV, V), rand(Bsz, T, HV), rand(Bsz, T, HV), rand(HV),
+           rand(HV))
+    strided = torch.tensor([1, 0, 0, 0], dtype=torch.int32, device=DEVICE)[::2]
+    before = state.clone()
+    with pytest.raises(ValueError, match="initial_state_indices must have unit stride"):
+        gdn_replayssm_spec_decode(state, *qkv, d_ring=torch.zeros(Bsz, HV, buf, V, device=DEVICE),
+                                  k_ring=torch.zeros(Bsz, H, buf, K, device=DEVICE),
+                                  g_ring=torch.zeros(Bsz, HV, buf, device=DEVICE), history_len=Bh,
+                                  write_pos=torch.zeros(Bsz, dtype=torch.int32, device=DEVICE),
+                                  origin=torch.zeros(Bsz, dtype=torch.int32, device=DEVICE),
+                                  is_flush=torch.zeros(Bsz, dtype=torch.int8, device=DEVICE),
+                                  initial_state_indices=strided)
+    with pytest.raises(ValueError, match="initial_state_indices must have unit stride"):
+        gdn_spec_standard(state, *qkv, initial_state_indices=strided,
+                          intermediate_states=torch.zeros(Bsz, T, HV, V, K, device=DEVICE))
+    assert torch.equal(state, before)
+
+
 def test_bad_split_fold_is_rejected():
     with pytest.raises(ValueError, match="split_fold"):
         run_gdn_spec_fuzz(T=2, Bh=2, steps=1, config=LaunchConfig(16, 1, split_fold=4))

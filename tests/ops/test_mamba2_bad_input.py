@@ -52,6 +52,10 @@ CASES = [
      "state_batch_indices must have dtype"),
     ("indices size", lambda s, r: s.update(state_batch_indices=s["state_batch_indices"][:2]), ValueError,
      "state_batch_indices must have shape"),
+    # a slice with a stride: read as packed, row 1 would take the slot between two rows' slots
+    ("indices strided", lambda s, r: s.update(state_batch_indices=torch.tensor(
+        [0, 1, 2, 3, 4, 3], dtype=torch.int32, device=DEVICE)[::2]), ValueError,
+     "state_batch_indices must have unit stride"),
     ("x_cache dtype", lambda s, r: r.update(x_cache=r["x_cache"].half()), TypeError, "x_cache must have dtype"),
     ("x_cache not slot-major", lambda s, r: r.update(x_cache=_noncontig(r["x_cache"])), ValueError,
      "x_cache must hold each slot's block packed"),
@@ -69,6 +73,9 @@ CASES = [
     ("write_pos size", lambda s, r: r.update(write_pos=r["write_pos"][:3]), ValueError, "write_pos must have shape"),
     ("force_flush size", lambda s, r: r.update(force_flush=torch.zeros(2, dtype=torch.int8, device=DEVICE)),
      ValueError, "force_flush must have shape"),
+    ("force_flush strided", lambda s, r: r.update(force_flush=torch.zeros(2 * BATCH, dtype=torch.int8,
+                                                                            device=DEVICE)[::2]),
+     ValueError, "force_flush must have unit stride"),
     ("route", lambda s, r: r.update(route="fast"), ValueError, "route must be one of"),
 ]
 
@@ -116,3 +123,12 @@ def test_cursor_ops_reject():
     with pytest.raises(ValueError, match="force_flush must have shape"):
         rs.advance_write_pos(wp, 4, torch.arange(3, dtype=torch.int32, device=DEVICE),
                              force_flush=torch.zeros(4, dtype=torch.int8, device=DEVICE))
+    # Strided index and flag vectors: the cursor kernels read them packed.
+    rows = torch.arange(6, dtype=torch.int32, device=DEVICE) % 4
+    with pytest.raises(ValueError, match="slots must have unit stride"):
+        rs.reset_write_pos(wp, rows[::2])
+    with pytest.raises(ValueError, match="state_batch_indices must have unit stride"):
+        rs.advance_write_pos(wp, 4, rows[::2])
+    with pytest.raises(ValueError, match="force_flush must have unit stride"):
+        rs.advance_write_pos(wp, 4, rows[:3], force_flush=torch.zeros(6, dtype=torch.int8, device=DEVICE)[::2])
+    assert not wp.any()

@@ -286,6 +286,43 @@ def test_strided_token_inputs_are_rejected():
                                              intermediate_states=torch.zeros(Bsz, T, H, P, N, device=DEVICE))
 
 
+def test_strided_index_vectors_are_rejected():
+    """Slot indices, accepted counts and slots with a stride (a slice such as ``t[::2]``)
+    raise: the verify, the cursor ops and the standard path's promote read them packed,
+    which would put rows on other rows' slots. Nothing is written."""
+    from trtllm_replayssm.ops.mamba2.spec_standard import promote_spec_state
+
+    H, P, N, G, T, Bh, Bsz = GEOM.nheads, GEOM.headdim, GEOM.dstate, GEOM.ngroups, 2, 4, 2
+    buf = ring_capacity(T, Bh)
+    x, dt = torch.randn(Bsz, T, H, P, device=DEVICE), torch.randn(Bsz, T, H, device=DEVICE)
+    Bm, A = torch.randn(Bsz, T, G, N, device=DEVICE), -torch.rand(H, device=DEVICE)
+    state = torch.randn(Bsz, H, P, N, device=DEVICE)
+    cur = dict(write_pos=torch.zeros(Bsz, dtype=torch.int32, device=DEVICE),
+               origin=torch.zeros(Bsz, dtype=torch.int32, device=DEVICE),
+               is_flush=torch.zeros(Bsz, dtype=torch.int8, device=DEVICE))
+    strided = torch.tensor([1, 0, 0, 0], dtype=torch.int32, device=DEVICE)[::2]  # rows 0, 1 -> slots 1, 0
+    before = state.clone()
+    with pytest.raises(ValueError, match="state_batch_indices must have unit stride"):
+        selective_state_update_replayssm_spec(
+            state, x, dt, A, Bm, Bm.clone(), x_ring=torch.zeros(Bsz, H, buf, P, device=DEVICE),
+            dt_ring=torch.zeros(Bsz, H, buf, device=DEVICE), B_ring=torch.zeros(Bsz, G, buf, N, device=DEVICE),
+            history_len=Bh, state_batch_indices=strided, **cur)
+    ones = torch.ones(Bsz, dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match="accepted must have unit stride"):
+        commit_replayssm_spec(*cur.values(), torch.ones(2 * Bsz, dtype=torch.int32, device=DEVICE)[::2],
+                              num_tokens=T, history_len=Bh)
+    with pytest.raises(ValueError, match="state_batch_indices must have unit stride"):
+        commit_replayssm_spec(*cur.values(), ones, num_tokens=T, history_len=Bh, state_batch_indices=strided)
+    with pytest.raises(ValueError, match="slots must have unit stride"):
+        reset_replayssm_spec_cursors(*cur.values(), strided, num_tokens=T, history_len=Bh)
+    inter = torch.randn(Bsz, T, H, P, N, device=DEVICE)
+    with pytest.raises(ValueError, match="state_batch_indices must have unit stride"):
+        promote_spec_state(state, inter, ones, strided)
+    with pytest.raises(ValueError, match="state_batch_indices must have shape"):
+        promote_spec_state(state, inter, ones, strided[:1])
+    assert torch.equal(state, before) and not any(t.any() for t in cur.values())
+
+
 def test_standard_spec_baseline_with_promote():
     """The non-replay speculative path (T intermediate states + promote) against fp64."""
     from trtllm_replayssm.ops.mamba2.spec_standard import promote_spec_state, selective_state_update_spec_standard

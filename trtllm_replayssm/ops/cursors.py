@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._validation import INDEX_DTYPES, check_buffer_len, check_contiguous, check_tensor
+from .._validation import FLAG_DTYPES, INDEX_DTYPES, check_buffer_len, check_contiguous, check_tensor, check_vector
 from .common import load_row_slots, row_cursors
 from .launch import launch_kernel
 
@@ -68,13 +68,12 @@ def advance_write_pos(
     _check_write_pos(write_pos)
     check_buffer_len(buffer_len)
     if state_batch_indices is not None:
-        check_tensor("state_batch_indices", state_batch_indices, (None,), INDEX_DTYPES, write_pos.device)
+        check_vector("state_batch_indices", state_batch_indices, None, INDEX_DTYPES, write_pos.device)
         batch = state_batch_indices.shape[0]
     elif batch is None:
         batch = write_pos.shape[0]
     if force_flush is not None:
-        check_tensor("force_flush", force_flush, (batch,), (torch.bool, torch.int8, torch.uint8, torch.int32),
-                     write_pos.device)
+        check_vector("force_flush", force_flush, batch, FLAG_DTYPES, write_pos.device)
     if batch == 0:
         return
     launch_kernel(_advance_kernel, (triton.cdiv(batch, _BLOCK),),
@@ -90,7 +89,7 @@ def reset_write_pos(write_pos: torch.Tensor, slots: torch.Tensor, pad_slot_id: i
     """Empty the rings of ``slots (n,)`` (requests entering decode): their checkpoint is
     the state prefill left. Entries equal to ``pad_slot_id`` are skipped."""
     _check_write_pos(write_pos)
-    check_tensor("slots", slots, (None,), INDEX_DTYPES, write_pos.device)
+    check_vector("slots", slots, None, INDEX_DTYPES, write_pos.device)
     if slots.shape[0] == 0:
         return
     launch_kernel(_reset_kernel, (triton.cdiv(slots.shape[0], _BLOCK),),

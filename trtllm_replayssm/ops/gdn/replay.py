@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from ..._runtime import device_arch
-from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
+from ..._validation import FLAG_DTYPES, check_buffer_len, check_contiguous, check_slot_major, check_tensor, check_vector
 from ..common import (block_flush_ordinals, complete_after_primary, dim_mask, even_tile, fold_precision,
                       fold_row_blocks, let_dependents_launch, load_slot, one_pass_fold, row_of_ordinal,
                       store_nan_heads)
@@ -379,8 +379,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
     layout = check_gdn_state_pool("state", state, step)
     L = check_gdn_ring(step, state, d_cache, k_cache, g_cache, write_pos)
     if force_flush is not None:
-        check_tensor("force_flush", force_flush, (step.batch,), (torch.bool, torch.int8, torch.uint8, torch.int32),
-                     q.device)
+        check_vector("force_flush", force_flush, step.batch, FLAG_DTYPES, q.device)
     if route == "auto":
         route = choose_gdn_route(state, q, v)
     if route not in ROUTES:

@@ -43,7 +43,8 @@ from typing import Optional
 import torch
 import triton
 
-from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_last_dim_contiguous, check_slot_major, check_tensor
+from ..._validation import (FLOAT_DTYPES, INDEX_DTYPES, check_last_dim_contiguous, check_slot_major, check_tensor,
+                           check_vector)
 from ..common import DOT_PRECISION, ONE_PASS_PRECISION, even_tile, exact_in_tf32
 from ..launch import LaunchConfig, launch_kernel, maxnreg_option, nearest_batch_point, programmatic_launch_allowed
 from ..mamba2.spec import (AFTER_FOLD, BOTH, FLUSH_ROWS, FOLD_ONLY, MAX_T, NONFLUSH_ROWS, STATE_APART,
@@ -263,7 +264,7 @@ def gdn_replayssm_spec_decode(
     check_slot_major("state", state)
     slots, buf = state.shape[0], ring_capacity(T, history_len)
     if initial_state_indices is not None:
-        check_tensor("initial_state_indices", initial_state_indices, (Bsz,), INDEX_DTYPES, q.device)
+        check_vector("initial_state_indices", initial_state_indices, Bsz, INDEX_DTYPES, q.device)
     elif slots < Bsz:
         raise ValueError(f"state has {slots} slots but the batch has {Bsz} rows and no initial_state_indices")
     check_tensor("d_ring", d_ring, (slots, HV, buf, V), RING_DTYPES, q.device)

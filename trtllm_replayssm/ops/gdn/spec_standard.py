@@ -10,7 +10,8 @@ import triton.language as tl
 
 from ..launch import launch_kernel
 
-from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_tensor
+from ..._validation import (FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_tensor,
+                           check_vector)
 from ..common import load_slot
 from ..mamba2.spec_standard import promote_spec_state
 from ._common import delta_rule_step, load_gates, load_qk
@@ -86,7 +87,7 @@ def gdn_spec_standard(state, q, k, v, a, b, A_log, dt_bias, scale=None, use_qk_l
     check_tensor("intermediate_states", intermediate_states, (state.shape[0], T, HV, V, K), (state.dtype,), q.device)
     check_contiguous("intermediate_states", intermediate_states)
     if initial_state_indices is not None:
-        check_tensor("initial_state_indices", initial_state_indices, (Bsz,), INDEX_DTYPES, q.device)
+        check_vector("initial_state_indices", initial_state_indices, Bsz, INDEX_DTYPES, q.device)
     if Bsz == 0:
         return out
     launch_kernel(_gdn_spec_standard_kernel, (triton.cdiv(V, block_v), HV, Bsz),

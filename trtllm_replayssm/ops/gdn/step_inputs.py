@@ -19,6 +19,7 @@ from ..._validation import (
     check_last_dim_contiguous,
     check_same_dtype,
     check_tensor,
+    check_vector,
     is_slot_major,
 )
 
@@ -119,8 +120,8 @@ def parse_gdn_step(q, k, v, a, b, A_log, dt_bias, scale=None, use_qk_l2norm=True
         check_last_dim_contiguous(name, t)
     check_tensor("a", a, (B, HV), FLOAT_DTYPES, dev)
     check_tensor("b", b, (B, HV), FLOAT_DTYPES, dev)
-    check_tensor("A_log", A_log, (HV,), FLOAT_DTYPES, dev)
-    check_tensor("dt_bias", dt_bias, (HV,), FLOAT_DTYPES, dev)
+    check_vector("A_log", A_log, HV, FLOAT_DTYPES, dev)
+    check_vector("dt_bias", dt_bias, HV, FLOAT_DTYPES, dev)
     if out is None:
         out = torch.empty(B, HV, V, dtype=q.dtype, device=dev)
     else:
@@ -128,7 +129,7 @@ def parse_gdn_step(q, k, v, a, b, A_log, dt_bias, scale=None, use_qk_l2norm=True
         check_same_dtype("out", out, "q", q)
         check_last_dim_contiguous("out", out)
     if initial_state_indices is not None:
-        check_tensor("initial_state_indices", initial_state_indices, (B,), INDEX_DTYPES, dev)
+        check_vector("initial_state_indices", initial_state_indices, B, INDEX_DTYPES, dev)
     return GDNStep(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, out=out, slot_idx=initial_state_indices,
                    scale=float(K ** -0.5 if scale is None else scale), use_qk_l2norm=bool(use_qk_l2norm),
                    softplus_beta=float(softplus_beta), softplus_threshold=float(softplus_threshold),

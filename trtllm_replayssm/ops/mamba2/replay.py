@@ -43,7 +43,7 @@ import triton
 import triton.language as tl
 
 from ..._runtime import device_arch
-from ..._validation import check_buffer_len, check_contiguous, check_slot_major, check_tensor
+from ..._validation import FLAG_DTYPES, check_buffer_len, check_contiguous, check_slot_major, check_tensor, check_vector
 from ..common import dim_mask, even_rows_and_cols, let_dependents_launch, load_slot, store_nan_output, tile_masks
 from ._common import load_dt, load_output_terms, ring_args, store_output
 from ..cursors import FLUSH_EVERY_STEP
@@ -378,8 +378,7 @@ def selective_state_update_replayssm(
     check_state_pool("state", state, step)
     L = check_ring(step, state, x_cache, dt_cache, B_cache, write_pos)
     if force_flush is not None:
-        check_tensor("force_flush", force_flush, (step.batch,),
-                     (torch.bool, torch.int8, torch.uint8, torch.int32), x.device)
+        check_vector("force_flush", force_flush, step.batch, FLAG_DTYPES, x.device)
     if route == "auto":
         route = choose_route(state, x, B)
     if route not in ROUTES:

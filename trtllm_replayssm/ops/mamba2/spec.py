@@ -35,7 +35,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_slot_major, check_tensor
+from ..._validation import (FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_slot_major,
+                           check_tensor, check_vector)
 from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_rows_and_cols, exact_in_tf32, exact_lhs_matmul,
                       load_row_slots, load_spec_row, native_dot, ring_positions, small_matmul, spec_cursors_bad,
                       row_in_block, store_nan_tokens, tile_masks)
@@ -559,7 +560,7 @@ def selective_state_update_replayssm_spec(
     step = parse_mamba2_step(flat(x), flat(dt), A, flat(B), flat(C), D, flat(z), dt_bias, dt_softplus, None,
                              pad_slot_id, flat(out))
     if state_batch_indices is not None:
-        check_tensor("state_batch_indices", state_batch_indices, (Bsz,), INDEX_DTYPES, x.device)
+        check_vector("state_batch_indices", state_batch_indices, Bsz, INDEX_DTYPES, x.device)
     check_tensor("state", state, (None, step.nheads, step.headdim, step.dstate), FLOAT_DTYPES, x.device)
     check_slot_major("state", state)
     if state_batch_indices is None and state.shape[0] < Bsz:
@@ -643,9 +644,9 @@ def commit_replayssm_spec(write_pos, origin, is_flush, accepted, num_tokens: int
     capacity = _check_spec_sizes(num_tokens, history_len)
     _check_cursors(write_pos, origin, is_flush, write_pos.shape[0], write_pos.device)
     batch = accepted.shape[0]
-    check_tensor("accepted", accepted, (batch,), INDEX_DTYPES, write_pos.device)
+    check_vector("accepted", accepted, batch, INDEX_DTYPES, write_pos.device)
     if state_batch_indices is not None:
-        check_tensor("state_batch_indices", state_batch_indices, (batch,), INDEX_DTYPES, write_pos.device)
+        check_vector("state_batch_indices", state_batch_indices, batch, INDEX_DTYPES, write_pos.device)
     if batch == 0:
         return
     launch_kernel(_spec_commit_kernel, (triton.cdiv(batch, 128),),
@@ -659,7 +660,7 @@ def reset_replayssm_spec_cursors(write_pos, origin, is_flush, slots: torch.Tenso
     """Slots entering decode: ``wp = origin = 0``, ``is_flush = (2T > Bh + T)``."""
     capacity = _check_spec_sizes(num_tokens, history_len)
     _check_cursors(write_pos, origin, is_flush, write_pos.shape[0], write_pos.device)
-    check_tensor("slots", slots, (None,), INDEX_DTYPES, write_pos.device)
+    check_vector("slots", slots, None, INDEX_DTYPES, write_pos.device)
     if slots.shape[0] == 0:
         return
     launch_kernel(_spec_reset_kernel, (triton.cdiv(slots.shape[0], 128),),

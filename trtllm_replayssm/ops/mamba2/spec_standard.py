@@ -16,7 +16,8 @@ import triton.language as tl
 
 from ..launch import launch_kernel
 
-from ..._validation import FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_tensor
+from ..._validation import (FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_tensor,
+                           check_vector)
 from ..common import load_slot
 from ._common import finish_output, load_dt
 from .step_inputs import parse_mamba2_step
@@ -98,7 +99,7 @@ def selective_state_update_spec_standard(
     check_tensor("intermediate_states", intermediate_states, (slots, T, H, P, N), (state.dtype,), x.device)
     check_contiguous("intermediate_states", intermediate_states)
     if state_batch_indices is not None:
-        check_tensor("state_batch_indices", state_batch_indices, (Bsz,), INDEX_DTYPES, x.device)
+        check_vector("state_batch_indices", state_batch_indices, Bsz, INDEX_DTYPES, x.device)
     if Bsz == 0:
         return out
     dt4 = dt if dt.dim() == 3 else dt[..., 0]
@@ -140,8 +141,10 @@ def _promote_kernel(state_ptr, inter_ptr, accepted_ptr, slot_idx_ptr, num_slots,
 def promote_spec_state(state: torch.Tensor, intermediate_states: torch.Tensor, accepted: torch.Tensor,
                        state_batch_indices: Optional[torch.Tensor] = None, pad_slot_id: int = -1) -> None:
     """``state[slot] = intermediate_states[slot, accepted - 1]`` for rows with ``accepted > 0``."""
-    check_tensor("accepted", accepted, (None,), INDEX_DTYPES, state.device)
+    check_vector("accepted", accepted, None, INDEX_DTYPES, state.device)
     Bsz, T = accepted.shape[0], intermediate_states.shape[1]
+    if state_batch_indices is not None:
+        check_vector("state_batch_indices", state_batch_indices, Bsz, INDEX_DTYPES, state.device)
     numel = state[0].numel()
     if Bsz == 0:
         return

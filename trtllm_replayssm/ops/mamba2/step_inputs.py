@@ -23,6 +23,7 @@ from ..._validation import (
     check_same_dtype,
     check_slot_major,
     check_tensor,
+    check_vector,
 )
 
 
@@ -160,7 +161,7 @@ def parse_mamba2_step(
         check_same_dtype("out", out, "x", x)
         check_last_dim_contiguous("out", out)
     if state_batch_indices is not None:
-        check_tensor("state_batch_indices", state_batch_indices, (batch,), INDEX_DTYPES, device)
+        check_vector("state_batch_indices", state_batch_indices, batch, INDEX_DTYPES, device)
     for name, t in (("A", A), ("dt_bias", dt_bias), ("D", D)):
         if t is not None and t.device != device:
             raise ValueError(f"{name} must be on {device}, got {t.device}")

@@ -3,9 +3,11 @@
 import pytest
 import torch
 
-from trtllm_replayssm.cache import (GDNReplayCache, Mamba2ReplayCache, gdn_bytes_per_slot, gdn_ring_dtype,
-                                    mamba2_bytes_per_slot)
+from trtllm_replayssm.cache import (GDNGeometry, GDNReplayCache, Mamba2Geometry, Mamba2ReplayCache, gdn_bytes_per_slot,
+                                    gdn_ring_dtype, mamba2_bytes_per_slot)
 from trtllm_replayssm.models import GDN_MODELS, MAMBA2_MODELS, TINY_MAMBA2  # noqa: F401
+
+M2, G2 = Mamba2Geometry(nheads=4, headdim=8, dstate=16, ngroups=2), GDNGeometry(2, 4, 16, 16)
 
 
 def test_layout_and_zero_init():
@@ -57,3 +59,25 @@ def test_qwen35_4b_gdn_ring_bytes():
     g = GDN_MODELS["qwen3.5-4b"].geom
     fp32, bf16 = (gdn_bytes_per_slot(g, 16, 1, sd)["ring"] for sd in (torch.float32, torch.bfloat16))
     assert (fp32, bf16) == (32 * 16 * 772, 32 * 16 * 388)
+
+
+@pytest.mark.parametrize("make,exc,words", [
+    (lambda: Mamba2Geometry(nheads=0, headdim=8, dstate=16, ngroups=1), ValueError, "nheads must be >= 1"),
+    (lambda: Mamba2Geometry(nheads=4, headdim=-8, dstate=16, ngroups=1), ValueError, "headdim must be >= 1"),
+    (lambda: Mamba2Geometry(nheads=4, headdim=8, dstate=16.0, ngroups=1), TypeError, "dstate must be an int"),
+    (lambda: GDNGeometry(2, 4, 0, 16), ValueError, "head_k_dim must be >= 1"),
+    (lambda: Mamba2ReplayCache(M2, 1, 0, 4, device="cpu"), ValueError, "num_slots must be >= 1"),
+    (lambda: Mamba2ReplayCache(M2, -1, 2, 4, device="cpu"), ValueError, "num_layers must be >= 1"),
+    (lambda: Mamba2ReplayCache(M2, 1, 2, 4.0, device="cpu"), TypeError, "L must be an int"),
+    (lambda: Mamba2ReplayCache(M2, 1, 2, 4, torch.float64, device="cpu"), TypeError, "state_dtype must be in"),
+    (lambda: Mamba2ReplayCache(M2, 1, 2, 4, act_dtype=torch.int8, device="cpu"), TypeError, "act_dtype must be in"),
+    (lambda: GDNReplayCache(G2, 1, 2, 4, ring_dtype=torch.int8, device="cpu"), TypeError, "ring_dtype must be in"),
+    (lambda: mamba2_bytes_per_slot(M2, 0), ValueError, "buffer_len must be >= 1"),
+    (lambda: gdn_bytes_per_slot(G2, -16), ValueError, "buffer_len must be >= 1"),
+], ids=["nheads", "headdim", "dstate-float", "gdn-K", "slots", "layers", "L-float", "state-dtype", "act-dtype",
+        "ring-dtype", "m2-bytes-L", "gdn-bytes-L"])
+def test_bad_sizes_and_dtypes_raise(make, exc, words):
+    """A geometry or cache that no kernel could serve raises at construction, naming the
+    argument (not later, at the first decode step, or as a torch allocation error)."""
+    with pytest.raises(exc, match=words):
+        make()

@@ -17,6 +17,17 @@ def test_decode_rejects_unknown_route():
         main(["decode", "--route", "fastest"])
 
 
+@pytest.mark.parametrize("argv", [["decode", "--batch", "0"], ["decode", "--buffer-len", "-4"], ["e2e", "--steps", "0"],
+                                  ["memory", "--model", "qwen3.5-4b", "--max-batch", "-1"],
+                                  ["memory", "--model", "qwen3.5-4b", "--max-batch", "8", "--spec-tokens", "0"]])
+def test_sizes_below_one_are_usage_errors(argv, capsys):
+    """A size of 0 had meant the default (decode ran at batch 3) and a negative one printed
+    negative bytes or a traceback; argparse now refuses both before anything runs."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2 and "must be >= 1" in capsys.readouterr().err
+
+
 def test_decode_gdn_agrees(capsys):
     assert main(["decode", "--model", "tiny-gdn", "--steps", "5", "--quiet", "--no-timing"]) == 0
     assert "tiny-gdn (gdn)" in capsys.readouterr().out

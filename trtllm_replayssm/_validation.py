@@ -7,6 +7,8 @@ reads device memory (no host synchronisation): shapes, dtypes and strides only.
 
 from __future__ import annotations
 
+import argparse
+import numbers
 from typing import Iterable, Optional, Sequence
 
 import torch
@@ -101,6 +103,31 @@ def check_same_dtype(name: str, t: torch.Tensor, ref_name: str, ref: torch.Tenso
         raise TypeError(f"{name} must have the dtype of {ref_name} ({ref.dtype}), got {t.dtype}")
 
 
+def check_dtype(name: str, dtype: torch.dtype, dtypes: Sequence[torch.dtype]) -> None:
+    """A dtype given as an argument (a cache's state or ring dtype)."""
+    if dtype not in dtypes:
+        raise TypeError(f"{name} must be in ({_dtype_names(dtypes)}), got {dtype}")
+
+
+def check_count(name: str, value, least: int = 1) -> None:
+    """A size given as a Python int (a bool or a float is a mistake, not a size)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < least:
+        raise ValueError(f"{name} must be >= {least}, got {value}")
+
+
 def check_buffer_len(buffer_len: int, max_len: int = 64) -> None:
+    if isinstance(buffer_len, bool) or not isinstance(buffer_len, numbers.Integral):
+        raise TypeError(f"ring buffer length L must be an int, got {type(buffer_len).__name__}")
     if not 1 <= buffer_len <= max_len:
         raise ValueError(f"ring buffer length L must be in [1, {max_len}], got {buffer_len}")
+
+
+def positive_int(text: str) -> int:
+    """argparse type of the command lines' size options: an int >= 1 (in the CLI a 0 had
+    meant the default, a negative size a nonsense table or a traceback from deep inside)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value

@@ -22,13 +22,14 @@ the per-slot block of each ring, what such an engine must reserve.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
-from ._validation import check_buffer_len, check_slot_major, check_tensor
+from ._validation import FLOAT_DTYPES, check_buffer_len, check_count, check_dtype, check_slot_major, check_tensor
 from .ops.cursors import FLUSH_EVERY_STEP, advance_write_pos, reset_write_pos
 
 
@@ -56,6 +57,9 @@ def _allocate(cache, geom, num_layers: int, num_slots: int, buffer_len: int, sta
     *state_block)`` (unless the engine owns it), one attribute per ring of ``layout``
     (allocated, or the engine's views) and the cursors."""
     check_buffer_len(buffer_len)
+    check_count("num_layers", num_layers)
+    check_count("num_slots", num_slots)
+    check_dtype("state_dtype", state_dtype, FLOAT_DTYPES)
     cache.geom, cache.num_layers, cache.num_slots, cache.buffer_len = geom, num_layers, num_slots, buffer_len
     cache.state_dtype = state_dtype
     cache.ssm_state = (torch.zeros(num_layers, num_slots, *state_block, dtype=state_dtype, device=device)
@@ -63,6 +67,12 @@ def _allocate(cache, geom, num_layers: int, num_slots: int, buffer_len: int, sta
     for name, views in _ring_views(layout, num_layers, num_slots, device, rings).items():
         setattr(cache, name, views)
     cache.write_pos = torch.zeros(num_slots, dtype=torch.int32, device=device)
+
+
+def _check_sizes(geom) -> None:
+    """Every size of a layer geometry a positive int."""
+    for field in dataclasses.fields(geom):
+        check_count(f"{type(geom).__name__}.{field.name}", getattr(geom, field.name))
 
 
 def _ring_views(layout: RingLayout, num_layers: int, num_slots: int, device,
@@ -93,7 +103,8 @@ class Mamba2Geometry:
     ngroups: int
 
     def __post_init__(self):
-        if self.ngroups < 1 or self.nheads % self.ngroups != 0:
+        _check_sizes(self)
+        if self.nheads % self.ngroups != 0:
             raise ValueError(f"ngroups ({self.ngroups}) must divide nheads ({self.nheads})")
 
 
@@ -112,6 +123,7 @@ def mamba2_bytes_per_slot(geom: Mamba2Geometry, buffer_len: int, num_layers: int
                           act_dtype: torch.dtype = torch.bfloat16) -> Dict[str, int]:
     """Exact bytes one slot holds: the checkpoint (what the standard path holds anyway),
     the ring (what ReplaySSM adds) and the cursor."""
+    check_count("buffer_len", buffer_len)  # not limited to 64: the memory estimate sizes speculative rings too
     checkpoint = num_layers * block_bytes((geom.nheads, geom.headdim, geom.dstate), state_dtype)
     ring = num_layers * ring_bytes(mamba2_ring_layout(geom, buffer_len, act_dtype))
     cursors = 4
@@ -135,6 +147,7 @@ class Mamba2ReplayCache:
                  state_dtype: torch.dtype = torch.float32, act_dtype: torch.dtype = torch.bfloat16,
                  device: torch.device | str = "cuda", with_state: bool = True,
                  rings: Optional[Mapping[str, Sequence[torch.Tensor]]] = None):
+        check_dtype("act_dtype", act_dtype, FLOAT_DTYPES)
         self.act_dtype = act_dtype
         _allocate(self, geom, num_layers, num_slots, buffer_len, (geom.nheads, geom.headdim, geom.dstate), state_dtype,
                   mamba2_ring_layout(geom, buffer_len, act_dtype), device, with_state, rings)
@@ -171,7 +184,8 @@ class GDNGeometry:
     head_v_dim: int
 
     def __post_init__(self):
-        if self.num_k_heads < 1 or self.num_v_heads % self.num_k_heads != 0:
+        _check_sizes(self)
+        if self.num_v_heads % self.num_k_heads != 0:
             raise ValueError(f"num_k_heads ({self.num_k_heads}) must divide num_v_heads ({self.num_v_heads})")
 
 
@@ -200,6 +214,7 @@ def gdn_bytes_per_slot(geom: GDNGeometry, buffer_len: int, num_layers: int = 1,
                        ring_dtype: Optional[torch.dtype] = None) -> Dict[str, int]:
     """Exact bytes one slot holds (see :func:`mamba2_bytes_per_slot`); ``ring_dtype``
     by default :func:`gdn_ring_dtype`'s."""
+    check_count("buffer_len", buffer_len)
     ring_dtype = ring_dtype or gdn_ring_dtype(state_dtype)
     checkpoint = num_layers * block_bytes((geom.num_v_heads, geom.head_v_dim, geom.head_k_dim), state_dtype)
     ring = num_layers * ring_bytes(gdn_ring_layout(geom, buffer_len, ring_dtype))
@@ -225,6 +240,7 @@ class GDNReplayCache:
                  device: torch.device | str = "cuda", with_state: bool = True,
                  rings: Optional[Mapping[str, Sequence[torch.Tensor]]] = None):
         self.ring_dtype = ring_dtype = ring_dtype or gdn_ring_dtype(state_dtype)
+        check_dtype("ring_dtype", ring_dtype, FLOAT_DTYPES)
         _allocate(self, geom, num_layers, num_slots, buffer_len, (geom.num_v_heads, geom.head_v_dim, geom.head_k_dim),
                   state_dtype, gdn_ring_layout(geom, buffer_len, ring_dtype), device, with_state, rings)
 

@@ -21,6 +21,7 @@ from tabulate import tabulate
 from tqdm import tqdm
 
 from . import _runtime
+from ._validation import positive_int
 from .cache import GDNReplayCache, Mamba2ReplayCache
 from .models import MODELS, TINY_MAMBA2, model
 from .ops.gdn import ROUTES as GDN_ROUTES
@@ -249,10 +250,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     d = sub.add_parser("decode", help="decode with the standard kernel and with ReplaySSM; check they agree")
     d.add_argument("--model", choices=sorted(MODELS),
                    help="geometry, Mamba2 or GDN (default: nemotron-3-super on a GPU, tiny on the CPU)")
-    d.add_argument("--batch", type=int, help="rows (default: 128 on a GPU, 3 on the CPU)")
-    d.add_argument("--layers", type=int, help="SSM layers (default: the model's on a GPU, 2 on the CPU)")
-    d.add_argument("--buffer-len", type=int, help="ring length L (default: 16 on a GPU, 4 on the CPU)")
-    d.add_argument("--steps", type=int, help="decode steps (default: 3 cycles + 1)")
+    d.add_argument("--batch", type=positive_int, help="rows (default: 128 on a GPU, 3 on the CPU)")
+    d.add_argument("--layers", type=positive_int, help="SSM layers (default: the model's on a GPU, 2 on the CPU)")
+    d.add_argument("--buffer-len", type=positive_int, help="ring length L (default: 16 on a GPU, 4 on the CPU)")
+    d.add_argument("--steps", type=positive_int, help="decode steps (default: 3 cycles + 1)")
     d.add_argument("--state-dtype", choices=list(DTYPES), default="fp32")
     d.add_argument("--act-dtype", choices=list(DTYPES), default="bf16")
     d.add_argument("--route", choices=list(ROUTES) + ["auto"], default="auto")
@@ -261,18 +262,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     e = sub.add_parser("e2e", help="decode a whole hybrid model (attention, MLPs, SSM mixers) both ways; compare")
     e.add_argument("--model", help="hybrid geometry (default: nemotron-3-nano-4b on a GPU, tiny-hybrid on the CPU); "
                                    "see trtllm_replayssm.e2e.HYBRID_MODELS")
-    e.add_argument("--batch", type=int, help="requests (default: 128 on a GPU, 3 on the CPU)")
-    e.add_argument("--buffer-len", type=int, help="ring length L (default: 16 on a GPU, 4 on the CPU)")
-    e.add_argument("--steps", type=int, help="decode steps (default: 3 cycles + 2)")
+    e.add_argument("--batch", type=positive_int, help="requests (default: 128 on a GPU, 3 on the CPU)")
+    e.add_argument("--buffer-len", type=positive_int, help="ring length L (default: 16 on a GPU, 4 on the CPU)")
+    e.add_argument("--steps", type=positive_int, help="decode steps (default: 3 cycles + 2)")
     e.add_argument("--quiet", action="store_true", help="no progress bar")
     mem = sub.add_parser("memory", help="extra memory of ReplaySSM for a model and a batch size")
     mem.add_argument("--model", required=True, help="a built-in model name or a Hugging Face config.json (or its folder)")
-    mem.add_argument("--max-batch", type=int, required=True, help="slots (TensorRT-LLM's max_batch_size)")
-    mem.add_argument("--buffer-len", type=int, default=16, help="ring length L")
+    mem.add_argument("--max-batch", type=positive_int, required=True, help="slots (TensorRT-LLM's max_batch_size)")
+    mem.add_argument("--buffer-len", type=positive_int, default=16, help="ring length L")
     mem.add_argument("--state-dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
     mem.add_argument("--ring-dtype", choices=["bf16", "fp16", "fp32"], default="bf16",
                      help="Mamba2 ring (activation) dtype; GDN rings take the state dtype's (cache.gdn_ring_dtype)")
-    mem.add_argument("--spec-tokens", type=int, help="T = drafts + 1 with speculative decoding (MTP); the buffer "
+    mem.add_argument("--spec-tokens", type=positive_int, help="T = drafts + 1 with speculative decoding (MTP); the buffer "
                                                      "length is then the history budget")
     au = sub.add_parser("autoload", help="the .pth hook that applies TRTLLM_REPLAYSSM=1 in every process")
     au.add_argument("action", choices=["install", "remove", "status"])

@@ -122,11 +122,13 @@ def parse_archs(text: str) -> List[int]:
 
 
 def main(argv=None) -> int:
+    from .._validation import positive_int
+
     ap = argparse.ArgumentParser(prog="trtllm-replayssm aot build", description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", default="80,90,100", help="comma-separated compute capabilities (80,90,100)")
     ap.add_argument("--out", default="build/aot", help="output folder")
-    ap.add_argument("--buffer-len", type=int, nargs="+", default=[16], help="ring lengths L to build for")
-    ap.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))
+    ap.add_argument("--buffer-len", type=positive_int, nargs="+", default=[16], help="ring lengths L to build for")
+    ap.add_argument("--workers", type=positive_int, default=min(8, os.cpu_count() or 1))
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") == "1":  # kernels were imported for the interpreter

@@ -259,6 +259,8 @@ def test_bad_sizes():
         commit_replayssm_spec(wp, wp.clone(), fl, wp, num_tokens=9, history_len=16)
     with pytest.raises(TypeError, match="is_flush must have dtype"):
         commit_replayssm_spec(wp, wp.clone(), wp.clone(), wp, num_tokens=4, history_len=16)
+    with pytest.raises(TypeError, match="history budget Bh must be an int"):
+        commit_replayssm_spec(wp, wp.clone(), fl, wp, num_tokens=4, history_len=16.0)
 
 
 def test_strided_token_inputs_are_rejected():

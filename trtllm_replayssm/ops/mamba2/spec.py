@@ -35,8 +35,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..._validation import (FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_last_dim_contiguous, check_slot_major,
-                           check_tensor, check_vector)
+from ..._validation import (FLOAT_DTYPES, INDEX_DTYPES, check_contiguous, check_count, check_last_dim_contiguous,
+                           check_slot_major, check_tensor, check_vector)
 from ..common import (DOT_PRECISION, ONE_PASS_PRECISION, dim_mask, even_rows_and_cols, exact_in_tf32, exact_lhs_matmul,
                       load_row_slots, load_spec_row, native_dot, ring_positions, small_matmul, spec_cursors_bad,
                       row_in_block, store_nan_tokens, tile_masks)
@@ -499,6 +499,8 @@ def _check_cursors(wp, origin, flush, slots, dev):
 
 
 def _check_spec_sizes(num_tokens: int, history_len: int) -> int:
+    check_count("T (tokens per verify step)", num_tokens)
+    check_count("history budget Bh", history_len)
     if not 1 <= num_tokens <= MAX_T:
         raise ValueError(f"T (tokens per verify step) must be in [1, {MAX_T}], got {num_tokens}")
     if not num_tokens <= history_len <= MAX_HISTORY:

@@ -2,6 +2,7 @@
 standard kernel on a copy of the pool: prefill -> decode (flushes) -> a slot joins ->
 a mixed batch needs the exact state -> a slot is freed and reused -> padding rows."""
 
+import pytest
 import torch
 
 from mamba2_harness import DEVICE
@@ -140,3 +141,21 @@ def test_speculative_verify_and_commit():
         promote_spec_state(twin[0], inter, accepted, idx, PAD)
         assert int(replay.write_pos[0]) == int(before[0]) and int(replay.write_pos[3]) == int(before[3])
     assert flushes >= 2  # slot 2's ring went round
+
+
+def test_bad_arguments_raise_at_construction():
+    """A route or a speculative size no step could take raises when the engine builds its
+    ReplaySlots, not at the first decode step inside the engine's forward; restoring
+    cursors without a mirror says what is missing."""
+    m2, gdn = Mamba2Geometry(nheads=4, headdim=8, dstate=16, ngroups=2), GDNGeometry(2, 4, 16, 16)
+    with pytest.raises(ValueError, match="route must be one of"):
+        ReplaySlots(m2, 1, 4, device=DEVICE, route="fastest")
+    with pytest.raises(ValueError, match="route must be one of"):
+        ReplaySlots(gdn, 1, 4, device=DEVICE, route="state_and_output")  # a Mamba2-only route
+    with pytest.raises(ValueError, match="T \\(tokens per verify step\\)"):
+        ReplaySlots(m2, 1, 4, device=DEVICE, spec=(9, 16))
+    with pytest.raises(ValueError, match="history budget"):
+        ReplaySlots(gdn, 1, 4, device=DEVICE, spec=(4, 2))
+    slots = ReplaySlots(m2, 1, 4, device=DEVICE)
+    with pytest.raises(ValueError, match="cursor_mirror"):
+        slots.restore_cursors(torch.tensor([1], device=DEVICE))

@@ -26,10 +26,13 @@ import torch
 
 from ..cache import GDNGeometry, GDNReplayCache, Mamba2Geometry, Mamba2ReplayCache, gdn_ring_dtype
 from ..ops.fold import fold_gdn_rings, fold_mamba2_rings
+from ..ops.gdn import ROUTES as GDN_ROUTES
 from ..ops.gdn import choose_gdn_route, fused_recurrent_gated_delta_rule_replayssm
 from ..ops.gdn.spec import gdn_replayssm_spec_decode
+from ..ops.mamba2 import ROUTES as MAMBA2_ROUTES
 from ..ops.mamba2 import choose_route, selective_state_update_replayssm
 from ..ops.mamba2.spec import (
+    check_spec_sizes,
     commit_replayssm_spec,
     reset_replayssm_spec_cursors,
     ring_capacity,
@@ -59,6 +62,11 @@ class ReplaySlots:
                  cursor_mirror: Optional[torch.Tensor] = None):
         if gdn_pool_order not in ("HV,V,K", "HV,K,V"):
             raise ValueError(f"gdn_pool_order must be 'HV,V,K' or 'HV,K,V', got {gdn_pool_order!r}")
+        routes = (*(GDN_ROUTES if isinstance(geom, GDNGeometry) else MAMBA2_ROUTES), "auto")
+        if route not in routes:  # (else the first decode step would raise, inside the engine's forward)
+            raise ValueError(f"route must be one of {routes}, got {route!r}")
+        if spec is not None:
+            check_spec_sizes(*spec)
         self.geom, self.pad_slot_id, self.spec, self.route = geom, pad_slot_id, spec, route
         # An engine whose GDN pool is [slots, HV, K, V] (TensorRT-LLM 1.2) hands the kernels
         # its transposed view, which they take as it is.
@@ -108,6 +116,8 @@ class ReplaySlots:
     def restore_cursors(self, slots: torch.Tensor) -> None:
         """Requests that moved to ``slots`` with their pages (checkpoint, ring and cursor
         mirror): their cursors come back from the mirror."""
+        if self.cursor_mirror is None:
+            raise ValueError("restore_cursors reads the cursor mirror: construct ReplaySlots with cursor_mirror")
         idx = slots.long()
         for column, cursor in enumerate(self._cursors):
             cursor[idx] = self.cursor_mirror[idx, column].to(cursor.dtype)

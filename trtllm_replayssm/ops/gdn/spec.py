@@ -48,7 +48,7 @@ from ..._validation import (FLOAT_DTYPES, INDEX_DTYPES, check_last_dim_contiguou
 from ..common import DOT_PRECISION, ONE_PASS_PRECISION, even_tile, exact_in_tf32
 from ..launch import LaunchConfig, launch_kernel, maxnreg_option, nearest_batch_point, programmatic_launch_allowed
 from ..mamba2.spec import (AFTER_FOLD, BOTH, FLUSH_ROWS, FOLD_ONLY, MAX_T, NONFLUSH_ROWS, STATE_APART,
-                           _check_cursors, _check_spec_sizes, check_split_fold, commit_replayssm_spec, history_tile,
+                           _check_cursors, check_spec_sizes, check_split_fold, commit_replayssm_spec, history_tile,
                            reset_replayssm_spec_cursors, ring_capacity, spec_workspace)
 from .spec_chunked import _gdn_spec_verify_kernel, fma_key_chunk
 from .spec_dot import _gdn_spec_solve_kernel, _gdn_spec_verify_dot_kernel
@@ -247,7 +247,7 @@ def gdn_replayssm_spec_decode(
     if not isinstance(q, torch.Tensor) or q.dim() != 4:
         raise ValueError("q must have shape (batch, T, num_k_heads, head_k_dim)")
     Bsz, T = q.shape[0], q.shape[1]
-    capacity = _check_spec_sizes(T, history_len)
+    capacity = check_spec_sizes(T, history_len)
     for name, t in (("k", k), ("v", v), ("a", a), ("b", b)):
         if t.dim() < 2 or tuple(t.shape[:2]) != (Bsz, T):
             raise ValueError(f"{name} must start with the dimensions (batch, T) = {(Bsz, T)}, got {tuple(t.shape)}")

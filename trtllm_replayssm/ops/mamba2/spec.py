@@ -498,7 +498,8 @@ def _check_cursors(wp, origin, flush, slots, dev):
         check_contiguous(name, t)
 
 
-def _check_spec_sizes(num_tokens: int, history_len: int) -> int:
+def check_spec_sizes(num_tokens: int, history_len: int) -> int:
+    """T and the history budget Bh of a speculative ring, checked; returns ``Bh + T``."""
     check_count("T (tokens per verify step)", num_tokens)
     check_count("history budget Bh", history_len)
     if not 1 <= num_tokens <= MAX_T:
@@ -549,7 +550,7 @@ def selective_state_update_replayssm_spec(
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         raise ValueError("x must have shape (batch, T, nheads, headdim)")
     Bsz, T = x.shape[0], x.shape[1]
-    capacity = _check_spec_sizes(T, history_len)
+    capacity = check_spec_sizes(T, history_len)
     flat = lambda t: None if t is None else t.flatten(0, 1)  # noqa: E731  (checks reuse the AR parser)
     if out is None:
         out = torch.empty_like(x)
@@ -643,7 +644,7 @@ def commit_replayssm_spec(write_pos, origin, is_flush, accepted, num_tokens: int
                           state_batch_indices: Optional[torch.Tensor] = None, pad_slot_id: int = -1) -> None:
     """After acceptance: ``accepted (B,)`` tokens per row, bonus token included. Rows with
     ``accepted <= 0`` (padding) change nothing. On device, no host sync."""
-    capacity = _check_spec_sizes(num_tokens, history_len)
+    capacity = check_spec_sizes(num_tokens, history_len)
     _check_cursors(write_pos, origin, is_flush, write_pos.shape[0], write_pos.device)
     batch = accepted.shape[0]
     check_vector("accepted", accepted, batch, INDEX_DTYPES, write_pos.device)
@@ -660,7 +661,7 @@ def commit_replayssm_spec(write_pos, origin, is_flush, accepted, num_tokens: int
 def reset_replayssm_spec_cursors(write_pos, origin, is_flush, slots: torch.Tensor, num_tokens: int,
                                  history_len: int, pad_slot_id: int = -1) -> None:
     """Slots entering decode: ``wp = origin = 0``, ``is_flush = (2T > Bh + T)``."""
-    capacity = _check_spec_sizes(num_tokens, history_len)
+    capacity = check_spec_sizes(num_tokens, history_len)
     _check_cursors(write_pos, origin, is_flush, write_pos.shape[0], write_pos.device)
     check_vector("slots", slots, None, INDEX_DTYPES, write_pos.device)
     if slots.shape[0] == 0:

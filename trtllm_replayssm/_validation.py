@@ -109,17 +109,20 @@ def check_dtype(name: str, dtype: torch.dtype, dtypes: Sequence[torch.dtype]) ->
         raise TypeError(f"{name} must be in ({_dtype_names(dtypes)}), got {dtype}")
 
 
-def check_count(name: str, value, least: int = 1) -> None:
+def _check_int(name: str, value) -> None:
     """A size given as a Python int (a bool or a float is a mistake, not a size)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+
+
+def check_count(name: str, value, least: int = 1) -> None:
+    _check_int(name, value)
     if value < least:
         raise ValueError(f"{name} must be >= {least}, got {value}")
 
 
 def check_buffer_len(buffer_len: int, max_len: int = 64) -> None:
-    if isinstance(buffer_len, bool) or not isinstance(buffer_len, numbers.Integral):
-        raise TypeError(f"ring buffer length L must be an int, got {type(buffer_len).__name__}")
+    _check_int("ring buffer length L", buffer_len)
     if not 1 <= buffer_len <= max_len:
         raise ValueError(f"ring buffer length L must be in [1, {max_len}], got {buffer_len}")
 

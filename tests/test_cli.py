@@ -28,6 +28,16 @@ def test_sizes_below_one_are_usage_errors(argv, capsys):
     assert exit_info.value.code == 2 and "must be >= 1" in capsys.readouterr().err
 
 
+def test_memory_names_what_is_wrong_with_a_model(tmp_path):
+    """An unknown name or a broken config.json ends the command with its message, not a
+    traceback."""
+    (tmp_path / "config.json").write_text('{"mamba_num_heads": 8}')
+    with pytest.raises(SystemExit, match="memory: error: .*config.json: a Mamba2 hybrid config needs mamba_head_dim"):
+        main(["memory", "--model", str(tmp_path), "--max-batch", "8"])
+    with pytest.raises(SystemExit, match="memory: error: unknown model 'nope'"):
+        main(["memory", "--model", "nope", "--max-batch", "8"])
+
+
 def test_decode_gdn_agrees(capsys):
     assert main(["decode", "--model", "tiny-gdn", "--steps", "5", "--quiet", "--no-timing"]) == 0
     assert "tiny-gdn (gdn)" in capsys.readouterr().out

@@ -211,7 +211,10 @@ def memory(args) -> int:
     from .integration.hf_config import load_ssm_model
     from .integration.memory import replay_memory
 
-    m = load_ssm_model(args.model)
+    try:
+        m = load_ssm_model(args.model)
+    except ValueError as error:  # a name or a config.json of the user's: what is wrong with it, no traceback
+        raise SystemExit(f"trtllm-replayssm memory: error: {error}") from None
     mem = replay_memory(m, args.max_batch, args.buffer_len, args.state_dtype, args.ring_dtype, args.spec_tokens)
     mib = lambda b: f"{b / 2**20:,.2f} MiB"  # noqa: E731
     ring = (f"L = {args.buffer_len}" if args.spec_tokens is None else

@@ -34,6 +34,19 @@ def test_unknown_config_is_refused():
         from_hf_config({"hidden_size": 4096})
 
 
+def test_incomplete_or_broken_configs_name_what_is_wrong(tmp_path):
+    """A field missing from a recognised config is named (it had surfaced as a bare
+    KeyError), and a file that is not JSON says so with its path."""
+    with pytest.raises(ValueError, match="Mamba2 hybrid config needs mamba_head_dim"):
+        from_hf_config({"mamba_num_heads": 8, "ssm_state_size": 128})
+    with pytest.raises(ValueError, match="needs num_hidden_layers"):
+        from_hf_config({"linear_num_value_heads": 32, "linear_num_key_heads": 16, "linear_key_head_dim": 128,
+                        "linear_value_head_dim": 128})
+    (tmp_path / "config.json").write_text("not json")
+    with pytest.raises(ValueError, match="config.json: not a JSON config"):
+        load_ssm_model(str(tmp_path))
+
+
 def test_extra_bytes_are_exact():
     m = model("nemotron-3-nano-4b")
     mem = replay_memory(m, max_batch=256, buffer_len=16)

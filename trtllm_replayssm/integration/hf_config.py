@@ -20,21 +20,31 @@ def _gdn_layer_count(cfg: dict) -> int:
     return sum((i + 1) % interval != 0 for i in range(cfg["num_hidden_layers"]))
 
 
+def _fields(cfg: dict, name: str, kind: str, *keys: str) -> list:
+    """``cfg[key]`` for each key, or a ValueError naming the first one missing."""
+    missing = [k for k in keys if k not in cfg]
+    if missing:
+        raise ValueError(f"{name}: a {kind} config needs {missing[0]}")
+    return [cfg[k] for k in keys]
+
+
 def from_hf_config(cfg: dict, name: str = "config.json") -> SSMModel:
     """Nemotron-H style (``mamba_num_heads``, ``hybrid_override_pattern``) or Qwen3-Next
     style (``linear_num_value_heads``, ``layer_types`` / ``full_attention_interval``);
     Qwen3.5's nested ``text_config`` is looked into."""
     cfg = cfg.get("text_config", cfg)
     if "mamba_num_heads" in cfg:
-        geom = Mamba2Geometry(nheads=cfg["mamba_num_heads"], headdim=cfg["mamba_head_dim"],
-                              dstate=cfg["ssm_state_size"], ngroups=cfg.get("n_groups", 1))
-        pattern = cfg.get("hybrid_override_pattern")
-        if pattern is None:
-            raise ValueError(f"{name}: a Mamba2 hybrid config needs hybrid_override_pattern")
+        heads, headdim, dstate, pattern = _fields(cfg, name, "Mamba2 hybrid", "mamba_num_heads", "mamba_head_dim",
+                                                  "ssm_state_size", "hybrid_override_pattern")
+        geom = Mamba2Geometry(nheads=heads, headdim=headdim, dstate=dstate, ngroups=cfg.get("n_groups", 1))
         return Mamba2Model(name, pattern.count("M"), geom)
     if "linear_num_value_heads" in cfg:
-        geom = GDNGeometry(num_k_heads=cfg["linear_num_key_heads"], num_v_heads=cfg["linear_num_value_heads"],
-                           head_k_dim=cfg["linear_key_head_dim"], head_v_dim=cfg["linear_value_head_dim"])
+        k_heads, v_heads, k_dim, v_dim = _fields(cfg, name, "Gated DeltaNet hybrid", "linear_num_key_heads",
+                                                 "linear_num_value_heads", "linear_key_head_dim",
+                                                 "linear_value_head_dim")
+        if "layer_types" not in cfg:
+            _fields(cfg, name, "Gated DeltaNet hybrid (without layer_types)", "num_hidden_layers")
+        geom = GDNGeometry(num_k_heads=k_heads, num_v_heads=v_heads, head_k_dim=k_dim, head_v_dim=v_dim)
         return GDNModel(name, _gdn_layer_count(cfg), geom)
     raise ValueError(f"{name}: neither a Nemotron-H (mamba_num_heads) nor a Qwen3-Next/Qwen3.5 "
                      "(linear_num_value_heads) config")
@@ -46,5 +56,9 @@ def load_ssm_model(name_or_path: str) -> SSMModel:
     if p.is_dir():
         p = p / "config.json"
     if p.is_file():
-        return from_hf_config(json.loads(p.read_text()), str(p))
+        try:
+            cfg = json.loads(p.read_text())
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{p}: not a JSON config ({error})") from None
+        return from_hf_config(cfg, str(p))
     return model(name_or_path)

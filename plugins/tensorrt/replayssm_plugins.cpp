@@ -17,6 +17,7 @@
  */
 #include "NvInferRuntime.h"
 #include "replayssm_kernels.h"
+#include "replayssm_plugin_shapes.h"
 
 #include <cuda_runtime_api.h>
 
@@ -26,27 +27,13 @@
 #include <vector>
 
 using namespace nvinfer1;
+using replayssm::Kind;
+using replayssm::Params;
 
 namespace {
 
 constexpr char const* kNamespace = "replayssm";
 constexpr char const* kVersion = "1";
-
-enum class Kind { kMamba2Step, kGDNStep, kAdvance };
-
-/* Plugin parameters (PluginField names); all int32 except scale (float32). */
-struct Params {
-  int32_t route = RS_ROUTE_OUTPUT_ONLY;
-  int32_t pad_slot_id = -1;
-  int32_t has_z = 0;
-  int32_t has_force_flush = 0;
-  int32_t owns_rings = 0;  // Mamba2: rings and cursors in plugin memory, keyed by slot
-  int32_t max_slots = 0;   // owns_rings: slots of the engine's state pool
-  int32_t buffer_len = 16; // owns_rings / advance: ring length L
-  int32_t flush_all = 0;   // advance: the step's route flushed every row
-  int32_t has_reset = 0;   // owns_rings: an input of slots entering decode (their rings are emptied first)
-  float scale = 0.f;       // GDN: q scale (0: 1/sqrt(K))
-};
 
 /* In-place tensors: output index -> aliased input index. */
 struct Alias {
@@ -91,17 +78,8 @@ class ReplaySSMPlugin : public IPluginV3, public IPluginV3OneCore, public IPlugi
     return k == Kind::kMamba2Step ? "ReplaySSMMamba2Step" : k == Kind::kGDNStep ? "ReplaySSMGDNStep" : "ReplaySSMAdvance";
   }
 
-  // ---- inputs and outputs ---------------------------------------------------------------
-  // Mamba2: state x dt A B C D dt_bias slot_idx [x_cache dt_cache B_cache write_pos] [z] [force_flush] [new_slots]
-  // GDN:    state q k v a b A_log dt_bias slot_idx d_cache k_cache g_cache write_pos [force_flush]
-  // Advance: write_pos slot_idx [force_flush]
-  int32_t numInputs() const {
-    switch (mKind) {
-      case Kind::kMamba2Step: return 9 + (mP.owns_rings ? 0 : 4) + mP.has_z + mP.has_force_flush + mP.has_reset;
-      case Kind::kGDNStep: return 13 + mP.has_force_flush;
-      default: return 2 + mP.has_force_flush;
-    }
-  }
+  // ---- inputs and outputs (replayssm_plugin_shapes.h lists them) -------------------------
+  int32_t numInputs() const { return static_cast<int32_t>(replayssm::inputLayouts(mKind, mP).size()); }
   std::vector<Alias> aliases() const {
     if (mKind == Kind::kAdvance) return {{0, 0}};
     if (mKind == Kind::kMamba2Step && mP.owns_rings) return {{1, 0}};
@@ -175,14 +153,20 @@ class ReplaySSMPlugin : public IPluginV3, public IPluginV3OneCore, public IPlugi
     }
   }
 
-  int32_t configurePlugin(DynamicPluginTensorDesc const*, int32_t nbInputs, DynamicPluginTensorDesc const*,
+  // Shapes are checked where TensorRT tells them: at build time (dims not known yet are -1)
+  // and before the launches that follow a shape change.
+  int32_t configurePlugin(DynamicPluginTensorDesc const* in, int32_t nbInputs, DynamicPluginTensorDesc const*,
                           int32_t) noexcept override {
-    return nbInputs == numInputs() ? 0 : -1;
+    std::vector<replayssm::Shape> shapes;
+    for (int32_t i = 0; i < nbInputs; ++i) shapes.push_back({in[i].desc.dims.nbDims, in[i].desc.dims.d});
+    return checkShapes(shapes);
   }
 
   // ---- IPluginV3OneRuntime ---------------------------------------------------------------
-  int32_t onShapeChange(PluginTensorDesc const*, int32_t nbInputs, PluginTensorDesc const*, int32_t) noexcept override {
-    return nbInputs == numInputs() ? 0 : -1;
+  int32_t onShapeChange(PluginTensorDesc const* in, int32_t nbInputs, PluginTensorDesc const*, int32_t) noexcept override {
+    std::vector<replayssm::Shape> shapes;
+    for (int32_t i = 0; i < nbInputs; ++i) shapes.push_back({in[i].dims.nbDims, in[i].dims.d});
+    return checkShapes(shapes);
   }
   IPluginV3* attachToContext(IPluginResourceContext*) noexcept override { return clone(); }
   PluginFieldCollection const* getFieldsToSerialize() noexcept override { return &mFC; }
@@ -208,6 +192,13 @@ class ReplaySSMPlugin : public IPluginV3, public IPluginV3OneCore, public IPlugi
   }
 
  private:
+  int32_t checkShapes(std::vector<replayssm::Shape> const& shapes) const {
+    std::string const bad = replayssm::checkShapes(mKind, mP, shapes.data(), static_cast<int32_t>(shapes.size()));
+    if (bad.empty()) return 0;
+    std::fprintf(stderr, "[replayssm] %s: %s\n", pluginName(mKind), bad.c_str());
+    return -1;
+  }
+
   int enqueueMamba2(PluginTensorDesc const* in, void const* const* inputs, void* const* outputs, cudaStream_t stream) {
     Dims const& st = in[0].dims;  // (slots, H, P, N)
     Dims const& x = in[1].dims;   // (B, H, P)
@@ -229,7 +220,11 @@ class ReplaySSMPlugin : public IPluginV3, public IPluginV3OneCore, public IPlugi
     a.stride_out[0] = a.stride_x[0]; a.stride_out[1] = a.stride_x[1];
     int32_t next = 9;
     if (mP.owns_rings) {
-      if (mP.max_slots < a.num_slots) return RS_ERR_INVALID_ARGUMENT;
+      if (mP.max_slots < a.num_slots) {  // (onShapeChange reports it first)
+        std::fprintf(stderr, "[replayssm] %s: the state has %lld slots, more than max_slots %d\n", pluginName(mKind),
+                     static_cast<long long>(a.num_slots), mP.max_slots);
+        return RS_ERR_INVALID_ARGUMENT;
+      }
       int status = ensureRings(a, in[1].type, stream);
       if (status != RS_SUCCESS) return status;
       a.x_cache = mXCache; a.dt_cache = static_cast<float*>(mDtCache); a.B_cache = mBCache; a.write_pos = mWritePos;

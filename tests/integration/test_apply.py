@@ -29,6 +29,20 @@ def test_env_switch():
         options_from_env({"TRTLLM_REPLAYSSM": "1", "TRTLLM_REPLAYSSM_ROUTE": "fastest"})
     with pytest.raises(ValueError, match="models"):
         options_from_env({"TRTLLM_REPLAYSSM": "1", "TRTLLM_REPLAYSSM_MODELS": "rwkv"})
+    with pytest.raises(ValueError, match="TRTLLM_REPLAYSSM_.*'state_and_output' has no gdn kernel"):
+        options_from_env({"TRTLLM_REPLAYSSM": "1", "TRTLLM_REPLAYSSM_MODELS": "gdn",
+                          "TRTLLM_REPLAYSSM_ROUTE": "state_and_output"})
+    assert options_from_env({"TRTLLM_REPLAYSSM": "1", "TRTLLM_REPLAYSSM_MODELS": "gdn",
+                             "TRTLLM_REPLAYSSM_ROUTE": "always_flush"}).route == "always_flush"
+    with pytest.raises(ValueError, match="an int"):
+        ReplayOptions(16.0)
+
+
+def test_switch_routes_are_the_kernels_routes():
+    from trtllm_replayssm.integration.switch import FAMILY_ROUTES
+    from trtllm_replayssm.ops.gdn import ROUTES as GDN_ROUTES
+    from trtllm_replayssm.ops.mamba2 import ROUTES as MAMBA2_ROUTES
+    assert FAMILY_ROUTES == {"mamba2": MAMBA2_ROUTES, "gdn": GDN_ROUTES}
 
 
 def test_eras_refuse_unknown_versions_and_missing_hooks(fake_trtllm):

@@ -34,6 +34,7 @@ namespace {
 
 constexpr char const* kNamespace = "replayssm";
 constexpr char const* kVersion = "1";
+constexpr int kReported = -1;  // an error the plugin itself printed (not one of the C library's rs_status)
 
 /* In-place tensors: output index -> aliased input index. */
 struct Alias {
@@ -184,6 +185,7 @@ class ReplaySSMPlugin : public IPluginV3, public IPluginV3OneCore, public IPlugi
                                       in[1].dims.d[0], mP.pad_slot_id, mP.flush_all, stream);
     }
     (void)out;
+    if (status == kReported) return -1;
     if (status != RS_SUCCESS) {
       std::fprintf(stderr, "[replayssm] %s: %s: %s\n", pluginName(mKind), rs_status_string(status), rs_last_error_message());
       return -1;
@@ -223,7 +225,7 @@ class ReplaySSMPlugin : public IPluginV3, public IPluginV3OneCore, public IPlugi
       if (mP.max_slots < a.num_slots) {  // (onShapeChange reports it first)
         std::fprintf(stderr, "[replayssm] %s: the state has %lld slots, more than max_slots %d\n", pluginName(mKind),
                      static_cast<long long>(a.num_slots), mP.max_slots);
-        return RS_ERR_INVALID_ARGUMENT;
+        return kReported;
       }
       int status = ensureRings(a, in[1].type, stream);
       if (status != RS_SUCCESS) return status;
@@ -288,13 +290,26 @@ class ReplaySSMPlugin : public IPluginV3, public IPluginV3OneCore, public IPlugi
   /* Owned rings: zeroed device memory for every slot of the pool, allocated once. */
   int ensureRings(rs_mamba2_step_args const& a, DataType act, cudaStream_t stream) {
     if (mXCache) return RS_SUCCESS;
+    // Captured, the zeroing would become a node of the graph and empty every ring and cursor at
+    // each replay (no checkpoint would ever be stored); TensorRT's own advice holds: enqueue once
+    // before capturing.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
+      std::fprintf(stderr, "[replayssm] %s: the first enqueue allocates the rings and cannot be captured in a CUDA "
+                   "graph: run the engine once before capturing\n", pluginName(mKind));
+      return kReported;
+    }
     size_t const e = act == DataType::kFLOAT ? 4 : 2, S = static_cast<size_t>(mP.max_slots), L = mP.buffer_len;
     size_t const sizes[4] = {S * a.nheads * L * a.headdim * e, S * a.nheads * L * 4, S * a.ngroups * L * a.dstate * e, S * 4};
     void** ptrs[4] = {&mXCache, &mDtCache, &mBCache, reinterpret_cast<void**>(&mWritePos)};
     for (int i = 0; i < 4; ++i) {
-      if (cudaMalloc(ptrs[i], sizes[i]) != cudaSuccess || cudaMemsetAsync(*ptrs[i], 0, sizes[i], stream) != cudaSuccess) {
+      cudaError_t err = cudaMalloc(ptrs[i], sizes[i]);
+      if (err == cudaSuccess) err = cudaMemsetAsync(*ptrs[i], 0, sizes[i], stream);
+      if (err != cudaSuccess) {
+        std::fprintf(stderr, "[replayssm] %s: allocating %zu bytes of rings: %s\n", pluginName(mKind), sizes[i],
+                     cudaGetErrorString(err));
         releaseRings();
-        return RS_ERR_CUDA;
+        return kReported;
       }
     }
     return RS_SUCCESS;

@@ -383,8 +383,10 @@ class ReplaySSMCreator : public IPluginCreatorV3One {
     }
     if (p.route < RS_ROUTE_OUTPUT_ONLY || p.route > RS_ROUTE_STANDARD || p.buffer_len < 1 || p.buffer_len > 64 ||
         (p.owns_rings && (mKind != Kind::kMamba2Step || p.max_slots < 1)) || (p.has_reset && !p.owns_rings)) {
-      std::fprintf(stderr, "[replayssm] %s: bad plugin fields (route %d, buffer_len %d, owns_rings %d, max_slots %d)\n",
-                   ReplaySSMPlugin::pluginName(mKind), p.route, p.buffer_len, p.owns_rings, p.max_slots);
+      std::fprintf(stderr,
+                   "[replayssm] %s: bad plugin fields (route %d in [0, 3], buffer_len %d in [1, 64], owns_rings %d "
+                   "(Mamba2 only) with max_slots %d >= 1, has_reset %d (with owns_rings only))\n",
+                   ReplaySSMPlugin::pluginName(mKind), p.route, p.buffer_len, p.owns_rings, p.max_slots, p.has_reset);
       return nullptr;
     }
     return new ReplaySSMPlugin(mKind, p);

@@ -73,6 +73,47 @@ def kernel_library(aot_build, tmp_path_factory) -> Path:
     return _built_once(tmp_path_factory, "cmake", make) / "libreplayssm_kernels.so"
 
 
+class TRTPlugins:
+    """``libreplayssm_trt_plugins.so`` built against TensorRT's headers, and how to build a
+    program that drives it (tests/aot/trt_plugin_*.cpp: TensorRT's headers, cudart)."""
+
+    def __init__(self, library: Path, includes, cudart: Path):
+        self.library, self.includes, self.cudart = library, includes, cudart
+
+    def compile(self, source: Path, out: Path) -> Path:
+        subprocess.run(["c++", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-Wno-deprecated-declarations",
+                        *[f"-isystem{d}" for d in self.includes], str(source), "-o", str(out), str(self.cudart),
+                        f"-Wl,-rpath,{self.cudart.parent}", "-ldl"], check=True, timeout=300)
+        return out
+
+
+@pytest.fixture(scope="session")
+def trt_plugins(aot_build, tmp_path_factory) -> TRTPlugins:
+    """The plugins built by CMake against TRT_INCLUDE_DIR (TensorRT 10.x or 11.x headers)."""
+    inc = os.environ.get("TRT_INCLUDE_DIR")
+    if not inc or not (Path(inc) / "NvInferRuntime.h").exists():
+        pytest.skip("TRT_INCLUDE_DIR does not point at TensorRT's include/ (the headers are not shipped here)")
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake is not installed")
+
+    def make(build):
+        subprocess.run(["cmake", "-S", str(REPO), "-B", str(build), f"-DREPLAYSSM_AOT_DIR={aot_build}",
+                        "-DREPLAYSSM_ARCHS=90", f"-DTRT_INCLUDE_DIR={inc}", f"-DPython3_EXECUTABLE={sys.executable}"],
+                       check=True, timeout=300, capture_output=True, text=True)
+        subprocess.run(["cmake", "--build", str(build), "-j", "4"], check=True, timeout=900, capture_output=True,
+                       text=True)
+
+    build = _built_once(tmp_path_factory, "trt_plugins", make)
+    library = build / "libreplayssm_trt_plugins.so"
+    if not library.exists():
+        pytest.skip("CMake found no CUDA toolkit (cudart), so it built the kernel library only")
+    cache = dict(line.split("=", 1) for line in (build / "CMakeCache.txt").read_text().splitlines()
+                 if "=" in line and not line.startswith(("#", "//")))
+    # (TensorRT's headers include cuda_runtime_api.h: the toolkit's, next to cuda.h)
+    return TRTPlugins(library, [Path(inc), Path(cache["CUDA_DRIVER_INCLUDE_DIR:PATH"])],
+                      Path(cache["CUDA_cudart_LIBRARY:FILEPATH"]))
+
+
 # -- stand-in TensorRT-LLM packages (tests/integration): each written to a folder of its own,
 # first on the path, and forgotten afterwards with whatever was patched --
 def _forget_trtllm():

@@ -306,36 +306,11 @@ def test_c_abi_gdn_and_cursor_checks(lib):
 
 
 
-@pytest.fixture(scope="module")
-def trt_plugins(aot_build, tmp_path_factory):
-    """``libreplayssm_trt_plugins.so`` built against TensorRT's headers (TRT_INCLUDE_DIR: 10.x
-    or 11.x), and that include folder."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    inc = os.environ.get("TRT_INCLUDE_DIR")
-    if not inc or not (Path(inc) / "NvInferRuntime.h").exists():
-        pytest.skip("TRT_INCLUDE_DIR does not point at TensorRT's include/ (the headers are not shipped here)")
-    repo, build = Path(__file__).resolve().parents[2], tmp_path_factory.mktemp("trt_plugins")
-    subprocess.run(["cmake", "-S", str(repo), "-B", str(build), f"-DREPLAYSSM_AOT_DIR={aot_build}",
-                    f"-DTRT_INCLUDE_DIR={inc}", f"-DPython3_EXECUTABLE={sys.executable}"], check=True, timeout=300,
-                   capture_output=True, text=True)
-    subprocess.run(["cmake", "--build", str(build), "-j", "2"], check=True, timeout=900, capture_output=True, text=True)
-    library = build / "libreplayssm_trt_plugins.so"
-    if not library.exists():
-        pytest.skip("CMake found no CUDA toolkit (cudart), so it built the kernel library only")
-    cache = (build / "CMakeCache.txt").read_text()
-    cuda_inc = next(line.split("=", 1)[1] for line in cache.splitlines() if line.startswith("CUDA_DRIVER_INCLUDE_DIR:"))
-    return library, [Path(inc), Path(cuda_inc)]  # (TensorRT's headers include cuda_runtime_api.h)
-
-
 def test_tensorrt_plugins_compile(trt_plugins):
     """The IPluginV3 sources build against TensorRT's headers and export the registry's entry."""
     import subprocess
 
-    symbols = subprocess.run(["nm", "-D", "--defined-only", str(trt_plugins[0])],
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(trt_plugins.library)],
                              check=True, capture_output=True, text=True).stdout
     assert " getCreators" in symbols
 
@@ -347,12 +322,8 @@ def test_tensorrt_plugins_as_the_builder_calls_them(trt_plugins, tmp_path):
     import subprocess
     from pathlib import Path
 
-    library, includes = trt_plugins
-    harness = tmp_path / "harness"
-    subprocess.run(["c++", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-Wno-deprecated-declarations",
-                    *[f"-isystem{d}" for d in includes], str(Path(__file__).with_name("trt_plugin_harness.cpp")),
-                    "-o", str(harness), "-ldl"], check=True, timeout=300)
-    run = subprocess.run([str(harness), str(library)], capture_output=True, text=True, timeout=120)
+    harness = trt_plugins.compile(Path(__file__).with_name("trt_plugin_harness.cpp"), tmp_path / "harness")
+    run = subprocess.run([str(harness), str(trt_plugins.library)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "all checks held" in run.stdout
     # the shape check said what was wrong, naming the input

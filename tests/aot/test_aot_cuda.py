@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 
+import numpy as np
 import pytest
 import torch
 
@@ -573,3 +574,67 @@ def test_c_abi_gdn_spec_verify_equals_jit(lib, batch):
         assert flushed >= batch, flushed  # every row flushed at least once on the way
         runs[path] = (outs, state, rings["d_ring"], wp, origin)
     _assert_runs_equal(runs["jit"], runs["c"])
+
+
+def test_tensorrt_plugin_enqueue_equals_jit(trt_plugins, tmp_path):
+    """``ReplaySSMMamba2Step`` with plugin-owned rings (the form examples/trtllm_build builds),
+    enqueued outside TensorRT by ``trt_plugin_enqueue.cpp`` over more than two ring cycles,
+    against the JIT step on a ring cache of its own: rows enter decode at staggered steps
+    (``new_slots``), one moves to a new request's slot mid-run, a padding row's output is
+    never written; outputs at every step and the final states bit for bit."""
+    import subprocess
+    from pathlib import Path
+
+    g = model("nemotron-3-super").geom
+    H, P, N, G = g.nheads, g.headdim, g.dstate, g.ngroups
+    S, B, T, MOVE = 6, 4, 3 * L, 25
+    start = [0, 3, 7, None]  # the step each row's request starts decoding (None: a padding row)
+
+    def slots_at(t):  # row 2's request ends at step MOVE; the next one decodes in slot 5
+        return [-1 if s is None or t < s else 5 if (r == 2 and t >= MOVE) else [4, 1, 2][r]
+                for r, s in enumerate(start)]
+
+    def new_at(t):  # the slots whose request decodes for the first time at step t
+        return [slot if t == start[r] or (r == 2 and t == MOVE) else -1 for r, slot in enumerate(slots_at(t))]
+
+    gen = torch.Generator().manual_seed(0)
+    state0 = torch.randn(S, H, P, N, generator=gen)
+    A, D, dt_bias = -torch.rand(H, generator=gen) - 0.5, torch.randn(H, generator=gen), torch.randn(H, generator=gen)
+    y_init = torch.full((B, H, P), 7.0, dtype=torch.bfloat16)  # a padding row's output keeps it
+    bf16 = lambda *shape: torch.randn(*shape, generator=gen).to(torch.bfloat16)
+    steps = [dict(x=bf16(B, H, P), dt=bf16(B, H), B=bf16(B, G, N), C=bf16(B, G, N), z=bf16(B, H, P),
+                  slot=torch.tensor(slots_at(t), dtype=torch.int32), new=torch.tensor(new_at(t), dtype=torch.int32))
+             for t in range(T)]
+
+    def save(name, t):
+        t.contiguous().view(torch.uint8).numpy().tofile(tmp_path / name)
+
+    (tmp_path / "sizes.txt").write_text(f"{S} {B} {H} {P} {N} {G} {L} {T}")
+    for name, value in dict(state=state0, A=A, D=D, dt_bias=dt_bias, y_init=y_init).items():
+        save(f"{name}.bin", value)
+    for t, s in enumerate(steps):
+        for name, value in s.items():
+            save(f"{name}_{t}.bin", value)
+    runner = trt_plugins.compile(Path(__file__).with_name("trt_plugin_enqueue.cpp"), tmp_path / "runner")
+    run = subprocess.run([str(runner), str(trt_plugins.library), str(tmp_path)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+    cache = Mamba2ReplayCache(g, 1, S, L, torch.float32, torch.bfloat16, "cuda")
+    cache.ssm_state[0].copy_(state0)
+    y = y_init.cuda()
+    cuda = lambda t: t.cuda()
+    for t, s in enumerate(steps):
+        cache.reset(cuda(s["new"]))
+        rs.selective_state_update_replayssm(cache.ssm_state[0], cuda(s["x"]), cuda(s["dt"]), cuda(A), cuda(s["B"]),
+                                            cuda(s["C"]), D=cuda(D), z=cuda(s["z"]), dt_bias=cuda(dt_bias),
+                                            dt_softplus=True, state_batch_indices=cuda(s["slot"]), out=y,
+                                            route="output_only", **cache.ring_kwargs(0))
+        cache.advance(cuda(s["slot"]))
+        got = torch.from_numpy(np.fromfile(tmp_path / f"y_{t}.bin", dtype=np.int16)).view(torch.bfloat16)
+        assert torch.equal(got.view(B, H, P), y.cpu()), f"step {t}"
+    assert torch.equal(y[3].cpu(), y_init[3])  # the padding row
+    state = torch.from_numpy(np.fromfile(tmp_path / "state_out.bin", dtype=np.float32)).view(S, H, P, N)
+    assert torch.equal(state, cache.ssm_state[0].cpu())
+    assert not torch.equal(state[[4, 1, 2, 5]], state0[[4, 1, 2, 5]])  # every used slot stored a checkpoint
+    assert torch.equal(state[[0, 3]], state0[[0, 3]])  # and no other

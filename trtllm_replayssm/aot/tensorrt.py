@@ -61,12 +61,20 @@ def _fields(**values):
     return trt.PluginFieldCollection(fields)
 
 
+def _route_code(route: str) -> int:
+    if route not in ROUTE_CODES:
+        raise ValueError(f"route must be one of {tuple(ROUTE_CODES)}, got {route!r}")
+    return ROUTE_CODES[route]
+
+
 def _add(network, plugin_name: str, inputs: Sequence, **fields):
     trt = _trt()
     creator = trt.get_plugin_registry().get_creator(plugin_name, VERSION, NAMESPACE)
     if creator is None:
         raise RuntimeError(f"{NAMESPACE}::{plugin_name} is not registered: call load_plugins() first")
     plugin = creator.create_plugin(plugin_name, _fields(**fields), trt.TensorRTPhase.BUILD)
+    if plugin is None:  # (the creator printed which rule the fields broke)
+        raise RuntimeError(f"{NAMESPACE}::{plugin_name} refused its fields {fields}")
     layer = network.add_plugin_v3(list(inputs), [], plugin)
     return [layer.get_output(i) for i in range(layer.num_outputs)]
 
@@ -81,9 +89,13 @@ def add_mamba2_step(network, state, x, dt, A, B, C, D, dt_bias, slot_idx, rings=
     first. Returns the output, then the updated state (and rings) that alias the inputs."""
     if new_slots is not None and rings is not None:
         raise ValueError("new_slots is for plugin-owned rings; with network rings reset them with the cursor op")
+    if rings is None and max_slots < 1:
+        raise ValueError(f"plugin-owned rings (rings=None) need max_slots, the state pool's slots; got {max_slots}")
+    if rings is not None and len(rings) != 4:
+        raise ValueError(f"rings must be (x_cache, dt_cache, B_cache, write_pos), got {len(rings)} tensors")
     extra = [t for t in (z, force_flush, new_slots) if t is not None]
     inputs = [state, x, dt, A, B, C, D, dt_bias, slot_idx] + list(rings or []) + extra
-    return _add(network, "ReplaySSMMamba2Step", inputs, route=ROUTE_CODES[route], pad_slot_id=pad_slot_id,
+    return _add(network, "ReplaySSMMamba2Step", inputs, route=_route_code(route), pad_slot_id=pad_slot_id,
                 has_z=z is not None, has_force_flush=force_flush is not None, has_reset=new_slots is not None,
                 owns_rings=rings is None, max_slots=max_slots, buffer_len=buffer_len)
 
@@ -95,7 +107,7 @@ def add_gdn_step(network, state, q, k, v, a, b, A_log, dt_bias, slot_idx, d_cach
     (:func:`~trtllm_replayssm.cache.gdn_ring_dtype`: bf16 beside a bf16 state, else fp32)."""
     inputs = [state, q, k, v, a, b, A_log, dt_bias, slot_idx, d_cache, k_cache, g_cache, write_pos]
     inputs += [force_flush] if force_flush is not None else []
-    return _add(network, "ReplaySSMGDNStep", inputs, route=ROUTE_CODES[route], pad_slot_id=pad_slot_id,
+    return _add(network, "ReplaySSMGDNStep", inputs, route=_route_code(route), pad_slot_id=pad_slot_id,
                 has_force_flush=force_flush is not None, scale=float(scale))
 
 

@@ -517,7 +517,7 @@ int rs_mamba2_step(const rs_mamba2_step_args* a, void* stream) {
   X(stride_k_h, INT(a->stride_k[1])) X(stride_v_b, INT(a->stride_v[0])) X(stride_v_h, INT(a->stride_v[1]))       \
   X(stride_a_b, INT(a->stride_a[0])) X(stride_a_h, INT(a->stride_a[1])) X(stride_b_b, INT(a->stride_b[0]))       \
   X(stride_b_h, INT(a->stride_b[1])) X(stride_out_b, INT(a->stride_out[0])) X(stride_out_h, INT(a->stride_out[1])) \
-  X(scale, FLT(a->scale)) X(softplus_beta, FLT(a->softplus_beta)) X(softplus_threshold, FLT(a->softplus_threshold))
+  X(scale, FLT(scale)) X(softplus_beta, FLT(a->softplus_beta)) X(softplus_threshold, FLT(a->softplus_threshold))
 
 int rs_gdn_step(const rs_gdn_step_args* a, void* stream) {
   if (!a) return fail(RS_ERR_INVALID_ARGUMENT, "args is NULL");
@@ -539,6 +539,8 @@ int rs_gdn_step(const rs_gdn_step_args* a, void* stream) {
   if (!standard && (a->buffer_len < 1 || a->buffer_len > 64))
     return fail(RS_ERR_INVALID_ARGUMENT, "buffer_len %lld outside [1, 64]", (long long)a->buffer_len);
   if (a->batch == 0) return RS_SUCCESS;
+  /* 0: the default 1/sqrt(K), as the Python entry point's None (a zero scale would zero every output) */
+  const double scale = a->scale != 0.f ? a->scale : 1.0 / sqrt((double)a->head_k_dim);
   char key[256];
   /* (the standard route has no ring: its key names none, as its L is 0) */
   snprintf(key, sizeof key, "gdn_step|H=%lld|HV=%lld|K=%lld|L=%lld|V=%lld|act=%s|ff=%d|ring=%s|route=%s|state=%s",

@@ -102,7 +102,7 @@ typedef struct {
   int64_t stride_state[3];
   int64_t stride_q[2], stride_k[2], stride_v[2], stride_a[2], stride_b[2], stride_out[2];
   int64_t stride_d_cache[3], stride_k_cache[3], stride_g_cache[2];
-  float scale, softplus_beta, softplus_threshold;
+  float scale, softplus_beta, softplus_threshold; /* scale 0: 1/sqrt(K) */
   int32_t state_dtype, act_dtype;
   int32_t route;
   int32_t ring_dtype;     /* rs_dtype of d_cache and k_cache (0, RS_DTYPE_FP32, in a zeroed struct) */

@@ -241,7 +241,7 @@ def _gdn_c_args(cache, slots, step, A_log, dt_bias, out, route) -> GDNStepArgs:
     a.stride_d_cache[:] = ring["d_cache"].stride()[:3]
     a.stride_k_cache[:] = ring["k_cache"].stride()[:3]
     a.stride_g_cache[:] = ring["g_cache"].stride()[:2]
-    a.scale, a.softplus_beta, a.softplus_threshold = g.head_k_dim ** -0.5, 1.0, 20.0
+    a.scale, a.softplus_beta, a.softplus_threshold = 0.0, 1.0, 20.0  # scale 0: 1/sqrt(K), as the plugin passes it
     a.state_dtype, a.act_dtype, a.route = DTYPE_CODES[_name(st.dtype)], DTYPE_CODES["bf16"], ROUTE_CODES[route]
     a.ring_dtype = DTYPE_CODES[_name(cache.ring_dtype)]
     return a
@@ -576,15 +576,38 @@ def test_c_abi_gdn_spec_verify_equals_jit(lib, batch):
     _assert_runs_equal(runs["jit"], runs["c"])
 
 
-def test_tensorrt_plugin_enqueue_equals_jit(trt_plugins, tmp_path):
-    """``ReplaySSMMamba2Step`` with plugin-owned rings (the form examples/trtllm_build builds),
-    enqueued outside TensorRT by ``trt_plugin_enqueue.cpp`` over more than two ring cycles,
-    against the JIT step on a ring cache of its own: rows enter decode at staggered steps
-    (``new_slots``), one moves to a new request's slot mid-run, a padding row's output is
-    never written; outputs at every step and the final states bit for bit."""
+def _enqueue_plugin(trt_plugins, mode, folder, sizes, tensors, steps):
+    """Write ``tensors`` and each step's, run ``trt_plugin_enqueue.cpp`` (``mode``) on them."""
     import subprocess
     from pathlib import Path
 
+    def save(name, t):
+        t.contiguous().view(torch.uint8).numpy().tofile(folder / name)
+
+    (folder / "sizes.txt").write_text(" ".join(map(str, sizes)))
+    for name, value in tensors.items():
+        save(f"{name}.bin", value)
+    for t, step in enumerate(steps):
+        for name, value in step.items():
+            save(f"{name}_{t}.bin", value)
+    runner = trt_plugins.compile(Path(__file__).with_name("trt_plugin_enqueue.cpp"), folder / "runner")
+    run = subprocess.run([str(runner), str(trt_plugins.library), mode, str(folder)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def _written(folder, name, like):
+    """What the runner wrote to ``name`` (a tensor of ``like``'s shape and dtype, on the CPU)."""
+    raw = torch.from_numpy(np.fromfile(folder / name, dtype=np.uint8))
+    return raw.view(like.dtype).view(like.shape)
+
+
+def test_tensorrt_plugin_enqueue_equals_jit(trt_plugins, tmp_path):
+    """``ReplaySSMMamba2Step`` with plugin-owned rings (the form examples/trtllm_build builds),
+    enqueued outside TensorRT by ``trt_plugin_enqueue.cpp`` over three ring cycles, against
+    the JIT step on a ring cache of its own: rows enter decode at staggered steps
+    (``new_slots``), one moves to a new request's slot mid-run, a padding row's output is
+    never written; outputs at every step and the final states bit for bit."""
     g = model("nemotron-3-super").geom
     H, P, N, G = g.nheads, g.headdim, g.dstate, g.ngroups
     S, B, T, MOVE = 6, 4, 3 * L, 25
@@ -601,40 +624,71 @@ def test_tensorrt_plugin_enqueue_equals_jit(trt_plugins, tmp_path):
     state0 = torch.randn(S, H, P, N, generator=gen)
     A, D, dt_bias = -torch.rand(H, generator=gen) - 0.5, torch.randn(H, generator=gen), torch.randn(H, generator=gen)
     y_init = torch.full((B, H, P), 7.0, dtype=torch.bfloat16)  # a padding row's output keeps it
-    bf16 = lambda *shape: torch.randn(*shape, generator=gen).to(torch.bfloat16)
+    bf16 = lambda *shape: torch.randn(*shape, generator=gen).to(torch.bfloat16)  # noqa: E731
     steps = [dict(x=bf16(B, H, P), dt=bf16(B, H), B=bf16(B, G, N), C=bf16(B, G, N), z=bf16(B, H, P),
                   slot=torch.tensor(slots_at(t), dtype=torch.int32), new=torch.tensor(new_at(t), dtype=torch.int32))
              for t in range(T)]
-
-    def save(name, t):
-        t.contiguous().view(torch.uint8).numpy().tofile(tmp_path / name)
-
-    (tmp_path / "sizes.txt").write_text(f"{S} {B} {H} {P} {N} {G} {L} {T}")
-    for name, value in dict(state=state0, A=A, D=D, dt_bias=dt_bias, y_init=y_init).items():
-        save(f"{name}.bin", value)
-    for t, s in enumerate(steps):
-        for name, value in s.items():
-            save(f"{name}_{t}.bin", value)
-    runner = trt_plugins.compile(Path(__file__).with_name("trt_plugin_enqueue.cpp"), tmp_path / "runner")
-    run = subprocess.run([str(runner), str(trt_plugins.library), str(tmp_path)], capture_output=True, text=True,
-                         timeout=300)
-    assert run.returncode == 0, run.stdout + run.stderr
+    _enqueue_plugin(trt_plugins, "mamba2", tmp_path, (S, B, H, P, N, G, L, T),
+                    dict(state=state0, A=A, D=D, dt_bias=dt_bias, y_init=y_init), steps)
 
     cache = Mamba2ReplayCache(g, 1, S, L, torch.float32, torch.bfloat16, "cuda")
     cache.ssm_state[0].copy_(state0)
     y = y_init.cuda()
-    cuda = lambda t: t.cuda()
     for t, s in enumerate(steps):
-        cache.reset(cuda(s["new"]))
-        rs.selective_state_update_replayssm(cache.ssm_state[0], cuda(s["x"]), cuda(s["dt"]), cuda(A), cuda(s["B"]),
-                                            cuda(s["C"]), D=cuda(D), z=cuda(s["z"]), dt_bias=cuda(dt_bias),
-                                            dt_softplus=True, state_batch_indices=cuda(s["slot"]), out=y,
-                                            route="output_only", **cache.ring_kwargs(0))
-        cache.advance(cuda(s["slot"]))
-        got = torch.from_numpy(np.fromfile(tmp_path / f"y_{t}.bin", dtype=np.int16)).view(torch.bfloat16)
-        assert torch.equal(got.view(B, H, P), y.cpu()), f"step {t}"
+        s = {k: v.cuda() for k, v in s.items()}
+        cache.reset(s["new"])
+        rs.selective_state_update_replayssm(cache.ssm_state[0], s["x"], s["dt"], A.cuda(), s["B"], s["C"],
+                                            D=D.cuda(), z=s["z"], dt_bias=dt_bias.cuda(), dt_softplus=True,
+                                            state_batch_indices=s["slot"], out=y, route="output_only",
+                                            **cache.ring_kwargs(0))
+        cache.advance(s["slot"])
+        assert torch.equal(_written(tmp_path, f"y_{t}.bin", y_init), y.cpu()), f"step {t}"
     assert torch.equal(y[3].cpu(), y_init[3])  # the padding row
-    state = torch.from_numpy(np.fromfile(tmp_path / "state_out.bin", dtype=np.float32)).view(S, H, P, N)
+    state = _written(tmp_path, "state_out.bin", state0)
     assert torch.equal(state, cache.ssm_state[0].cpu())
     assert not torch.equal(state[[4, 1, 2, 5]], state0[[4, 1, 2, 5]])  # every used slot stored a checkpoint
     assert torch.equal(state[[0, 3]], state0[[0, 3]])  # and no other
+
+
+def test_tensorrt_gdn_plugins_enqueue_equal_jit(trt_plugins, tmp_path):
+    """``ReplaySSMGDNStep`` on network rings (its q scale left at the field's default, 0: 1/sqrt(K))
+    then ``ReplaySSMAdvance``, enqueued outside TensorRT over two ring cycles from staggered
+    cursors and non-empty rings, against the JIT step and cursor op: outputs at every step,
+    then state, rings and cursors, bit for bit; a padding row's output never written."""
+    g = model("qwen3.5-4b").geom
+    H, HV, K, V = g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim
+    S, B, T = 6, 4, 2 * L + 3
+    gen = torch.Generator().manual_seed(1)
+    start = dict(state=torch.randn(S, HV, V, K, generator=gen) * 0.1,
+                 d_cache=torch.randn(S, HV, L, V, generator=gen), k_cache=torch.randn(S, H, L, K, generator=gen) * 0.1,
+                 g_cache=-torch.rand(S, HV, L, generator=gen) * 0.1,
+                 write_pos=torch.tensor([5, 0, 11, 3, 15, 9], dtype=torch.int32))  # staggered, some rings full
+    A_log, dt_bias = torch.randn(HV, generator=gen), torch.randn(HV, generator=gen)
+    y_init = torch.full((B, HV, V), 7.0, dtype=torch.bfloat16)
+    slots = torch.tensor([4, 0, 2, -1], dtype=torch.int32)  # row 3 pads
+    bf16 = lambda *shape: torch.randn(*shape, generator=gen).to(torch.bfloat16)  # noqa: E731
+    steps = [dict(q=bf16(B, H, K), k=bf16(B, H, K), v=bf16(B, HV, V), a=bf16(B, HV), b=bf16(B, HV), slot=slots)
+             for _ in range(T)]
+    _enqueue_plugin(trt_plugins, "gdn", tmp_path, (S, B, H, HV, K, V, L, T),
+                    dict(**start, A_log=A_log, dt_bias=dt_bias, y_init=y_init), steps)
+
+    cache = GDNReplayCache(g, 1, S, L, torch.float32, device="cuda")
+    assert cache.ring_dtype == torch.float32  # the runner's rings
+    cache.ssm_state[0].copy_(start["state"])
+    for name in ("d_cache", "k_cache", "g_cache"):
+        getattr(cache, name)[0].copy_(start[name])
+    cache.write_pos.copy_(start["write_pos"])
+    y = y_init.cuda()
+    for t, s in enumerate(steps):
+        s = {k: v.cuda() for k, v in s.items()}
+        rs.fused_recurrent_gated_delta_rule_replayssm(cache.ssm_state[0], s["q"], s["k"], s["v"], s["a"], s["b"],
+                                                      A_log.cuda(), dt_bias.cuda(), initial_state_indices=s["slot"],
+                                                      out=y, route="output_only", **cache.ring_kwargs(0))
+        cache.advance(s["slot"])
+        assert torch.equal(_written(tmp_path, f"y_{t}.bin", y_init), y.cpu()), f"step {t}"
+    assert torch.equal(y[3].cpu(), y_init[3])
+    assert torch.equal(_written(tmp_path, "state_out.bin", start["state"]), cache.ssm_state[0].cpu())
+    for name in ("d_cache", "k_cache", "g_cache"):
+        assert torch.equal(_written(tmp_path, f"{name}_out.bin", start[name]), getattr(cache, name)[0].cpu()), name
+    assert torch.equal(_written(tmp_path, "write_pos_out.bin", start["write_pos"]), cache.write_pos.cpu())
+    assert not torch.equal(cache.ssm_state[0][[4, 0, 2]].cpu(), start["state"][[4, 0, 2]])  # flushes happened

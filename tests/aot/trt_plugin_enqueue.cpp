@@ -1,16 +1,24 @@
 /*
- * Runs ReplaySSMMamba2Step's enqueue on the GPU outside TensorRT (its headers only), in the
- * form examples/trtllm_build builds: rings and cursors owned by the plugin (owns_rings,
- * has_reset, has_z, route output_only). tests/aot/test_aot_cuda.py writes the inputs of a
- * few ring cycles and compares what this writes back with the JIT kernels' step.
+ * Runs the ReplaySSM plugins' enqueue on the GPU outside TensorRT (its headers only).
+ * tests/aot/test_aot_cuda.py writes the inputs of a few ring cycles and compares what this
+ * writes back with the JIT kernels' steps.
  *
- *   trt_plugin_enqueue libreplayssm_trt_plugins.so DIR
+ *   trt_plugin_enqueue libreplayssm_trt_plugins.so mamba2|gdn DIR
  *
- * DIR/sizes.txt: "S B H P N G L T" (slots, batch, heads, headdim, dstate, groups, ring length,
- * steps); DIR holds state.bin (fp32 S*H*P*N), A.bin, D.bin, dt_bias.bin (fp32 H), y_init.bin
- * (bf16 B*H*P) and for each step t: x_t.bin, z_t.bin (bf16 B*H*P), dt_t.bin (bf16 B*H),
- * B_t.bin, C_t.bin (bf16 B*G*N), slot_t.bin, new_t.bin (int32 B). Writes y_t.bin after each
- * step and state_out.bin at the end. Exit 0 when every enqueue succeeded.
+ * mamba2: ReplaySSMMamba2Step in the form examples/trtllm_build builds (rings and cursors owned
+ *   by the plugin; owns_rings, has_reset, has_z, route output_only). DIR/sizes.txt: "S B H P N
+ *   G L T" (slots, batch, heads, headdim, dstate, groups, ring length, steps); DIR holds
+ *   state.bin (fp32 S*H*P*N), A.bin, D.bin, dt_bias.bin (fp32 H), y_init.bin (bf16 B*H*P) and
+ *   for each step t: x_t.bin, z_t.bin (bf16 B*H*P), dt_t.bin (bf16 B*H), B_t.bin, C_t.bin
+ *   (bf16 B*G*N), slot_t.bin, new_t.bin (int32 B).
+ * gdn: ReplaySSMGDNStep on network rings, then ReplaySSMAdvance on the cursors. DIR/sizes.txt:
+ *   "S B H HV K V L T"; DIR holds state.bin (fp32 S*HV*V*K), d_cache.bin (fp32 S*HV*L*V),
+ *   k_cache.bin (fp32 S*H*L*K), g_cache.bin (fp32 S*HV*L), write_pos.bin (int32 S), A_log.bin,
+ *   dt_bias.bin (fp32 HV), y_init.bin (bf16 B*HV*V) and for each step t: q_t.bin, k_t.bin
+ *   (bf16 B*H*K), v_t.bin (bf16 B*HV*V), a_t.bin, b_t.bin (bf16 B*HV), slot_t.bin (int32 B).
+ *
+ * Writes y_t.bin after each step and, at the end, state_out.bin (gdn: also the rings' and the
+ * cursors' *_out.bin). Exit 0 when every enqueue succeeded.
  */
 #include "NvInferRuntime.h"
 
@@ -77,16 +85,111 @@ struct Tensor {
   }
 };
 
+/* A plugin as an engine gets it at run time: created from its serialised fields, attached. */
+IPluginV3OneRuntime* loadPlugin(IPluginCreatorInterface* const* creators, int32_t n, char const* name,
+                                std::vector<std::pair<char const*, int32_t>> const& values) {
+  IPluginCreatorV3One* creator = nullptr;
+  for (int32_t i = 0; i < n; ++i)
+    if (std::strcmp(static_cast<IPluginCreatorV3One*>(creators[i])->getPluginName(), name) == 0)
+      creator = static_cast<IPluginCreatorV3One*>(creators[i]);
+  if (!creator) return nullptr;
+  std::vector<int32_t> v;
+  for (auto const& kv : values) v.push_back(kv.second);
+  std::vector<PluginField> fields;
+  for (size_t i = 0; i < values.size(); ++i) fields.emplace_back(values[i].first, &v[i], PluginFieldType::kINT32, 1);
+  PluginFieldCollection fc{static_cast<int32_t>(fields.size()), fields.data()};
+  IPluginV3* built = creator->createPlugin(name, &fc, TensorRTPhase::kBUILD);
+  if (!built) return nullptr;
+  auto rt = static_cast<IPluginV3OneRuntime*>(built->getCapabilityInterface(PluginCapabilityType::kRUNTIME));
+  IPluginV3* loaded = creator->createPlugin(name, rt->getFieldsToSerialize(), TensorRTPhase::kRUNTIME);
+  IPluginV3* attached = static_cast<IPluginV3OneRuntime*>(loaded->getCapabilityInterface(PluginCapabilityType::kRUNTIME))
+                            ->attachToContext(nullptr);
+  delete built;
+  delete loaded;
+  return static_cast<IPluginV3OneRuntime*>(attached->getCapabilityInterface(PluginCapabilityType::kRUNTIME));
+}
+
+/* One enqueue of `plugin` on inputs `in` (by index) and outputs `out`; 0 on success. */
+int enqueue(IPluginV3OneRuntime* plugin, std::vector<Tensor*> const& in, std::vector<Tensor*> const& out,
+            cudaStream_t stream) {
+  std::vector<PluginTensorDesc> inDesc, outDesc;
+  std::vector<void const*> inPtr;
+  std::vector<void*> outPtr;
+  for (Tensor* t : in) inDesc.push_back(t->desc), inPtr.push_back(t->ptr);
+  for (Tensor* t : out) outDesc.push_back(t->desc), outPtr.push_back(t->ptr);
+  int32_t const nIn = static_cast<int32_t>(in.size()), nOut = static_cast<int32_t>(out.size());
+  if (plugin->onShapeChange(inDesc.data(), nIn, outDesc.data(), nOut) != 0) return 1;
+  return plugin->enqueue(inDesc.data(), outDesc.data(), inPtr.data(), outPtr.data(), nullptr, stream);
+}
+
+DataType const F32 = DataType::kFLOAT, BF16 = DataType::kBF16, I32 = DataType::kINT32;
+
+int runMamba2(IPluginCreatorInterface* const* creators, int32_t n, cudaStream_t stream) {
+  int64_t S, B, H, P, N, G, L, T;
+  std::ifstream f(dir + "/sizes.txt");
+  if (!(f >> S >> B >> H >> P >> N >> G >> L >> T)) return 2;
+  IPluginV3OneRuntime* plugin =
+      loadPlugin(creators, n, "ReplaySSMMamba2Step",
+                 {{"route", 0}, {"owns_rings", 1}, {"max_slots", static_cast<int32_t>(S)},
+                  {"buffer_len", static_cast<int32_t>(L)}, {"has_z", 1}, {"has_reset", 1}});
+  if (!plugin) return 2;
+  Tensor state({S, H, P, N}, F32, 4), x({B, H, P}, BF16, 2), dt({B, H}, BF16, 2), A({H}, F32, 4),
+      Bm({B, G, N}, BF16, 2), C({B, G, N}, BF16, 2), D({H}, F32, 4), dtBias({H}, F32, 4), slot({B}, I32, 4),
+      z({B, H, P}, BF16, 2), fresh({B}, I32, 4), y({B, H, P}, BF16, 2);
+  state.load("state.bin"), A.load("A.bin"), D.load("D.bin"), dtBias.load("dt_bias.bin"), y.load("y_init.bin");
+  for (int64_t t = 0; t < T; ++t) {
+    std::string const at = "_" + std::to_string(t) + ".bin";
+    x.load("x" + at), dt.load("dt" + at), Bm.load("B" + at), C.load("C" + at), z.load("z" + at);
+    slot.load("slot" + at), fresh.load("new" + at);
+    // inputs: state x dt A B C D dt_bias slot_idx z new_slots; outputs: y, the state in place
+    if (enqueue(plugin, {&state, &x, &dt, &A, &Bm, &C, &D, &dtBias, &slot, &z, &fresh}, {&y, &state}, stream) != 0) {
+      std::fprintf(stderr, "enqueue failed at step %lld\n", static_cast<long long>(t));
+      return 1;
+    }
+    CUDA(cudaStreamSynchronize(stream));
+    y.save("y" + at);
+  }
+  state.save("state_out.bin");
+  return 0;
+}
+
+int runGDN(IPluginCreatorInterface* const* creators, int32_t n, cudaStream_t stream) {
+  int64_t S, B, H, HV, K, V, L, T;
+  std::ifstream f(dir + "/sizes.txt");
+  if (!(f >> S >> B >> H >> HV >> K >> V >> L >> T)) return 2;
+  IPluginV3OneRuntime* step = loadPlugin(creators, n, "ReplaySSMGDNStep", {{"route", 0}});
+  IPluginV3OneRuntime* advance =
+      loadPlugin(creators, n, "ReplaySSMAdvance", {{"buffer_len", static_cast<int32_t>(L)}});
+  if (!step || !advance) return 2;
+  Tensor state({S, HV, V, K}, F32, 4), q({B, H, K}, BF16, 2), k({B, H, K}, BF16, 2), v({B, HV, V}, BF16, 2),
+      a({B, HV}, BF16, 2), b({B, HV}, BF16, 2), A_log({HV}, F32, 4), dtBias({HV}, F32, 4), slot({B}, I32, 4),
+      dCache({S, HV, L, V}, F32, 4), kCache({S, H, L, K}, F32, 4), gCache({S, HV, L}, F32, 4),
+      writePos({S}, I32, 4), y({B, HV, V}, BF16, 2);
+  state.load("state.bin"), dCache.load("d_cache.bin"), kCache.load("k_cache.bin"), gCache.load("g_cache.bin");
+  writePos.load("write_pos.bin"), A_log.load("A_log.bin"), dtBias.load("dt_bias.bin"), y.load("y_init.bin");
+  for (int64_t t = 0; t < T; ++t) {
+    std::string const at = "_" + std::to_string(t) + ".bin";
+    q.load("q" + at), k.load("k" + at), v.load("v" + at), a.load("a" + at), b.load("b" + at), slot.load("slot" + at);
+    // step: state q k v a b A_log dt_bias slot_idx d_cache k_cache g_cache write_pos -> y, state and rings in place
+    if (enqueue(step, {&state, &q, &k, &v, &a, &b, &A_log, &dtBias, &slot, &dCache, &kCache, &gCache, &writePos},
+                {&y, &state, &dCache, &kCache, &gCache}, stream) != 0 ||
+        enqueue(advance, {&writePos, &slot}, {&writePos}, stream) != 0) {
+      std::fprintf(stderr, "enqueue failed at step %lld\n", static_cast<long long>(t));
+      return 1;
+    }
+    CUDA(cudaStreamSynchronize(stream));
+    y.save("y" + at);
+  }
+  state.save("state_out.bin"), dCache.save("d_cache_out.bin"), kCache.save("k_cache_out.bin");
+  gCache.save("g_cache_out.bin"), writePos.save("write_pos_out.bin");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) return 2;
-  dir = argv[2];
-  int64_t S, B, H, P, N, G, L, T;
-  {
-    std::ifstream f(dir + "/sizes.txt");
-    if (!(f >> S >> B >> H >> P >> N >> G >> L >> T)) return 2;
-  }
+  if (argc != 4) return 2;
+  dir = argv[3];
   void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     std::fprintf(stderr, "dlopen: %s\n", dlerror());
@@ -95,60 +198,10 @@ int main(int argc, char** argv) {
   using GetCreators = IPluginCreatorInterface* const* (*)(int32_t&);
   int32_t n = 0;
   IPluginCreatorInterface* const* creators = reinterpret_cast<GetCreators>(dlsym(lib, "getCreators"))(n);
-  IPluginCreatorV3One* mamba2 = nullptr;
-  for (int32_t i = 0; i < n; ++i) {
-    auto c = static_cast<IPluginCreatorV3One*>(creators[i]);
-    if (std::strcmp(c->getPluginName(), "ReplaySSMMamba2Step") == 0) mamba2 = c;
-  }
-  if (!mamba2) return 2;
-
-  int32_t values[6] = {0, 1, static_cast<int32_t>(S), static_cast<int32_t>(L), 1, 1};
-  char const* names[6] = {"route", "owns_rings", "max_slots", "buffer_len", "has_z", "has_reset"};
-  std::vector<PluginField> fields;
-  for (int i = 0; i < 6; ++i) fields.emplace_back(names[i], &values[i], PluginFieldType::kINT32, 1);
-  PluginFieldCollection fc{static_cast<int32_t>(fields.size()), fields.data()};
-  IPluginV3* built = mamba2->createPlugin("ReplaySSMMamba2Step", &fc, TensorRTPhase::kBUILD);
-  if (!built) return 2;
-  // The runtime's copy, as an engine gets it: from the serialised fields, attached to a context.
-  auto core = static_cast<IPluginV3OneRuntime*>(built->getCapabilityInterface(PluginCapabilityType::kRUNTIME));
-  IPluginV3* loaded = mamba2->createPlugin("ReplaySSMMamba2Step", core->getFieldsToSerialize(), TensorRTPhase::kRUNTIME);
-  auto rt = static_cast<IPluginV3OneRuntime*>(loaded->getCapabilityInterface(PluginCapabilityType::kRUNTIME));
-  IPluginV3* plugin = rt->attachToContext(nullptr);
-  auto run = static_cast<IPluginV3OneRuntime*>(plugin->getCapabilityInterface(PluginCapabilityType::kRUNTIME));
-
-  DataType const F32 = DataType::kFLOAT, BF16 = DataType::kBF16, I32 = DataType::kINT32;
-  // inputs: state x dt A B C D dt_bias slot_idx z new_slots; outputs: y, state (aliased)
-  std::vector<Tensor> in = {{{S, H, P, N}, F32, 4}, {{B, H, P}, BF16, 2}, {{B, H}, BF16, 2}, {{H}, F32, 4},
-                            {{B, G, N}, BF16, 2},   {{B, G, N}, BF16, 2}, {{H}, F32, 4},    {{H}, F32, 4},
-                            {{B}, I32, 4},          {{B, H, P}, BF16, 2}, {{B}, I32, 4}};
-  Tensor y({B, H, P}, BF16, 2);
-  in[0].load("state.bin");
-  in[3].load("A.bin");
-  in[6].load("D.bin");
-  in[7].load("dt_bias.bin");
-  y.load("y_init.bin");
-  std::vector<PluginTensorDesc> inDesc, outDesc = {y.desc, in[0].desc};
-  std::vector<void const*> inPtr;
-  for (Tensor const& t : in) inDesc.push_back(t.desc), inPtr.push_back(t.ptr);
-  void* outPtr[2] = {y.ptr, in[0].ptr};  // the state output aliases input 0
-  if (run->onShapeChange(inDesc.data(), static_cast<int32_t>(in.size()), outDesc.data(), 2) != 0) return 1;
   cudaStream_t stream;
   CUDA(cudaStreamCreate(&stream));
-  char const* step[] = {"x", "dt", nullptr, "B", "C", nullptr, nullptr, "slot", "z", "new"};
-  for (int64_t t = 0; t < T; ++t) {
-    for (int i = 1; i <= 10; ++i)
-      if (step[i - 1]) in[i].load(std::string(step[i - 1]) + "_" + std::to_string(t) + ".bin");
-    if (run->enqueue(inDesc.data(), outDesc.data(), inPtr.data(), outPtr, nullptr, stream) != 0) {
-      std::fprintf(stderr, "enqueue failed at step %lld\n", static_cast<long long>(t));
-      return 1;
-    }
-    CUDA(cudaStreamSynchronize(stream));
-    y.save("y_" + std::to_string(t) + ".bin");
-  }
-  in[0].save("state_out.bin");
-  delete plugin;
-  delete loaded;
-  delete built;
-  std::printf("ran %lld steps\n", static_cast<long long>(T));
-  return 0;
+  std::string const mode = argv[2];
+  int const status = mode == "mamba2" ? runMamba2(creators, n, stream) : mode == "gdn" ? runGDN(creators, n, stream) : 2;
+  if (status == 0) std::printf("ran %s\n", mode.c_str());
+  return status;
 }

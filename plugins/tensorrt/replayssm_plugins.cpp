@@ -147,8 +147,9 @@ class ReplaySSMPlugin : public IPluginV3, public IPluginV3OneCore, public IPlugi
       case 1: return act(-1);
       case 2: case 3: case 4: case 5: return act(1);
       case 6: case 7: case 11: return t == DataType::kFLOAT;
-      case 9: return t == DataType::kFLOAT || (t == DataType::kBF16 && inOut[0].desc.type == DataType::kBF16);
-      case 10: return t == inOut[9].desc.type;  // (the d and k rings: fp32, or bf16 beside a bf16 state)
+      // the d and k rings: bf16 beside a bf16 state, else fp32 (cache.gdn_ring_dtype: the only pairs built)
+      case 9: return t == (inOut[0].desc.type == DataType::kBF16 ? DataType::kBF16 : DataType::kFLOAT);
+      case 10: return t == inOut[9].desc.type;
       case 8: case 12: return t == DataType::kINT32;
       default: return t == DataType::kINT8;
     }

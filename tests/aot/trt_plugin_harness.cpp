@@ -230,6 +230,11 @@ void gdnAndAdvance() {
     auto bf16Rings = in;  // bf16 d / k rings need a bf16 state
     bf16Rings[9].t = bf16Rings[10].t = BF16;
     CHECK(!formatsOk(g, bf16Rings, {BF16, F32, BF16, BF16, F32}));
+    auto bf16State = bf16Rings;  // and a bf16 state takes bf16 rings only (the pairs the build has)
+    bf16State[0].t = BF16;
+    CHECK(formatsOk(g, bf16State, {BF16, BF16, BF16, BF16, F32}));
+    bf16State[9].t = bf16State[10].t = F32;
+    CHECK(!formatsOk(g, bf16State, {BF16, BF16, F32, F32, F32}));
     CHECK(configure(g, in) == 0);
     auto run = gdnInputs(Bt);
     CHECK(shapeChange(g, run) == 0);

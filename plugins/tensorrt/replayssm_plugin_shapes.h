@@ -16,7 +16,7 @@
 
 namespace replayssm {
 
-enum class Kind { kMamba2Step, kGDNStep, kAdvance };
+enum class Kind { kMamba2Step, kGDNStep, kAdvance, kReset };
 
 /* Plugin parameters (PluginField names); all int32 except scale (float32). */
 struct Params {
@@ -41,7 +41,8 @@ struct InputLayout {
 /* The inputs in order:
  *   Mamba2: state x dt A B C D dt_bias slot_idx [x_cache dt_cache B_cache write_pos] [z] [force_flush] [new_slots]
  *   GDN:    state q k v a b A_log dt_bias slot_idx d_cache k_cache g_cache write_pos [force_flush]
- *   Advance: write_pos slot_idx [force_flush] */
+ *   Advance: write_pos slot_idx [force_flush]
+ *   Reset:   write_pos new_slots */
 inline std::vector<InputLayout> inputLayouts(Kind kind, Params const& p) {
   std::vector<InputLayout> in;
   if (kind == Kind::kMamba2Step) {
@@ -62,9 +63,11 @@ inline std::vector<InputLayout> inputLayouts(Kind kind, Params const& p) {
           {"k_cache", {"slots", "k_heads", "L", "head_k_dim"}}, {"g_cache", {"slots", "v_heads", "L"}},
           {"write_pos", {"slots"}}};
     if (p.has_force_flush) in.push_back({"force_flush", {"batch"}});
-  } else {
+  } else if (kind == Kind::kAdvance) {
     in = {{"write_pos", {"slots"}}, {"slot_idx", {"batch"}}};
     if (p.has_force_flush) in.push_back({"force_flush", {"batch"}});
+  } else {
+    in = {{"write_pos", {"slots"}}, {"new_slots", {"batch"}}};
   }
   return in;
 }

@@ -4,6 +4,7 @@
  *   ReplaySSMMamba2Step   one Mamba2 decode step (replay routes, standard_step, always_flush)
  *   ReplaySSMGDNStep      one Gated DeltaNet decode step
  *   ReplaySSMAdvance      the cursor advance after every layer of a step
+ *   ReplaySSMReset        slots entering decode: their rings emptied (cursors to 0)
  *
  * Namespace "replayssm", version "1". State, rings and cursors are in-place tensors: each is
  * an input with an aliased output (IPluginV3OneBuildV2::getAliasedInput; the builder needs
@@ -76,18 +77,24 @@ class ReplaySSMPlugin : public IPluginV3, public IPluginV3OneCore, public IPlugi
   char const* getPluginNamespace() const noexcept override { return kNamespace; }
 
   static char const* pluginName(Kind k) {
-    return k == Kind::kMamba2Step ? "ReplaySSMMamba2Step" : k == Kind::kGDNStep ? "ReplaySSMGDNStep" : "ReplaySSMAdvance";
+    switch (k) {
+      case Kind::kMamba2Step: return "ReplaySSMMamba2Step";
+      case Kind::kGDNStep: return "ReplaySSMGDNStep";
+      case Kind::kAdvance: return "ReplaySSMAdvance";
+      default: return "ReplaySSMReset";
+    }
   }
 
   // ---- inputs and outputs (replayssm_plugin_shapes.h lists them) -------------------------
   int32_t numInputs() const { return static_cast<int32_t>(replayssm::inputLayouts(mKind, mP).size()); }
+  bool cursorsOnly() const { return mKind == Kind::kAdvance || mKind == Kind::kReset; }
   std::vector<Alias> aliases() const {
-    if (mKind == Kind::kAdvance) return {{0, 0}};
+    if (cursorsOnly()) return {{0, 0}};
     if (mKind == Kind::kMamba2Step && mP.owns_rings) return {{1, 0}};
     return {{1, 0}, {2, 9}, {3, 10}, {4, 11}};  // state and the three rings (not the cursors: read only here)
   }
   int32_t getNbOutputs() const noexcept override {
-    return static_cast<int32_t>(aliases().size()) + (mKind == Kind::kAdvance ? 0 : 1);
+    return static_cast<int32_t>(aliases().size()) + (cursorsOnly() ? 0 : 1);
   }
   int32_t getAliasedInput(int32_t outputIndex) noexcept override {
     for (auto const& a : aliases())
@@ -127,6 +134,7 @@ class ReplaySSMPlugin : public IPluginV3, public IPluginV3OneCore, public IPlugi
     bool const stateOk = t == DataType::kFLOAT || t == DataType::kBF16;
     auto act = [&](int32_t ref) { return isAct(t) && (ref < 0 || t == inOut[ref].desc.type); };
     if (mKind == Kind::kAdvance) return pos == 2 ? t == DataType::kINT8 : t == DataType::kINT32;
+    if (mKind == Kind::kReset) return t == DataType::kINT32;
     if (mKind == Kind::kMamba2Step) {
       int32_t const z = mP.owns_rings ? 9 : 13;
       switch (pos) {
@@ -179,6 +187,10 @@ class ReplaySSMPlugin : public IPluginV3, public IPluginV3OneCore, public IPlugi
     switch (mKind) {
       case Kind::kMamba2Step: status = enqueueMamba2(in, inputs, outputs, stream); break;
       case Kind::kGDNStep: status = enqueueGDN(in, inputs, outputs, stream); break;
+      case Kind::kReset:
+        status = rs_reset_write_pos(static_cast<int32_t*>(outputs[0]), in[0].dims.d[0],
+                                    static_cast<int32_t const*>(inputs[1]), in[1].dims.d[0], mP.pad_slot_id, stream);
+        break;
       default:
         status = rs_advance_write_pos(static_cast<int32_t*>(outputs[0]), in[0].dims.d[0], mP.buffer_len,
                                       static_cast<int32_t const*>(inputs[1]),
@@ -406,8 +418,8 @@ class ReplaySSMCreator : public IPluginCreatorV3One {
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) IPluginCreatorInterface* const* getCreators(int32_t& nbCreators) {
-  static ReplaySSMCreator mamba2(Kind::kMamba2Step), gdn(Kind::kGDNStep), advance(Kind::kAdvance);
-  static IPluginCreatorInterface* const creators[] = {&mamba2, &gdn, &advance};
-  nbCreators = 3;
+  static ReplaySSMCreator mamba2(Kind::kMamba2Step), gdn(Kind::kGDNStep), advance(Kind::kAdvance), reset(Kind::kReset);
+  static IPluginCreatorInterface* const creators[] = {&mamba2, &gdn, &advance, &reset};
+  nbCreators = 4;
   return creators;
 }

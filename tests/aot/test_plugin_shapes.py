@@ -32,7 +32,7 @@ extern "C" int check_shapes(int kind, int owns_rings, int has_z, int has_force_f
 }
 """
 
-MAMBA2, GDN, ADVANCE = 0, 1, 2
+MAMBA2, GDN, ADVANCE, RESET = 0, 1, 2, 3
 # Sizes that differ from each other, so that a dim taken from the wrong axis shows.
 SLOTS, BATCH, L = 9, 3, 4
 H, P, N, G = 8, 5, 6, 2  # Mamba2
@@ -68,6 +68,7 @@ CASES = {  # name: (kind, flags, inputs)
     "gdn": (GDN, {}, gdn_inputs()),
     "gdn_ff": (GDN, dict(has_force_flush=1), gdn_inputs(has_force_flush=True)),
     "advance_ff": (ADVANCE, dict(has_force_flush=1), advance_inputs(has_force_flush=True)),
+    "reset": (RESET, {}, [("write_pos", [SLOTS]), ("new_slots", [BATCH])]),
 }
 
 
@@ -114,11 +115,12 @@ def test_consistent_shapes_pass(checker, case):
 
 @pytest.mark.parametrize("case", CASES)
 def test_every_dim_of_every_input_is_checked(checker, case):
-    """One dim off by one, anywhere, is an error; the advance's slot count alone is free."""
+    """One dim off by one, anywhere, is an error; the cursor ops' slot count and the reset's
+    row count alone are free (no other input shares them)."""
     kind, flags, inputs = CASES[case]
     for i, (name, shape) in enumerate(inputs):
         for axis in range(len(shape)):
-            if kind == ADVANCE and name == "write_pos":
+            if (kind == ADVANCE and name == "write_pos") or kind == RESET:
                 continue
             bad = _with(inputs, i, shape[:axis] + [shape[axis] + 1] + shape[axis + 1:])
             assert checker(kind, flags, bad), f"{name} axis {axis} unchecked"

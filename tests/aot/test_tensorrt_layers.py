@@ -95,9 +95,12 @@ def test_gdn_step_and_advance(trt):
            "write_pos"]
     rs_trt.add_gdn_step(net, *gdn, force_flush="ff", scale=0.125)
     rs_trt.add_advance(net, "write_pos", "slot_idx", buffer_len=16, flush_all=True)
-    assert net.layers == [("ReplaySSMGDNStep", gdn + ["ff"]), ("ReplaySSMAdvance", ["write_pos", "slot_idx"])]
+    rs_trt.add_reset(net, "write_pos", "new_slots", pad_slot_id=0)
+    assert net.layers == [("ReplaySSMGDNStep", gdn + ["ff"]), ("ReplaySSMAdvance", ["write_pos", "slot_idx"]),
+                          ("ReplaySSMReset", ["write_pos", "new_slots"])]
     assert trt.created[0][1] == dict(route=0, pad_slot_id=-1, has_force_flush=1, scale=0.125)
     assert trt.created[1][1] == dict(buffer_len=16, flush_all=1, has_force_flush=0, pad_slot_id=-1)
+    assert trt.created[2][1] == dict(pad_slot_id=0)
 
 
 def test_every_field_is_one_the_creators_read(trt):
@@ -108,6 +111,7 @@ def test_every_field_is_one_the_creators_read(trt):
     rs_trt.add_mamba2_step(net, *MAMBA2, new_slots="new", max_slots=4)
     rs_trt.add_gdn_step(net, *(["t"] * 13))
     rs_trt.add_advance(net, "w", "s", buffer_len=16)
+    rs_trt.add_reset(net, "w", "n")
     used = {name for _, fields in trt.created for name in fields}
     assert used <= known, used - known
 

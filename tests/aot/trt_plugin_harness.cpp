@@ -31,7 +31,7 @@ int failures = 0;
   } while (0)
 
 using GetCreators = IPluginCreatorInterface* const* (*)(int32_t&);
-IPluginCreatorV3One* creators[3];
+IPluginCreatorV3One* creators[4];
 
 IPluginCreatorV3One* creator(char const* name) {
   for (IPluginCreatorV3One* c : creators)
@@ -256,6 +256,18 @@ void gdnAndAdvance() {
     CHECK(shapeChange(a, in) != 0);
     delete a;
   }
+  IPluginV3* r = create("ReplaySSMReset", Fields{{"pad_slot_id", -1}});
+  CHECK(r != nullptr);
+  if (r) {
+    CHECK(build(r)->getNbOutputs() == 1 && build(r)->getAliasedInput(0) == 0);
+    std::vector<Tensor> in = {{dims({S}), I32}, {dims({Bt}), I32}};
+    CHECK(formatsOk(r, in, {I32}));
+    CHECK(!formatsOk(r, {{dims({S}), I32}, {dims({Bt}), DataType::kINT64}}, {I32}));
+    CHECK(configure(r, in) == 0 && shapeChange(r, in) == 0);
+    CHECK(shapeChange(r, {{dims({S, 1}), I32}, {dims({Bt}), I32}}) != 0);
+    CHECK(configure(r, {in[0]}) != 0);
+    delete r;
+  }
 }
 
 void badFields() {
@@ -278,10 +290,11 @@ int main(int argc, char** argv) {
   auto get = reinterpret_cast<GetCreators>(dlsym(lib, "getCreators"));
   int32_t n = 0;
   IPluginCreatorInterface* const* all = get ? get(n) : nullptr;
-  CHECK(n == 3);
-  if (n != 3) return 1;
-  for (int i = 0; i < 3; ++i) creators[i] = static_cast<IPluginCreatorV3One*>(all[i]);
-  for (char const* name : {"ReplaySSMMamba2Step", "ReplaySSMGDNStep", "ReplaySSMAdvance"}) CHECK(creator(name));
+  CHECK(n == 4);
+  if (n != 4) return 1;
+  for (int i = 0; i < 4; ++i) creators[i] = static_cast<IPluginCreatorV3One*>(all[i]);
+  for (char const* name : {"ReplaySSMMamba2Step", "ReplaySSMGDNStep", "ReplaySSMAdvance", "ReplaySSMReset"})
+    CHECK(creator(name));
   badFields();
   mamba2WithRings();
   mamba2OwnedRings();

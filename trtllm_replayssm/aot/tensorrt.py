@@ -9,6 +9,7 @@ Python API). Nothing here runs without TensorRT; the plugin sources themselves a
         network, state, x, dt, A, B, C, D, dt_bias, slot_idx,
         rings=(x_cache, dt_cache, B_cache, write_pos), route="output_only")
     (write_pos,) = rs_trt.add_advance(network, write_pos, slot_idx, buffer_len=16)
+    (write_pos,) = rs_trt.add_reset(network, write_pos, new_slots)  # before the step's layers
 
 State, rings and cursors are updated in place: the builder config needs
 ``config.set_preview_feature(trt.PreviewFeature.ALIASED_PLUGIN_IO_10_03, True)``.
@@ -117,3 +118,10 @@ def add_advance(network, write_pos, slot_idx, buffer_len: int, force_flush=None,
     inputs = [write_pos, slot_idx] + ([force_flush] if force_flush is not None else [])
     return _add(network, "ReplaySSMAdvance", inputs, buffer_len=buffer_len, flush_all=flush_all,
                 has_force_flush=force_flush is not None, pad_slot_id=pad_slot_id)
+
+
+def add_reset(network, write_pos, new_slots, pad_slot_id: int = -1):
+    """Slots entering decode (``new_slots (B,) int32``, ``pad_slot_id`` elsewhere) start with
+    empty rings: their cursors go to 0 (on network-owned cursors; before the step's layers).
+    Returns the cursors (aliased)."""
+    return _add(network, "ReplaySSMReset", [write_pos, new_slots], pad_slot_id=pad_slot_id)

@@ -4,6 +4,8 @@ and launches inside a CUDA graph. Real shapes; they run only where CUDA is prese
 from __future__ import annotations
 
 import ctypes
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -578,9 +580,6 @@ def test_c_abi_gdn_spec_verify_equals_jit(lib, batch):
 
 def _enqueue_plugin(trt_plugins, mode, folder, sizes, tensors, steps):
     """Write ``tensors`` and each step's, run ``trt_plugin_enqueue.cpp`` (``mode``) on them."""
-    import subprocess
-    from pathlib import Path
-
     def save(name, t):
         t.contiguous().view(torch.uint8).numpy().tofile(folder / name)
 

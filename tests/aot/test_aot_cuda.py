@@ -649,14 +649,17 @@ def test_tensorrt_plugin_enqueue_equals_jit(trt_plugins, tmp_path):
     assert torch.equal(state[[0, 3]], state0[[0, 3]])  # and no other
 
 
-def test_tensorrt_gdn_plugins_enqueue_equal_jit(trt_plugins, tmp_path):
+@pytest.mark.parametrize("moves", [False, True])
+def test_tensorrt_gdn_plugins_enqueue_equal_jit(trt_plugins, tmp_path, moves):
     """``ReplaySSMGDNStep`` on network rings (its q scale left at the field's default, 0: 1/sqrt(K))
     then ``ReplaySSMAdvance``, enqueued outside TensorRT over two ring cycles from staggered
     cursors and non-empty rings, against the JIT step and cursor op: outputs at every step,
-    then state, rings and cursors, bit for bit; a padding row's output never written."""
+    then state, rings and cursors, bit for bit; a padding row's output never written.
+    ``moves``: at step 10 row 1's request ends and a new one starts in slot 3, whose non-empty
+    ring ``ReplaySSMReset`` empties first."""
     g = model("qwen3.5-4b").geom
     H, HV, K, V = g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim
-    S, B, T = 6, 4, 2 * L + 3
+    S, B, T, MOVE = 6, 4, 2 * L + 3, 10
     gen = torch.Generator().manual_seed(1)
     start = dict(state=torch.randn(S, HV, V, K, generator=gen) * 0.1,
                  d_cache=torch.randn(S, HV, L, V, generator=gen), k_cache=torch.randn(S, H, L, K, generator=gen) * 0.1,
@@ -664,10 +667,14 @@ def test_tensorrt_gdn_plugins_enqueue_equal_jit(trt_plugins, tmp_path):
                  write_pos=torch.tensor([5, 0, 11, 3, 15, 9], dtype=torch.int32))  # staggered, some rings full
     A_log, dt_bias = torch.randn(HV, generator=gen), torch.randn(HV, generator=gen)
     y_init = torch.full((B, HV, V), 7.0, dtype=torch.bfloat16)
-    slots = torch.tensor([4, 0, 2, -1], dtype=torch.int32)  # row 3 pads
     bf16 = lambda *shape: torch.randn(*shape, generator=gen).to(torch.bfloat16)  # noqa: E731
-    steps = [dict(q=bf16(B, H, K), k=bf16(B, H, K), v=bf16(B, HV, V), a=bf16(B, HV), b=bf16(B, HV), slot=slots)
-             for _ in range(T)]
+
+    def step_slots(t):  # row 3 pads
+        return dict(slot=torch.tensor([4, 3 if moves and t >= MOVE else 0, 2, -1], dtype=torch.int32),
+                    **({"new": torch.tensor([-1, 3, -1, -1], dtype=torch.int32)} if moves and t == MOVE else {}))
+
+    steps = [dict(q=bf16(B, H, K), k=bf16(B, H, K), v=bf16(B, HV, V), a=bf16(B, HV), b=bf16(B, HV), **step_slots(t))
+             for t in range(T)]
     _enqueue_plugin(trt_plugins, "gdn", tmp_path, (S, B, H, HV, K, V, L, T),
                     dict(**start, A_log=A_log, dt_bias=dt_bias, y_init=y_init), steps)
 
@@ -680,6 +687,8 @@ def test_tensorrt_gdn_plugins_enqueue_equal_jit(trt_plugins, tmp_path):
     y = y_init.cuda()
     for t, s in enumerate(steps):
         s = {k: v.cuda() for k, v in s.items()}
+        if "new" in s:
+            cache.reset(s["new"])
         rs.fused_recurrent_gated_delta_rule_replayssm(cache.ssm_state[0], s["q"], s["k"], s["v"], s["a"], s["b"],
                                                       A_log.cuda(), dt_bias.cuda(), initial_state_indices=s["slot"],
                                                       out=y, route="output_only", **cache.ring_kwargs(0))

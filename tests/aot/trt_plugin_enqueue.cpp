@@ -11,7 +11,8 @@
  *   state.bin (fp32 S*H*P*N), A.bin, D.bin, dt_bias.bin (fp32 H), y_init.bin (bf16 B*H*P) and
  *   for each step t: x_t.bin, z_t.bin (bf16 B*H*P), dt_t.bin (bf16 B*H), B_t.bin, C_t.bin
  *   (bf16 B*G*N), slot_t.bin, new_t.bin (int32 B).
- * gdn: ReplaySSMGDNStep on network rings, then ReplaySSMAdvance on the cursors. DIR/sizes.txt:
+ * gdn: ReplaySSMGDNStep on network rings, then ReplaySSMAdvance on the cursors (and, at a step
+ *   with a new_t.bin (int32 B), ReplaySSMReset on those slots first). DIR/sizes.txt:
  *   "S B H HV K V L T"; DIR holds state.bin (fp32 S*HV*V*K), d_cache.bin (fp32 S*HV*L*V),
  *   k_cache.bin (fp32 S*H*L*K), g_cache.bin (fp32 S*HV*L), write_pos.bin (int32 S), A_log.bin,
  *   dt_bias.bin (fp32 HV), y_init.bin (bf16 B*HV*V) and for each step t: q_t.bin, k_t.bin
@@ -160,16 +161,24 @@ int runGDN(IPluginCreatorInterface* const* creators, int32_t n, cudaStream_t str
   IPluginV3OneRuntime* step = loadPlugin(creators, n, "ReplaySSMGDNStep", {{"route", 0}});
   IPluginV3OneRuntime* advance =
       loadPlugin(creators, n, "ReplaySSMAdvance", {{"buffer_len", static_cast<int32_t>(L)}});
-  if (!step || !advance) return 2;
+  IPluginV3OneRuntime* reset = loadPlugin(creators, n, "ReplaySSMReset", {{"pad_slot_id", -1}});
+  if (!step || !advance || !reset) return 2;
   Tensor state({S, HV, V, K}, F32, 4), q({B, H, K}, BF16, 2), k({B, H, K}, BF16, 2), v({B, HV, V}, BF16, 2),
       a({B, HV}, BF16, 2), b({B, HV}, BF16, 2), A_log({HV}, F32, 4), dtBias({HV}, F32, 4), slot({B}, I32, 4),
       dCache({S, HV, L, V}, F32, 4), kCache({S, H, L, K}, F32, 4), gCache({S, HV, L}, F32, 4),
-      writePos({S}, I32, 4), y({B, HV, V}, BF16, 2);
+      writePos({S}, I32, 4), y({B, HV, V}, BF16, 2), fresh({B}, I32, 4);
   state.load("state.bin"), dCache.load("d_cache.bin"), kCache.load("k_cache.bin"), gCache.load("g_cache.bin");
   writePos.load("write_pos.bin"), A_log.load("A_log.bin"), dtBias.load("dt_bias.bin"), y.load("y_init.bin");
   for (int64_t t = 0; t < T; ++t) {
     std::string const at = "_" + std::to_string(t) + ".bin";
     q.load("q" + at), k.load("k" + at), v.load("v" + at), a.load("a" + at), b.load("b" + at), slot.load("slot" + at);
+    if (std::ifstream(dir + "/new" + at).good()) {  // slots entering decode: rings emptied before the step
+      fresh.load("new" + at);
+      if (enqueue(reset, {&writePos, &fresh}, {&writePos}, stream) != 0) {
+        std::fprintf(stderr, "reset failed at step %lld\n", static_cast<long long>(t));
+        return 1;
+      }
+    }
     // step: state q k v a b A_log dt_bias slot_idx d_cache k_cache g_cache write_pos -> y, state and rings in place
     if (enqueue(step, {&state, &q, &k, &v, &a, &b, &A_log, &dtBias, &slot, &dCache, &kCache, &gCache, &writePos},
                 {&y, &state, &dCache, &kCache, &gCache}, stream) != 0 ||

@@ -308,8 +308,6 @@ def test_c_abi_gdn_and_cursor_checks(lib):
 
 def test_tensorrt_plugins_compile(trt_plugins):
     """The IPluginV3 sources build against TensorRT's headers and export the registry's entry."""
-    import subprocess
-
     symbols = subprocess.run(["nm", "-D", "--defined-only", str(trt_plugins.library)],
                              check=True, capture_output=True, text=True).stdout
     assert " getCreators" in symbols
@@ -319,9 +317,6 @@ def test_tensorrt_plugins_as_the_builder_calls_them(trt_plugins, tmp_path):
     """``trt_plugin_harness.cpp`` loads the plugin library and calls its creators and
     plugins as TensorRT's builder and runtime do (no TensorRT, no GPU, no enqueue): field
     checks, aliases, output types, formats, shape checks, serialisation round trip."""
-    import subprocess
-    from pathlib import Path
-
     harness = trt_plugins.compile(Path(__file__).with_name("trt_plugin_harness.cpp"), tmp_path / "harness")
     run = subprocess.run([str(harness), str(trt_plugins.library)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr

@@ -649,37 +649,101 @@ def test_tensorrt_plugin_enqueue_equals_jit(trt_plugins, tmp_path):
     assert torch.equal(state[[0, 3]], state0[[0, 3]])  # and no other
 
 
-@pytest.mark.parametrize("moves", [False, True])
-def test_tensorrt_gdn_plugins_enqueue_equal_jit(trt_plugins, tmp_path, moves):
+@pytest.mark.parametrize("route, state", [("output_only", "fp32"), ("always_flush", "bf16")])
+def test_tensorrt_mamba2_plugins_on_network_rings_equal_jit(trt_plugins, tmp_path, route, state):
+    """``ReplaySSMMamba2Step`` on network rings, with ``z`` and ``force_flush`` inputs, then
+    ``ReplaySSMAdvance`` with the same flags (``flush_all`` on the route that stores every
+    row), enqueued outside TensorRT over two ring cycles from staggered cursors and non-empty
+    rings, against the JIT step and cursor op: outputs at every step, then state, rings and
+    cursors, bit for bit. Rows 0 and 2 are forced to flush at some steps; at step 10 row 1's
+    request ends and a new one starts in slot 3, whose non-empty ring ``ReplaySSMReset``
+    empties first; row 3 pads."""
+    g = model("nemotron-3-super").geom
+    H, P, N, G = g.nheads, g.headdim, g.dstate, g.ngroups
+    S, B, T, MOVE = 6, 4, 2 * L + 3, 10
+    gen = torch.Generator().manual_seed(2)
+    bf16 = lambda *shape: torch.randn(*shape, generator=gen).to(torch.bfloat16)  # noqa: E731
+    start = dict(state=torch.randn(S, H, P, N, generator=gen).to(DT[state]), x_cache=bf16(S, H, L, P),
+                 dt_cache=torch.rand(S, H, L, generator=gen) * 0.1, B_cache=bf16(S, G, L, N),
+                 write_pos=torch.tensor([5, 0, 11, 3, 15, 9], dtype=torch.int32))  # staggered, some rings full
+    A, D, dt_bias = -torch.rand(H, generator=gen) - 0.5, torch.randn(H, generator=gen), torch.randn(H, generator=gen)
+    y_init = torch.full((B, H, P), 7.0, dtype=torch.bfloat16)
+
+    def step_rows(t):
+        return dict(slot=torch.tensor([4, 3 if t >= MOVE else 0, 2, -1], dtype=torch.int32),
+                    flush=torch.tensor([t % 7 == 2, 0, t == 4, 1], dtype=torch.int8),  # the padding row's flag too
+                    **({"new": torch.tensor([-1, 3, -1, -1], dtype=torch.int32)} if t == MOVE else {}))
+
+    steps = [dict(x=bf16(B, H, P), dt=bf16(B, H), B=bf16(B, G, N), C=bf16(B, G, N), z=bf16(B, H, P), **step_rows(t))
+             for t in range(T)]
+    _enqueue_plugin(trt_plugins, "mamba2_net", tmp_path, (S, B, H, P, N, G, L, T, ROUTE_CODES[route], int(state == "bf16")),
+                    dict(**start, A=A, D=D, dt_bias=dt_bias, y_init=y_init), steps)
+
+    cache = Mamba2ReplayCache(g, 1, S, L, DT[state], torch.bfloat16, "cuda")
+    for name in ("ssm_state", "x_cache", "dt_cache", "B_cache"):
+        getattr(cache, name)[0].copy_(start["state" if name == "ssm_state" else name])
+    cache.write_pos.copy_(start["write_pos"])
+    y = y_init.cuda()
+    for t, s in enumerate(steps):
+        s = {k: v.cuda() for k, v in s.items()}
+        if "new" in s:
+            cache.reset(s["new"])
+        rs.selective_state_update_replayssm(cache.ssm_state[0], s["x"], s["dt"], A.cuda(), s["B"], s["C"],
+                                            D=D.cuda(), z=s["z"], dt_bias=dt_bias.cuda(), dt_softplus=True,
+                                            state_batch_indices=s["slot"], out=y, route=route,
+                                            force_flush=s["flush"], **cache.ring_kwargs(0))
+        cache.advance(s["slot"], force_flush=s["flush"], route=route)
+        assert torch.equal(_written(tmp_path, f"y_{t}.bin", y_init), y.cpu()), f"step {t}"
+    assert torch.equal(y[3].cpu(), y_init[3])
+    state_out = _written(tmp_path, "state_out.bin", start["state"])
+    assert torch.equal(state_out, cache.ssm_state[0].cpu())
+    for name in ("x_cache", "dt_cache", "B_cache"):
+        assert torch.equal(_written(tmp_path, f"{name}_out.bin", start[name]), getattr(cache, name)[0].cpu()), name
+    assert torch.equal(_written(tmp_path, "write_pos_out.bin", start["write_pos"]), cache.write_pos.cpu())
+    # slot 0's request (wp 0 -> 10, never forced) stores a state only where every step does
+    stored, untouched = ([4, 2, 3, 0], [1, 5]) if route == "always_flush" else ([4, 2, 3], [1, 5, 0])
+    for slot in stored:
+        assert not torch.equal(state_out[slot], start["state"][slot]), slot
+    assert torch.equal(state_out[untouched], start["state"][untouched])
+
+
+@pytest.mark.parametrize("moves, state", [(False, "fp32"), (True, "fp32"), (True, "bf16")])
+def test_tensorrt_gdn_plugins_enqueue_equal_jit(trt_plugins, tmp_path, moves, state):
     """``ReplaySSMGDNStep`` on network rings (its q scale left at the field's default, 0: 1/sqrt(K))
     then ``ReplaySSMAdvance``, enqueued outside TensorRT over two ring cycles from staggered
     cursors and non-empty rings, against the JIT step and cursor op: outputs at every step,
     then state, rings and cursors, bit for bit; a padding row's output never written.
     ``moves``: at step 10 row 1's request ends and a new one starts in slot 3, whose non-empty
-    ring ``ReplaySSMReset`` empties first."""
+    ring ``ReplaySSMReset`` empties first. With a bf16 state (and bf16 d / k rings), rows 0
+    and 2 are also forced to flush at some steps (``force_flush`` on the step and the advance)."""
     g = model("qwen3.5-4b").geom
     H, HV, K, V = g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim
     S, B, T, MOVE = 6, 4, 2 * L + 3, 10
     gen = torch.Generator().manual_seed(1)
-    start = dict(state=torch.randn(S, HV, V, K, generator=gen) * 0.1,
-                 d_cache=torch.randn(S, HV, L, V, generator=gen), k_cache=torch.randn(S, H, L, K, generator=gen) * 0.1,
+    wide = DT[state]  # the state's and the d / k rings' dtype (cache.gdn_ring_dtype)
+    start = dict(state=(torch.randn(S, HV, V, K, generator=gen) * 0.1).to(wide),
+                 d_cache=torch.randn(S, HV, L, V, generator=gen).to(wide),
+                 k_cache=(torch.randn(S, H, L, K, generator=gen) * 0.1).to(wide),
                  g_cache=-torch.rand(S, HV, L, generator=gen) * 0.1,
                  write_pos=torch.tensor([5, 0, 11, 3, 15, 9], dtype=torch.int32))  # staggered, some rings full
     A_log, dt_bias = torch.randn(HV, generator=gen), torch.randn(HV, generator=gen)
     y_init = torch.full((B, HV, V), 7.0, dtype=torch.bfloat16)
     bf16 = lambda *shape: torch.randn(*shape, generator=gen).to(torch.bfloat16)  # noqa: E731
 
+    forced = state == "bf16"
+
     def step_slots(t):  # row 3 pads
         return dict(slot=torch.tensor([4, 3 if moves and t >= MOVE else 0, 2, -1], dtype=torch.int32),
-                    **({"new": torch.tensor([-1, 3, -1, -1], dtype=torch.int32)} if moves and t == MOVE else {}))
+                    **({"new": torch.tensor([-1, 3, -1, -1], dtype=torch.int32)} if moves and t == MOVE else {}),
+                    **({"flush": torch.tensor([t % 7 == 2, 0, t == 4, 1], dtype=torch.int8)} if forced else {}))
 
     steps = [dict(q=bf16(B, H, K), k=bf16(B, H, K), v=bf16(B, HV, V), a=bf16(B, HV), b=bf16(B, HV), **step_slots(t))
              for t in range(T)]
-    _enqueue_plugin(trt_plugins, "gdn", tmp_path, (S, B, H, HV, K, V, L, T),
+    _enqueue_plugin(trt_plugins, "gdn", tmp_path, (S, B, H, HV, K, V, L, T, int(state == "bf16")),
                     dict(**start, A_log=A_log, dt_bias=dt_bias, y_init=y_init), steps)
 
-    cache = GDNReplayCache(g, 1, S, L, torch.float32, device="cuda")
-    assert cache.ring_dtype == torch.float32  # the runner's rings
+    cache = GDNReplayCache(g, 1, S, L, wide, device="cuda")
+    assert cache.ring_dtype == wide  # the runner's rings
     cache.ssm_state[0].copy_(start["state"])
     for name in ("d_cache", "k_cache", "g_cache"):
         getattr(cache, name)[0].copy_(start[name])
@@ -691,8 +755,9 @@ def test_tensorrt_gdn_plugins_enqueue_equal_jit(trt_plugins, tmp_path, moves):
             cache.reset(s["new"])
         rs.fused_recurrent_gated_delta_rule_replayssm(cache.ssm_state[0], s["q"], s["k"], s["v"], s["a"], s["b"],
                                                       A_log.cuda(), dt_bias.cuda(), initial_state_indices=s["slot"],
-                                                      out=y, route="output_only", **cache.ring_kwargs(0))
-        cache.advance(s["slot"])
+                                                      out=y, route="output_only", force_flush=s.get("flush"),
+                                                      **cache.ring_kwargs(0))
+        cache.advance(s["slot"], force_flush=s.get("flush"))
         assert torch.equal(_written(tmp_path, f"y_{t}.bin", y_init), y.cpu()), f"step {t}"
     assert torch.equal(y[3].cpu(), y_init[3])
     assert torch.equal(_written(tmp_path, "state_out.bin", start["state"]), cache.ssm_state[0].cpu())

@@ -3,7 +3,7 @@
  * tests/aot/test_aot_cuda.py writes the inputs of a few ring cycles and compares what this
  * writes back with the JIT kernels' steps.
  *
- *   trt_plugin_enqueue libreplayssm_trt_plugins.so mamba2|gdn DIR
+ *   trt_plugin_enqueue libreplayssm_trt_plugins.so mamba2|mamba2_net|gdn DIR
  *
  * mamba2: ReplaySSMMamba2Step in the form examples/trtllm_build builds (rings and cursors owned
  *   by the plugin; owns_rings, has_reset, has_z, route output_only). DIR/sizes.txt: "S B H P N
@@ -11,15 +11,23 @@
  *   state.bin (fp32 S*H*P*N), A.bin, D.bin, dt_bias.bin (fp32 H), y_init.bin (bf16 B*H*P) and
  *   for each step t: x_t.bin, z_t.bin (bf16 B*H*P), dt_t.bin (bf16 B*H), B_t.bin, C_t.bin
  *   (bf16 B*G*N), slot_t.bin, new_t.bin (int32 B).
+ * mamba2_net: ReplaySSMMamba2Step on network rings with z and force_flush, then ReplaySSMAdvance
+ *   with the same flags (and, at a step with a new_t.bin, ReplaySSMReset on those slots first).
+ *   DIR/sizes.txt: "S B H P N G L T route state_bf16"; DIR holds state.bin (fp32, or bf16 when
+ *   state_bf16 is 1, S*H*P*N), x_cache.bin (bf16 S*H*L*P), dt_cache.bin (fp32 S*H*L),
+ *   B_cache.bin (bf16 S*G*L*N), write_pos.bin (int32 S), A.bin, D.bin, dt_bias.bin, y_init.bin
+ *   and each step's files as for mamba2, with flush_t.bin (int8 B) in place of new_t.bin.
  * gdn: ReplaySSMGDNStep on network rings, then ReplaySSMAdvance on the cursors (and, at a step
  *   with a new_t.bin (int32 B), ReplaySSMReset on those slots first). DIR/sizes.txt:
- *   "S B H HV K V L T"; DIR holds state.bin (fp32 S*HV*V*K), d_cache.bin (fp32 S*HV*L*V),
- *   k_cache.bin (fp32 S*H*L*K), g_cache.bin (fp32 S*HV*L), write_pos.bin (int32 S), A_log.bin,
- *   dt_bias.bin (fp32 HV), y_init.bin (bf16 B*HV*V) and for each step t: q_t.bin, k_t.bin
- *   (bf16 B*H*K), v_t.bin (bf16 B*HV*V), a_t.bin, b_t.bin (bf16 B*HV), slot_t.bin (int32 B).
+ *   "S B H HV K V L T state_bf16"; DIR holds state.bin (S*HV*V*K), d_cache.bin (S*HV*L*V),
+ *   k_cache.bin (S*H*L*K), all three fp32, or bf16 when state_bf16 is 1; g_cache.bin (fp32
+ *   S*HV*L), write_pos.bin (int32 S), A_log.bin, dt_bias.bin (fp32 HV), y_init.bin (bf16
+ *   B*HV*V) and for each step t: q_t.bin, k_t.bin (bf16 B*H*K), v_t.bin (bf16 B*HV*V), a_t.bin,
+ *   b_t.bin (bf16 B*HV), slot_t.bin (int32 B), and when flush_0.bin exists flush_t.bin (int8 B):
+ *   the step and the advance then take force_flush.
  *
- * Writes y_t.bin after each step and, at the end, state_out.bin (gdn: also the rings' and the
- * cursors' *_out.bin). Exit 0 when every enqueue succeeded.
+ * Writes y_t.bin after each step and, at the end, state_out.bin (on network rings also the
+ * rings' and the cursors' *_out.bin). Exit 0 when every enqueue succeeded.
  */
 #include "NvInferRuntime.h"
 
@@ -123,7 +131,14 @@ int enqueue(IPluginV3OneRuntime* plugin, std::vector<Tensor*> const& in, std::ve
   return plugin->enqueue(inDesc.data(), outDesc.data(), inPtr.data(), outPtr.data(), nullptr, stream);
 }
 
-DataType const F32 = DataType::kFLOAT, BF16 = DataType::kBF16, I32 = DataType::kINT32;
+DataType const F32 = DataType::kFLOAT, BF16 = DataType::kBF16, I32 = DataType::kINT32, I8 = DataType::kINT8;
+
+/* Network cursors: at a step with a new_<t>.bin, ReplaySSMReset empties those slots' rings. */
+int resetIfNew(IPluginV3OneRuntime* reset, Tensor& writePos, Tensor& fresh, std::string const& at, cudaStream_t stream) {
+  if (!std::ifstream(dir + "/new" + at).good()) return 0;
+  fresh.load("new" + at);
+  return enqueue(reset, {&writePos, &fresh}, {&writePos}, stream);
+}
 
 int runMamba2(IPluginCreatorInterface* const* creators, int32_t n, cudaStream_t stream) {
   int64_t S, B, H, P, N, G, L, T;
@@ -154,35 +169,81 @@ int runMamba2(IPluginCreatorInterface* const* creators, int32_t n, cudaStream_t 
   return 0;
 }
 
-int runGDN(IPluginCreatorInterface* const* creators, int32_t n, cudaStream_t stream) {
-  int64_t S, B, H, HV, K, V, L, T;
+int runMamba2Network(IPluginCreatorInterface* const* creators, int32_t n, cudaStream_t stream) {
+  int64_t S, B, H, P, N, G, L, T, route, stateBf16;
   std::ifstream f(dir + "/sizes.txt");
-  if (!(f >> S >> B >> H >> HV >> K >> V >> L >> T)) return 2;
-  IPluginV3OneRuntime* step = loadPlugin(creators, n, "ReplaySSMGDNStep", {{"route", 0}});
-  IPluginV3OneRuntime* advance =
-      loadPlugin(creators, n, "ReplaySSMAdvance", {{"buffer_len", static_cast<int32_t>(L)}});
+  if (!(f >> S >> B >> H >> P >> N >> G >> L >> T >> route >> stateBf16)) return 2;
+  int32_t const flushAll = route == 1 || route == 2;  // standard_step, always_flush: every row stores its state
+  IPluginV3OneRuntime* step = loadPlugin(creators, n, "ReplaySSMMamba2Step",
+                                         {{"route", static_cast<int32_t>(route)}, {"has_z", 1}, {"has_force_flush", 1}});
+  IPluginV3OneRuntime* advance = loadPlugin(
+      creators, n, "ReplaySSMAdvance",
+      {{"buffer_len", static_cast<int32_t>(L)}, {"has_force_flush", 1}, {"flush_all", flushAll}});
   IPluginV3OneRuntime* reset = loadPlugin(creators, n, "ReplaySSMReset", {{"pad_slot_id", -1}});
   if (!step || !advance || !reset) return 2;
-  Tensor state({S, HV, V, K}, F32, 4), q({B, H, K}, BF16, 2), k({B, H, K}, BF16, 2), v({B, HV, V}, BF16, 2),
+  Tensor state({S, H, P, N}, stateBf16 ? BF16 : F32, stateBf16 ? 2 : 4), x({B, H, P}, BF16, 2), dt({B, H}, BF16, 2),
+      A({H}, F32, 4), Bm({B, G, N}, BF16, 2), C({B, G, N}, BF16, 2), D({H}, F32, 4), dtBias({H}, F32, 4),
+      slot({B}, I32, 4), xCache({S, H, L, P}, BF16, 2), dtCache({S, H, L}, F32, 4), BCache({S, G, L, N}, BF16, 2),
+      writePos({S}, I32, 4), z({B, H, P}, BF16, 2), flush({B}, I8, 1), fresh({B}, I32, 4), y({B, H, P}, BF16, 2);
+  state.load("state.bin"), xCache.load("x_cache.bin"), dtCache.load("dt_cache.bin"), BCache.load("B_cache.bin");
+  writePos.load("write_pos.bin"), A.load("A.bin"), D.load("D.bin"), dtBias.load("dt_bias.bin"), y.load("y_init.bin");
+  for (int64_t t = 0; t < T; ++t) {
+    std::string const at = "_" + std::to_string(t) + ".bin";
+    x.load("x" + at), dt.load("dt" + at), Bm.load("B" + at), C.load("C" + at), z.load("z" + at);
+    slot.load("slot" + at), flush.load("flush" + at);
+    if (resetIfNew(reset, writePos, fresh, at, stream) != 0) {
+      std::fprintf(stderr, "reset failed at step %lld\n", static_cast<long long>(t));
+      return 1;
+    }
+    // step: state x dt A B C D dt_bias slot_idx x_cache dt_cache B_cache write_pos z force_flush
+    //   -> y, the state and the three rings in place; advance: write_pos slot_idx force_flush -> write_pos
+    if (enqueue(step, {&state, &x, &dt, &A, &Bm, &C, &D, &dtBias, &slot, &xCache, &dtCache, &BCache, &writePos, &z, &flush},
+                {&y, &state, &xCache, &dtCache, &BCache}, stream) != 0 ||
+        enqueue(advance, {&writePos, &slot, &flush}, {&writePos}, stream) != 0) {
+      std::fprintf(stderr, "enqueue failed at step %lld\n", static_cast<long long>(t));
+      return 1;
+    }
+    CUDA(cudaStreamSynchronize(stream));
+    y.save("y" + at);
+  }
+  state.save("state_out.bin"), xCache.save("x_cache_out.bin"), dtCache.save("dt_cache_out.bin");
+  BCache.save("B_cache_out.bin"), writePos.save("write_pos_out.bin");
+  return 0;
+}
+
+int runGDN(IPluginCreatorInterface* const* creators, int32_t n, cudaStream_t stream) {
+  int64_t S, B, H, HV, K, V, L, T, stateBf16;
+  std::ifstream f(dir + "/sizes.txt");
+  if (!(f >> S >> B >> H >> HV >> K >> V >> L >> T >> stateBf16)) return 2;
+  int32_t const flags = std::ifstream(dir + "/flush_0.bin").good();
+  IPluginV3OneRuntime* step = loadPlugin(creators, n, "ReplaySSMGDNStep", {{"route", 0}, {"has_force_flush", flags}});
+  IPluginV3OneRuntime* advance = loadPlugin(creators, n, "ReplaySSMAdvance",
+                                            {{"buffer_len", static_cast<int32_t>(L)}, {"has_force_flush", flags}});
+  IPluginV3OneRuntime* reset = loadPlugin(creators, n, "ReplaySSMReset", {{"pad_slot_id", -1}});
+  if (!step || !advance || !reset) return 2;
+  DataType const wide = stateBf16 ? BF16 : F32;  // the state and the d / k rings (cache.gdn_ring_dtype)
+  size_t const wideBytes = stateBf16 ? 2 : 4;
+  Tensor state({S, HV, V, K}, wide, wideBytes), q({B, H, K}, BF16, 2), k({B, H, K}, BF16, 2), v({B, HV, V}, BF16, 2),
       a({B, HV}, BF16, 2), b({B, HV}, BF16, 2), A_log({HV}, F32, 4), dtBias({HV}, F32, 4), slot({B}, I32, 4),
-      dCache({S, HV, L, V}, F32, 4), kCache({S, H, L, K}, F32, 4), gCache({S, HV, L}, F32, 4),
-      writePos({S}, I32, 4), y({B, HV, V}, BF16, 2), fresh({B}, I32, 4);
+      dCache({S, HV, L, V}, wide, wideBytes), kCache({S, H, L, K}, wide, wideBytes), gCache({S, HV, L}, F32, 4),
+      writePos({S}, I32, 4), y({B, HV, V}, BF16, 2), fresh({B}, I32, 4), flush({B}, I8, 1);
+  // step: state q k v a b A_log dt_bias slot_idx d_cache k_cache g_cache write_pos [force_flush]
+  //   -> y, state and rings in place; advance: write_pos slot_idx [force_flush] -> write_pos
+  std::vector<Tensor*> stepIn{&state, &q, &k, &v, &a, &b, &A_log, &dtBias, &slot, &dCache, &kCache, &gCache, &writePos};
+  std::vector<Tensor*> advanceIn{&writePos, &slot};
+  if (flags) stepIn.push_back(&flush), advanceIn.push_back(&flush);
   state.load("state.bin"), dCache.load("d_cache.bin"), kCache.load("k_cache.bin"), gCache.load("g_cache.bin");
   writePos.load("write_pos.bin"), A_log.load("A_log.bin"), dtBias.load("dt_bias.bin"), y.load("y_init.bin");
   for (int64_t t = 0; t < T; ++t) {
     std::string const at = "_" + std::to_string(t) + ".bin";
     q.load("q" + at), k.load("k" + at), v.load("v" + at), a.load("a" + at), b.load("b" + at), slot.load("slot" + at);
-    if (std::ifstream(dir + "/new" + at).good()) {  // slots entering decode: rings emptied before the step
-      fresh.load("new" + at);
-      if (enqueue(reset, {&writePos, &fresh}, {&writePos}, stream) != 0) {
-        std::fprintf(stderr, "reset failed at step %lld\n", static_cast<long long>(t));
-        return 1;
-      }
+    if (flags) flush.load("flush" + at);
+    if (resetIfNew(reset, writePos, fresh, at, stream) != 0) {
+      std::fprintf(stderr, "reset failed at step %lld\n", static_cast<long long>(t));
+      return 1;
     }
-    // step: state q k v a b A_log dt_bias slot_idx d_cache k_cache g_cache write_pos -> y, state and rings in place
-    if (enqueue(step, {&state, &q, &k, &v, &a, &b, &A_log, &dtBias, &slot, &dCache, &kCache, &gCache, &writePos},
-                {&y, &state, &dCache, &kCache, &gCache}, stream) != 0 ||
-        enqueue(advance, {&writePos, &slot}, {&writePos}, stream) != 0) {
+    if (enqueue(step, stepIn, {&y, &state, &dCache, &kCache, &gCache}, stream) != 0 ||
+        enqueue(advance, advanceIn, {&writePos}, stream) != 0) {
       std::fprintf(stderr, "enqueue failed at step %lld\n", static_cast<long long>(t));
       return 1;
     }
@@ -210,7 +271,10 @@ int main(int argc, char** argv) {
   cudaStream_t stream;
   CUDA(cudaStreamCreate(&stream));
   std::string const mode = argv[2];
-  int const status = mode == "mamba2" ? runMamba2(creators, n, stream) : mode == "gdn" ? runGDN(creators, n, stream) : 2;
+  int const status = mode == "mamba2"       ? runMamba2(creators, n, stream)
+                     : mode == "mamba2_net" ? runMamba2Network(creators, n, stream)
+                     : mode == "gdn"        ? runGDN(creators, n, stream)
+                                            : 2;
   if (status == 0) std::printf("ran %s\n", mode.c_str());
   return status;
 }

@@ -676,8 +676,9 @@ def test_tensorrt_mamba2_plugins_on_network_rings_equal_jit(trt_plugins, tmp_pat
 
     steps = [dict(x=bf16(B, H, P), dt=bf16(B, H), B=bf16(B, G, N), C=bf16(B, G, N), z=bf16(B, H, P), **step_rows(t))
              for t in range(T)]
-    _enqueue_plugin(trt_plugins, "mamba2_net", tmp_path, (S, B, H, P, N, G, L, T, ROUTE_CODES[route], int(state == "bf16")),
-                    dict(**start, A=A, D=D, dt_bias=dt_bias, y_init=y_init), steps)
+    sizes = (S, B, H, P, N, G, L, T, ROUTE_CODES[route], int(state == "bf16"))
+    _enqueue_plugin(trt_plugins, "mamba2_net", tmp_path, sizes, dict(**start, A=A, D=D, dt_bias=dt_bias, y_init=y_init),
+                    steps)
 
     cache = Mamba2ReplayCache(g, 1, S, L, DT[state], torch.bfloat16, "cuda")
     for name in ("ssm_state", "x_cache", "dt_cache", "B_cache"):

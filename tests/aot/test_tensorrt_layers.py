@@ -81,6 +81,12 @@ def test_mamba2_step_with_network_rings(trt):
                           owns_rings=0, max_slots=0, buffer_len=16)
 
 
+@pytest.mark.parametrize("route, flush_all", [("output_only", 0), ("standard_step", 1), ("always_flush", 1)])
+def test_advance_resets_the_cursors_after_routes_that_store_every_row(trt, route, flush_all):
+    rs_trt.add_advance(Network(), "write_pos", "slot_idx", buffer_len=16, route=route)
+    assert trt.created[0][1]["flush_all"] == flush_all
+
+
 def test_mamba2_step_with_owned_rings(trt):
     net = Network()
     rs_trt.add_mamba2_step(net, *MAMBA2, new_slots="new", max_slots=256, buffer_len=8)
@@ -94,7 +100,7 @@ def test_gdn_step_and_advance(trt):
     gdn = ["state", "q", "k", "v", "a", "b", "A_log", "dt_bias", "slot_idx", "d_cache", "k_cache", "g_cache",
            "write_pos"]
     rs_trt.add_gdn_step(net, *gdn, force_flush="ff", scale=0.125)
-    rs_trt.add_advance(net, "write_pos", "slot_idx", buffer_len=16, flush_all=True)
+    rs_trt.add_advance(net, "write_pos", "slot_idx", buffer_len=16, route="always_flush")
     rs_trt.add_reset(net, "write_pos", "new_slots", pad_slot_id=0)
     assert net.layers == [("ReplaySSMGDNStep", gdn + ["ff"]), ("ReplaySSMAdvance", ["write_pos", "slot_idx"]),
                           ("ReplaySSMReset", ["write_pos", "new_slots"])]
@@ -126,6 +132,10 @@ def test_bad_arguments_raise_before_tensorrt_sees_them(trt):
         rs_trt.add_mamba2_step(net, *MAMBA2, rings=RINGS[:3])
     with pytest.raises(ValueError, match="route must be one of"):
         rs_trt.add_gdn_step(net, *(["t"] * 13), route="state_and_output")
+    with pytest.raises(ValueError, match="route must be one of"):
+        rs_trt.add_advance(net, "w", "s", buffer_len=16, route="auto")
+    with pytest.raises(ValueError, match="keeps no ring"):
+        rs_trt.add_advance(net, "w", "s", buffer_len=16, route="standard")
     assert net.layers == [] and trt.created == []
 
 

@@ -8,7 +8,7 @@ Python API). Nothing here runs without TensorRT; the plugin sources themselves a
     y, state, x_cache, dt_cache, B_cache = rs_trt.add_mamba2_step(
         network, state, x, dt, A, B, C, D, dt_bias, slot_idx,
         rings=(x_cache, dt_cache, B_cache, write_pos), route="output_only")
-    (write_pos,) = rs_trt.add_advance(network, write_pos, slot_idx, buffer_len=16)
+    (write_pos,) = rs_trt.add_advance(network, write_pos, slot_idx, buffer_len=16, route="output_only")
     (write_pos,) = rs_trt.add_reset(network, write_pos, new_slots)  # before the step's layers
 
 State, rings and cursors are updated in place: the builder config needs
@@ -23,6 +23,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ..ops.cursors import FLUSH_EVERY_STEP
 from .library import ROUTE_CODES, find_library
 
 NAMESPACE, VERSION = "replayssm", "1"
@@ -112,11 +113,16 @@ def add_gdn_step(network, state, q, k, v, a, b, A_log, dt_bias, slot_idx, d_cach
                 has_force_flush=force_flush is not None, scale=float(scale))
 
 
-def add_advance(network, write_pos, slot_idx, buffer_len: int, force_flush=None, flush_all: bool = False,
+def add_advance(network, write_pos, slot_idx, buffer_len: int, route: str = "output_only", force_flush=None,
                 pad_slot_id: int = -1):
-    """The cursor advance, once per step after every layer; returns the cursors (aliased)."""
+    """The cursor advance, once per step after every layer; returns the cursors (aliased).
+    ``route``: the steps' route, as for :meth:`~trtllm_replayssm.cache.Mamba2ReplayCache.advance`.
+    On ``standard_step`` and ``always_flush`` every row stored its state, so the cursors go to
+    0; a cursor advanced instead would have the next step replay stale ring entries onto the state."""
+    if _route_code(route) == ROUTE_CODES["standard"]:
+        raise ValueError("the standard route keeps no ring: its steps need no cursor advance")
     inputs = [write_pos, slot_idx] + ([force_flush] if force_flush is not None else [])
-    return _add(network, "ReplaySSMAdvance", inputs, buffer_len=buffer_len, flush_all=flush_all,
+    return _add(network, "ReplaySSMAdvance", inputs, buffer_len=buffer_len, flush_all=route in FLUSH_EVERY_STEP,
                 has_force_flush=force_flush is not None, pad_slot_id=pad_slot_id)
 
 

@@ -595,6 +595,16 @@ def _enqueue_plugin(trt_plugins, mode, folder, sizes, tensors, steps):
     assert run.returncode == 0, run.stdout + run.stderr
 
 
+def _jit_steps(cache, steps):
+    """Each step's tensors on the GPU, with ``t``, after the slots of its ``new`` (if any)
+    entered decode (as ``ReplaySSMReset`` does before the runner's step)."""
+    for t, s in enumerate(steps):
+        s = {k: v.cuda() for k, v in s.items()}
+        if "new" in s:
+            cache.reset(s["new"])
+        yield t, s
+
+
 def _written(folder, name, like):
     """What the runner wrote to ``name`` (a tensor of ``like``'s shape and dtype, on the CPU)."""
     raw = torch.from_numpy(np.fromfile(folder / name, dtype=np.uint8))
@@ -633,9 +643,7 @@ def test_tensorrt_plugin_enqueue_equals_jit(trt_plugins, tmp_path):
     cache = Mamba2ReplayCache(g, 1, S, L, torch.float32, torch.bfloat16, "cuda")
     cache.ssm_state[0].copy_(state0)
     y = y_init.cuda()
-    for t, s in enumerate(steps):
-        s = {k: v.cuda() for k, v in s.items()}
-        cache.reset(s["new"])
+    for t, s in _jit_steps(cache, steps):
         rs.selective_state_update_replayssm(cache.ssm_state[0], s["x"], s["dt"], A.cuda(), s["B"], s["C"],
                                             D=D.cuda(), z=s["z"], dt_bias=dt_bias.cuda(), dt_softplus=True,
                                             state_batch_indices=s["slot"], out=y, route="output_only",
@@ -685,10 +693,7 @@ def test_tensorrt_mamba2_plugins_on_network_rings_equal_jit(trt_plugins, tmp_pat
         getattr(cache, name)[0].copy_(start["state" if name == "ssm_state" else name])
     cache.write_pos.copy_(start["write_pos"])
     y = y_init.cuda()
-    for t, s in enumerate(steps):
-        s = {k: v.cuda() for k, v in s.items()}
-        if "new" in s:
-            cache.reset(s["new"])
+    for t, s in _jit_steps(cache, steps):
         rs.selective_state_update_replayssm(cache.ssm_state[0], s["x"], s["dt"], A.cuda(), s["B"], s["C"],
                                             D=D.cuda(), z=s["z"], dt_bias=dt_bias.cuda(), dt_softplus=True,
                                             state_batch_indices=s["slot"], out=y, route=route,
@@ -750,10 +755,7 @@ def test_tensorrt_gdn_plugins_enqueue_equal_jit(trt_plugins, tmp_path, moves, st
         getattr(cache, name)[0].copy_(start[name])
     cache.write_pos.copy_(start["write_pos"])
     y = y_init.cuda()
-    for t, s in enumerate(steps):
-        s = {k: v.cuda() for k, v in s.items()}
-        if "new" in s:
-            cache.reset(s["new"])
+    for t, s in _jit_steps(cache, steps):
         rs.fused_recurrent_gated_delta_rule_replayssm(cache.ssm_state[0], s["q"], s["k"], s["v"], s["a"], s["b"],
                                                       A_log.cuda(), dt_bias.cuda(), initial_state_indices=s["slot"],
                                                       out=y, route="output_only", force_flush=s.get("flush"),

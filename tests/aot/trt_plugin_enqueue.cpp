@@ -133,11 +133,31 @@ int enqueue(IPluginV3OneRuntime* plugin, std::vector<Tensor*> const& in, std::ve
 
 DataType const F32 = DataType::kFLOAT, BF16 = DataType::kBF16, I32 = DataType::kINT32, I8 = DataType::kINT8;
 
-/* Network cursors: at a step with a new_<t>.bin, ReplaySSMReset empties those slots' rings. */
-int resetIfNew(IPluginV3OneRuntime* reset, Tensor& writePos, Tensor& fresh, std::string const& at, cudaStream_t stream) {
-  if (!std::ifstream(dir + "/new" + at).good()) return 0;
-  fresh.load("new" + at);
-  return enqueue(reset, {&writePos, &fresh}, {&writePos}, stream);
+/* A step's plugins on network rings and cursors. */
+struct NetworkStep {
+  IPluginV3OneRuntime *step, *advance, *reset;
+  std::vector<Tensor*> stepIn, stepOut, advanceIn;  // advanceIn[0]: the cursors
+};
+
+/* Step t (its inputs loaded): ReplaySSMReset on the slots of new_<t>.bin where it exists (their
+ * rings emptied), the step, ReplaySSMAdvance; then the output (stepOut[0]) saved as y_<t>.bin. */
+int runNetworkStep(NetworkStep const& p, Tensor& fresh, int64_t t, cudaStream_t stream) {
+  std::string const at = "_" + std::to_string(t) + ".bin";
+  Tensor* writePos = p.advanceIn[0];
+  if (std::ifstream(dir + "/new" + at).good()) {
+    fresh.load("new" + at);
+    if (enqueue(p.reset, {writePos, &fresh}, {writePos}, stream) != 0) {
+      std::fprintf(stderr, "reset failed at step %lld\n", static_cast<long long>(t));
+      return 1;
+    }
+  }
+  if (enqueue(p.step, p.stepIn, p.stepOut, stream) != 0 || enqueue(p.advance, p.advanceIn, {writePos}, stream) != 0) {
+    std::fprintf(stderr, "enqueue failed at step %lld\n", static_cast<long long>(t));
+    return 1;
+  }
+  CUDA(cudaStreamSynchronize(stream));
+  p.stepOut[0]->save("y" + at);
+  return 0;
 }
 
 int runMamba2(IPluginCreatorInterface* const* creators, int32_t n, cudaStream_t stream) {
@@ -187,24 +207,17 @@ int runMamba2Network(IPluginCreatorInterface* const* creators, int32_t n, cudaSt
       writePos({S}, I32, 4), z({B, H, P}, BF16, 2), flush({B}, I8, 1), fresh({B}, I32, 4), y({B, H, P}, BF16, 2);
   state.load("state.bin"), xCache.load("x_cache.bin"), dtCache.load("dt_cache.bin"), BCache.load("B_cache.bin");
   writePos.load("write_pos.bin"), A.load("A.bin"), D.load("D.bin"), dtBias.load("dt_bias.bin"), y.load("y_init.bin");
+  // step: state x dt A B C D dt_bias slot_idx x_cache dt_cache B_cache write_pos z force_flush
+  //   -> y, the state and the three rings in place; advance: write_pos slot_idx force_flush -> write_pos
+  NetworkStep const plugins{
+      step, advance, reset,
+      {&state, &x, &dt, &A, &Bm, &C, &D, &dtBias, &slot, &xCache, &dtCache, &BCache, &writePos, &z, &flush},
+      {&y, &state, &xCache, &dtCache, &BCache}, {&writePos, &slot, &flush}};
   for (int64_t t = 0; t < T; ++t) {
     std::string const at = "_" + std::to_string(t) + ".bin";
     x.load("x" + at), dt.load("dt" + at), Bm.load("B" + at), C.load("C" + at), z.load("z" + at);
     slot.load("slot" + at), flush.load("flush" + at);
-    if (resetIfNew(reset, writePos, fresh, at, stream) != 0) {
-      std::fprintf(stderr, "reset failed at step %lld\n", static_cast<long long>(t));
-      return 1;
-    }
-    // step: state x dt A B C D dt_bias slot_idx x_cache dt_cache B_cache write_pos z force_flush
-    //   -> y, the state and the three rings in place; advance: write_pos slot_idx force_flush -> write_pos
-    if (enqueue(step, {&state, &x, &dt, &A, &Bm, &C, &D, &dtBias, &slot, &xCache, &dtCache, &BCache, &writePos, &z, &flush},
-                {&y, &state, &xCache, &dtCache, &BCache}, stream) != 0 ||
-        enqueue(advance, {&writePos, &slot, &flush}, {&writePos}, stream) != 0) {
-      std::fprintf(stderr, "enqueue failed at step %lld\n", static_cast<long long>(t));
-      return 1;
-    }
-    CUDA(cudaStreamSynchronize(stream));
-    y.save("y" + at);
+    if (runNetworkStep(plugins, fresh, t, stream) != 0) return 1;
   }
   state.save("state_out.bin"), xCache.save("x_cache_out.bin"), dtCache.save("dt_cache_out.bin");
   BCache.save("B_cache_out.bin"), writePos.save("write_pos_out.bin");
@@ -229,26 +242,17 @@ int runGDN(IPluginCreatorInterface* const* creators, int32_t n, cudaStream_t str
       writePos({S}, I32, 4), y({B, HV, V}, BF16, 2), fresh({B}, I32, 4), flush({B}, I8, 1);
   // step: state q k v a b A_log dt_bias slot_idx d_cache k_cache g_cache write_pos [force_flush]
   //   -> y, state and rings in place; advance: write_pos slot_idx [force_flush] -> write_pos
-  std::vector<Tensor*> stepIn{&state, &q, &k, &v, &a, &b, &A_log, &dtBias, &slot, &dCache, &kCache, &gCache, &writePos};
-  std::vector<Tensor*> advanceIn{&writePos, &slot};
-  if (flags) stepIn.push_back(&flush), advanceIn.push_back(&flush);
+  NetworkStep plugins{step, advance, reset,
+                      {&state, &q, &k, &v, &a, &b, &A_log, &dtBias, &slot, &dCache, &kCache, &gCache, &writePos},
+                      {&y, &state, &dCache, &kCache, &gCache}, {&writePos, &slot}};
+  if (flags) plugins.stepIn.push_back(&flush), plugins.advanceIn.push_back(&flush);
   state.load("state.bin"), dCache.load("d_cache.bin"), kCache.load("k_cache.bin"), gCache.load("g_cache.bin");
   writePos.load("write_pos.bin"), A_log.load("A_log.bin"), dtBias.load("dt_bias.bin"), y.load("y_init.bin");
   for (int64_t t = 0; t < T; ++t) {
     std::string const at = "_" + std::to_string(t) + ".bin";
     q.load("q" + at), k.load("k" + at), v.load("v" + at), a.load("a" + at), b.load("b" + at), slot.load("slot" + at);
     if (flags) flush.load("flush" + at);
-    if (resetIfNew(reset, writePos, fresh, at, stream) != 0) {
-      std::fprintf(stderr, "reset failed at step %lld\n", static_cast<long long>(t));
-      return 1;
-    }
-    if (enqueue(step, stepIn, {&y, &state, &dCache, &kCache, &gCache}, stream) != 0 ||
-        enqueue(advance, advanceIn, {&writePos}, stream) != 0) {
-      std::fprintf(stderr, "enqueue failed at step %lld\n", static_cast<long long>(t));
-      return 1;
-    }
-    CUDA(cudaStreamSynchronize(stream));
-    y.save("y" + at);
+    if (runNetworkStep(plugins, fresh, t, stream) != 0) return 1;
   }
   state.save("state_out.bin"), dCache.save("d_cache_out.bin"), kCache.save("k_cache_out.bin");
   gCache.save("g_cache_out.bin"), writePos.save("write_pos_out.bin");

@@ -113,7 +113,7 @@ def add_gdn_step(network, state, q, k, v, a, b, A_log, dt_bias, slot_idx, d_cach
                 has_force_flush=force_flush is not None, scale=float(scale))
 
 
-def add_advance(network, write_pos, slot_idx, buffer_len: int, route: str = "output_only", force_flush=None,
+def add_advance(network, write_pos, slot_idx, buffer_len: int, force_flush=None, route: str = "output_only",
                 pad_slot_id: int = -1):
     """The cursor advance, once per step after every layer; returns the cursors (aliased).
     ``route``: the steps' route, as for :meth:`~trtllm_replayssm.cache.Mamba2ReplayCache.advance`.

@@ -243,7 +243,9 @@ class ReplaySSMPlugin : public IPluginV3, public IPluginV3OneCore, public IPlugi
       int status = ensureRings(a, in[1].type, stream);
       if (status != RS_SUCCESS) return status;
       a.x_cache = mXCache; a.dt_cache = static_cast<float*>(mDtCache); a.B_cache = mBCache; a.write_pos = mWritePos;
-      a.buffer_len = mP.buffer_len; a.num_slots = mP.max_slots;
+      // a.num_slots stays the state's: slots are range-checked against it (a row whose slot the
+      // state does not have gets NaN and writes nothing), and the rings hold max_slots >= it.
+      a.buffer_len = mP.buffer_len;
     } else {
       a.x_cache = outputs[2]; a.dt_cache = static_cast<float*>(outputs[3]); a.B_cache = outputs[4];
       a.write_pos = const_cast<int32_t*>(static_cast<int32_t const*>(inputs[12]));
@@ -260,11 +262,11 @@ class ReplaySSMPlugin : public IPluginV3, public IPluginV3OneCore, public IPlugi
     if (mP.has_force_flush) a.force_flush = static_cast<int8_t const*>(inputs[next++]);
     int status = RS_SUCCESS;
     if (mP.owns_rings && mP.has_reset)  // slots entering decode (pad_slot_id elsewhere): empty rings
-      status = rs_reset_write_pos(mWritePos, mP.max_slots, static_cast<int32_t const*>(inputs[next]), a.batch,
+      status = rs_reset_write_pos(mWritePos, a.num_slots, static_cast<int32_t const*>(inputs[next]), a.batch,
                                   mP.pad_slot_id, stream);
     if (status == RS_SUCCESS) status = rs_mamba2_step(&a, stream);
     if (status == RS_SUCCESS && mP.owns_rings)  // owned cursors: this layer advances its own copy
-      status = rs_advance_write_pos(mWritePos, mP.max_slots, L, a.slot_idx, a.force_flush, a.batch, mP.pad_slot_id,
+      status = rs_advance_write_pos(mWritePos, a.num_slots, L, a.slot_idx, a.force_flush, a.batch, mP.pad_slot_id,
                                     mP.route == RS_ROUTE_STANDARD_STEP || mP.route == RS_ROUTE_ALWAYS_FLUSH, stream);
     return status;
   }

@@ -616,15 +616,18 @@ def test_tensorrt_plugin_enqueue_equals_jit(trt_plugins, tmp_path):
     enqueued outside TensorRT by ``trt_plugin_enqueue.cpp`` over three ring cycles, against
     the JIT step on a ring cache of its own: rows enter decode at staggered steps
     (``new_slots``), one moves to a new request's slot mid-run, a padding row's output is
-    never written; outputs at every step and the final states bit for bit."""
+    never written; outputs at every step and the final states bit for bit. The rings hold two
+    slots more than the state: at steps 5-8 row 3 names one of those, which the state does
+    not have, and gets NaN outputs with nothing written (as the JIT step does)."""
     g = model("nemotron-3-super").geom
     H, P, N, G = g.nheads, g.headdim, g.dstate, g.ngroups
     S, B, T, MOVE = 6, 4, 3 * L, 25
     start = [0, 3, 7, None]  # the step each row's request starts decoding (None: a padding row)
+    BAD = range(5, 9)  # the steps row 3 names slot S + 1: in the rings' max_slots, not in the state
 
     def slots_at(t):  # row 2's request ends at step MOVE; the next one decodes in slot 5
-        return [-1 if s is None or t < s else 5 if (r == 2 and t >= MOVE) else [4, 1, 2][r]
-                for r, s in enumerate(start)]
+        return [(S + 1 if t in BAD else -1) if s is None else -1 if t < s else 5 if (r == 2 and t >= MOVE)
+                else [4, 1, 2][r] for r, s in enumerate(start)]
 
     def new_at(t):  # the slots whose request decodes for the first time at step t
         return [slot if t == start[r] or (r == 2 and t == MOVE) else -1 for r, slot in enumerate(slots_at(t))]
@@ -637,7 +640,7 @@ def test_tensorrt_plugin_enqueue_equals_jit(trt_plugins, tmp_path):
     steps = [dict(x=bf16(B, H, P), dt=bf16(B, H), B=bf16(B, G, N), C=bf16(B, G, N), z=bf16(B, H, P),
                   slot=torch.tensor(slots_at(t), dtype=torch.int32), new=torch.tensor(new_at(t), dtype=torch.int32))
              for t in range(T)]
-    _enqueue_plugin(trt_plugins, "mamba2", tmp_path, (S, B, H, P, N, G, L, T),
+    _enqueue_plugin(trt_plugins, "mamba2", tmp_path, (S, B, H, P, N, G, L, T, S + 2),
                     dict(state=state0, A=A, D=D, dt_bias=dt_bias, y_init=y_init), steps)
 
     cache = Mamba2ReplayCache(g, 1, S, L, torch.float32, torch.bfloat16, "cuda")
@@ -649,8 +652,10 @@ def test_tensorrt_plugin_enqueue_equals_jit(trt_plugins, tmp_path):
                                             state_batch_indices=s["slot"], out=y, route="output_only",
                                             **cache.ring_kwargs(0))
         cache.advance(s["slot"])
-        assert torch.equal(_written(tmp_path, f"y_{t}.bin", y_init), y.cpu()), f"step {t}"
-    assert torch.equal(y[3].cpu(), y_init[3])  # the padding row
+        written = _written(tmp_path, f"y_{t}.bin", y_init)
+        assert torch.equal(written.view(torch.int16), y.cpu().view(torch.int16)), f"step {t}"  # NaN bits too
+        # row 3: padding (never written) until step 5, then NaN, kept once it pads again
+        assert written[3].isnan().all() if t >= BAD.start else torch.equal(written[3], y_init[3]), f"row 3, step {t}"
     state = _written(tmp_path, "state_out.bin", state0)
     assert torch.equal(state, cache.ssm_state[0].cpu())
     assert not torch.equal(state[[4, 1, 2, 5]], state0[[4, 1, 2, 5]])  # every used slot stored a checkpoint

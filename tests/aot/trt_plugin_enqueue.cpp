@@ -7,7 +7,8 @@
  *
  * mamba2: ReplaySSMMamba2Step in the form examples/trtllm_build builds (rings and cursors owned
  *   by the plugin; owns_rings, has_reset, has_z, route output_only). DIR/sizes.txt: "S B H P N
- *   G L T" (slots, batch, heads, headdim, dstate, groups, ring length, steps); DIR holds
+ *   G L T M" (slots, batch, heads, headdim, dstate, groups, ring length, steps, the rings'
+ *   max_slots >= S); DIR holds
  *   state.bin (fp32 S*H*P*N), A.bin, D.bin, dt_bias.bin (fp32 H), y_init.bin (bf16 B*H*P) and
  *   for each step t: x_t.bin, z_t.bin (bf16 B*H*P), dt_t.bin (bf16 B*H), B_t.bin, C_t.bin
  *   (bf16 B*G*N), slot_t.bin, new_t.bin (int32 B).
@@ -161,12 +162,12 @@ int runNetworkStep(NetworkStep const& p, Tensor& fresh, int64_t t, cudaStream_t 
 }
 
 int runMamba2(IPluginCreatorInterface* const* creators, int32_t n, cudaStream_t stream) {
-  int64_t S, B, H, P, N, G, L, T;
+  int64_t S, B, H, P, N, G, L, T, M;
   std::ifstream f(dir + "/sizes.txt");
-  if (!(f >> S >> B >> H >> P >> N >> G >> L >> T)) return 2;
+  if (!(f >> S >> B >> H >> P >> N >> G >> L >> T >> M)) return 2;
   IPluginV3OneRuntime* plugin =
       loadPlugin(creators, n, "ReplaySSMMamba2Step",
-                 {{"route", 0}, {"owns_rings", 1}, {"max_slots", static_cast<int32_t>(S)},
+                 {{"route", 0}, {"owns_rings", 1}, {"max_slots", static_cast<int32_t>(M)},
                   {"buffer_len", static_cast<int32_t>(L)}, {"has_z", 1}, {"has_reset", 1}});
   if (!plugin) return 2;
   Tensor state({S, H, P, N}, F32, 4), x({B, H, P}, BF16, 2), dt({B, H}, BF16, 2), A({H}, F32, 4),

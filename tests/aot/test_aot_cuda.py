@@ -16,6 +16,7 @@ from trtllm_replayssm.aot.backend import AOTLauncher
 from trtllm_replayssm.aot.library import DTYPE_CODES, ROUTE_CODES, GDNStepArgs, KernelLibrary, Mamba2StepArgs
 from trtllm_replayssm.cache import GDNReplayCache, Mamba2ReplayCache
 from trtllm_replayssm.models import model
+from trtllm_replayssm.ops.cursors import FLUSH_EVERY_STEP
 from trtllm_replayssm.ops.launch import launcher_in_front, pop_launcher, push_launcher
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (real shapes)")
@@ -689,7 +690,7 @@ def test_tensorrt_mamba2_plugins_on_network_rings_equal_jit(trt_plugins, tmp_pat
 
     steps = [dict(x=bf16(B, H, P), dt=bf16(B, H), B=bf16(B, G, N), C=bf16(B, G, N), z=bf16(B, H, P), **step_rows(t))
              for t in range(T)]
-    sizes = (S, B, H, P, N, G, L, T, ROUTE_CODES[route], int(state == "bf16"))
+    sizes = (S, B, H, P, N, G, L, T, ROUTE_CODES[route], int(state == "bf16"), int(route in FLUSH_EVERY_STEP))
     _enqueue_plugin(trt_plugins, "mamba2_net", tmp_path, sizes, dict(**start, A=A, D=D, dt_bias=dt_bias, y_init=y_init),
                     steps)
 

@@ -14,7 +14,8 @@
  *   (bf16 B*G*N), slot_t.bin, new_t.bin (int32 B).
  * mamba2_net: ReplaySSMMamba2Step on network rings with z and force_flush, then ReplaySSMAdvance
  *   with the same flags (and, at a step with a new_t.bin, ReplaySSMReset on those slots first).
- *   DIR/sizes.txt: "S B H P N G L T route state_bf16"; DIR holds state.bin (fp32, or bf16 when
+ *   DIR/sizes.txt: "S B H P N G L T route state_bf16 flush_all" (flush_all: the advance's field,
+ *   1 on the routes that store every row); DIR holds state.bin (fp32, or bf16 when
  *   state_bf16 is 1, S*H*P*N), x_cache.bin (bf16 S*H*L*P), dt_cache.bin (fp32 S*H*L),
  *   B_cache.bin (bf16 S*G*L*N), write_pos.bin (int32 S), A.bin, D.bin, dt_bias.bin, y_init.bin
  *   and each step's files as for mamba2, with flush_t.bin (int8 B) in place of new_t.bin.
@@ -191,15 +192,14 @@ int runMamba2(IPluginCreatorInterface* const* creators, int32_t n, cudaStream_t 
 }
 
 int runMamba2Network(IPluginCreatorInterface* const* creators, int32_t n, cudaStream_t stream) {
-  int64_t S, B, H, P, N, G, L, T, route, stateBf16;
+  int64_t S, B, H, P, N, G, L, T, route, stateBf16, flushAll;
   std::ifstream f(dir + "/sizes.txt");
-  if (!(f >> S >> B >> H >> P >> N >> G >> L >> T >> route >> stateBf16)) return 2;
-  int32_t const flushAll = route == 1 || route == 2;  // standard_step, always_flush: every row stores its state
+  if (!(f >> S >> B >> H >> P >> N >> G >> L >> T >> route >> stateBf16 >> flushAll)) return 2;
   IPluginV3OneRuntime* step = loadPlugin(creators, n, "ReplaySSMMamba2Step",
                                          {{"route", static_cast<int32_t>(route)}, {"has_z", 1}, {"has_force_flush", 1}});
   IPluginV3OneRuntime* advance = loadPlugin(
       creators, n, "ReplaySSMAdvance",
-      {{"buffer_len", static_cast<int32_t>(L)}, {"has_force_flush", 1}, {"flush_all", flushAll}});
+      {{"buffer_len", static_cast<int32_t>(L)}, {"has_force_flush", 1}, {"flush_all", static_cast<int32_t>(flushAll)}});
   IPluginV3OneRuntime* reset = loadPlugin(creators, n, "ReplaySSMReset", {{"pad_slot_id", -1}});
   if (!step || !advance || !reset) return 2;
   Tensor state({S, H, P, N}, stateBf16 ? BF16 : F32, stateBf16 ? 2 : 4), x({B, H, P}, BF16, 2), dt({B, H}, BF16, 2),

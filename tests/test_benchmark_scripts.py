@@ -646,3 +646,32 @@ def test_warm_compile_maps_groups_over_spawned_workers(capsys):
 
     warm_compile(len, [(1, 2), (3,), (1, 2)], workers=2)  # the repeated group runs once
     assert "warm compile: 3 launches in 2 groups" in capsys.readouterr().out
+
+
+def test_ncu_small_batch_summarizes_ncu_csv(tmp_path):
+    """``ncu_small_batch.py --summarize``: a record a profiled Mamba2 launch of ncu's CSV page
+    (its NVTX range names the model, batch and step), the fills between the steps left out."""
+    head = ['"==PROF== Connected to process 9"',
+            '"ID","Process ID","Process Name","Host Name","thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:'
+            'Color:Msg_Type:Msg","Kernel Name","Block Size","Grid Size","Section Name","Metric Name","Metric Unit",'
+            '"Metric Value"']
+
+    def row(i, kernel, rng, metric, value):
+        return (f'"{i}","9","python","h","942  ""<default domain>:{rng}:none:none:none:none:none:none"" ",'
+                f'"{kernel}","(32, 1, 1)","(3072, 1, 1)","S","{metric}","x","{value}"')
+
+    rng = "nemotron-3-nano-4b_b32_w14"
+    lines = head + [row(0, "void at::vectorized_elementwise_kernel<4>(int)", rng, "Duration", "1,024"),
+                    row(1, "_replay_fold_kernel", rng, "Duration", "10,240"),
+                    row(1, "_replay_fold_kernel", rng, "Waves Per SM", "17.45"),
+                    row(1, "_replay_fold_kernel", rng, "Registers Per Thread", "128"),
+                    row(2, "_selective_state_update_kernel", "nemotron-3-super_b8_std", "Grid Size", "16,384")]
+    page = tmp_path / "ncu.csv"
+    page.write_text("\n".join(lines) + "\n")
+    records = load_script("ncu_small_batch").summarize([str(page)], "GPU", "abc1234")
+    assert [(r["model"], r["batch"], r["step"], r["kernel"]) for r in records] == [
+        ("nemotron-3-nano-4b", 32, "output_only, every cursor at 14", "_replay_fold_kernel"),
+        ("nemotron-3-super", 8, "standard", "_selective_state_update_kernel")]
+    assert records[0]["duration_us"] == 10.24 and records[0]["waves_per_sm"] == 17.45
+    assert records[0]["registers_per_thread"] == 128 and records[1]["grid_size"] == 16384
+    assert all(r["gpu"] == "GPU" and r["commit"] == "abc1234" for r in records)

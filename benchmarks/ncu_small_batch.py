@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Nsight Compute on a Mamba2 decode step at one batch size: the non-flush launch, the
+fold launch that runs beside it and finds no row to fold, and the standard kernel (the
+batch-8/32 items of ``benchmarks/README.md``, "Open performance work").
+
+Two jobs. As ncu's target it runs, for each model, one ``output_only`` step with every
+cursor at ``w = 0`` and one at ``w = 14`` (no row flushes: the fold launch returns at
+once in each of its programs), then one standard step, the table's launch configs, each
+in an NVTX range; only those launches are profiled (``--profile-from-start off``).
+With ``--summarize`` it reads ncu's CSV pages and writes one record a profiled launch
+(duration, DRAM throughput, registers, grid, waves an SM, occupancy).
+
+    ncu --profile-from-start off --nvtx --section SpeedOfLight --section LaunchStats \\
+        --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \\
+        --csv --page details python benchmarks/ncu_small_batch.py --batch 32 > ncu_b32.csv
+    python benchmarks/ncu_small_batch.py --summarize ncu_b8.csv ncu_b32.csv ncu_b128.csv \\
+        --gpu "NVIDIA H100 80GB HBM3" --out benchmarks/results/small_batch_ncu.json
+
+ncu runs each launch alone with its clocks locked to base, so the durations are longer
+than a CUDA graph's (``bench_mamba2_ar.py``); the waves and occupancies are what to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+from pathlib import Path
+from typing import Dict, List
+
+MODELS = ("nemotron-3-nano-4b", "nemotron-3-super")
+CURSORS = (0, 14)
+RANGE = re.compile(r"<default domain>:(?P<model>[\w.-]+)_b(?P<batch>\d+)_(?P<what>w\d+|std):")
+METRICS = {  # record field: (ncu metric name, scale)
+    "duration_us": ("Duration", 1e-3),
+    "dram_throughput_pct": ("DRAM Throughput", 1),
+    "registers_per_thread": ("Registers Per Thread", 1),
+    "grid_size": ("Grid Size", 1),
+    "block_size": ("Block Size", 1),
+    "waves_per_sm": ("Waves Per SM", 1),
+    "achieved_occupancy_pct": ("Achieved Occupancy", 1),
+    "theoretical_occupancy_pct": ("Theoretical Occupancy", 1),
+    "block_limit_registers": ("Block Limit Registers", 1),
+    "warp_cycles_per_issued_instruction": ("Warp Cycles Per Issued Instruction", 1),
+}
+
+
+def run_target(batch: int, models, buffer_len: int = 16) -> None:
+    """The launches ncu profiles (see the module docstring)."""
+    import torch
+
+    import trtllm_replayssm as rs
+    from trtllm_replayssm.cache import Mamba2ReplayCache
+    from trtllm_replayssm.models import model
+
+    for name in models:
+        g = model(name).geom
+        H, P, N, G = g.nheads, g.headdim, g.dstate, g.ngroups
+        cache = Mamba2ReplayCache(g, 1, batch, buffer_len, torch.float32, torch.bfloat16, "cuda")
+        cache.ssm_state.normal_()
+        cache.x_cache.normal_()
+        cache.B_cache.normal_()
+        cache.dt_cache.uniform_(0.01, 0.1)
+        standard_state = torch.randn_like(cache.ssm_state[0])
+        act = dict(device="cuda", dtype=torch.bfloat16)
+        x, dt = torch.randn(batch, H, P, **act), torch.randn(batch, H, **act)
+        B, C = torch.randn(batch, G, N, **act), torch.randn(batch, G, N, **act)
+        A = -torch.rand(H, device="cuda") - 0.5
+        kw = dict(D=torch.randn(H, device="cuda"), z=torch.randn_like(x), dt_bias=torch.randn(H, device="cuda"),
+                  dt_softplus=True, state_batch_indices=torch.arange(batch, dtype=torch.int32, device="cuda"),
+                  out=torch.empty_like(x))
+
+        def replay(w: int) -> None:
+            cache.write_pos.fill_(w)  # every row at w < L - 1: no row flushes
+            rs.selective_state_update_replayssm(cache.ssm_state[0], x, dt, A, B, C, **kw, route="output_only",
+                                                **cache.ring_kwargs(0))
+
+        def standard() -> None:
+            rs.selective_state_update(standard_state, x, dt, A, B, C, **kw)
+
+        for _ in range(3):  # compiled and warm before the profiled range
+            for w in CURSORS:
+                replay(w)
+            standard()
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStart()
+        for what, fn in [*((f"w{w}", lambda w=w: replay(w)) for w in CURSORS), ("std", standard)]:
+            torch.cuda.nvtx.range_push(f"{name}_b{batch}_{what}")
+            fn()
+            torch.cuda.nvtx.range_pop()
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStop()
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def summarize(paths: List[str], gpu: str, commit: str) -> List[Dict]:
+    """One record a profiled Mamba2 launch of ncu's ``--csv --page details`` output."""
+    launches: Dict[tuple, Dict] = {}
+    for path in paths:
+        rows = list(csv.reader(Path(path).read_text().splitlines()))
+        start = next(i for i, r in enumerate(rows) if r and r[0] == "ID")
+        header = rows[start]
+        range_col = next(c for c in header if c.startswith("thread Domain:Push/Pop_Range"))
+        for values in rows[start + 1:]:
+            row = dict(zip(header, values))
+            kernel = row["Kernel Name"].split("(")[0].replace("void ", "")
+            where = RANGE.search(row[range_col])
+            if where is None or not any(k in kernel for k in ("_replay_", "_selective_state_update")):
+                continue  # the cursor fills between the steps
+            rec = launches.setdefault((path, row["ID"]), dict(
+                gpu=gpu, model=where["model"], batch=int(where["batch"]), state_dtype="fp32",
+                step="standard" if where["what"] == "std" else f"output_only, every cursor at {where['what'][1:]}",
+                kernel=kernel))
+            for field, (metric, scale) in METRICS.items():
+                if row["Metric Name"] == metric:
+                    rec[field] = round(_number(row["Metric Value"]) * scale, 3)
+    return [dict(rec, commit=commit) for rec in launches.values()]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    ap.add_argument("--summarize", nargs="+", metavar="CSV", help="ncu's CSV pages to summarise (no GPU needed)")
+    ap.add_argument("--gpu", help="with --summarize: the GPU the pages were taken on")
+    ap.add_argument("--commit", help="with --summarize: the commit profiled (default: this checkout's)")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "small_batch_ncu.json"))
+    args = ap.parse_args()
+    if not args.summarize:
+        run_target(args.batch, args.models)
+        return
+    if not args.gpu:
+        ap.error("--summarize needs --gpu (ncu's CSV does not name it)")
+    from tabulate import tabulate
+
+    from trtllm_replayssm.benchmarking.records import git_commit
+
+    records = summarize(args.summarize, args.gpu, args.commit or git_commit())
+    Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
+    print(tabulate([{k: v for k, v in r.items() if k not in ("gpu", "commit", "state_dtype")} for r in records],
+                   headers="keys"))
+
+
+if __name__ == "__main__":
+    main()

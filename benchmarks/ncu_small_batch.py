@@ -117,7 +117,8 @@ def summarize(paths: List[str], gpu: str, commit: str) -> List[Dict]:
                 kernel=kernel))
             for field, (metric, scale) in METRICS.items():
                 if row["Metric Name"] == metric:
-                    rec[field] = round(_number(row["Metric Value"]) * scale, 3)
+                    value = _number(row["Metric Value"]) * scale
+                    rec[field] = int(value) if value == int(value) and scale == 1 else round(value, 3)
     return [dict(rec, commit=commit) for rec in launches.values()]
 
 

@@ -60,11 +60,7 @@ CANDIDATES = {
     # another (the head's B tile and ring scalars loaded once; 8: all of them), row_block
     # the batch rows it looks through (rig.ROW_BLOCK_FOLDS).
     "fold": [_C(16, 2, 1, 1), _C(32, 4, 1, 1), _C(32, 8, 1, 1), _C(16, 2, 1, 1, loop_blocks=4),
-             _C(16, 2, 1, 1, heads_per_prog=2, loop_blocks=4), _C(16, 2, 1, 1, loop_blocks=8),
-             # the batch-8/32 tiles (32 rows on 4 or 8 warps) over a head's blocks: a third
-             # (Nano-4B) or half (Super) of the programs, whose waves are what an empty fold
-             # launch costs (ncu, Nano-4B fp32 batch 32: 9216 programs, 17 waves, 10 us)
-             _C(32, 4, 1, 1, loop_blocks=8), _C(32, 8, 1, 1, loop_blocks=8)] + ROW_BLOCK_FOLDS,
+             _C(16, 2, 1, 1, heads_per_prog=2, loop_blocks=4), _C(16, 2, 1, 1, loop_blocks=8)] + ROW_BLOCK_FOLDS,
     "state_and_output": [_C(8, 1), _C(8, 1, 2), _C(16, 1), _C(32, 2), _C(32, 4), _C(32, 4, 2),
                          # the checkpoint loaded before the cursor (early_state): 13-14% faster
                          # with an fp32 state at batch 32-128 (not with bf16); on output_only's

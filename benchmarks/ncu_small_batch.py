@@ -47,47 +47,31 @@ METRICS = {  # record field: (ncu metric name, scale)
 
 
 def run_target(batch: int, models, buffer_len: int = 16) -> None:
-    """The launches ncu profiles (see the module docstring)."""
+    """The launches ncu profiles (see the module docstring), on the benchmark's rig: one
+    layer, the step inputs in TensorRT-LLM's layout, random checkpoints and rings."""
     import torch
 
-    import trtllm_replayssm as rs
-    from trtllm_replayssm.cache import Mamba2ReplayCache
-    from trtllm_replayssm.models import model
+    from trtllm_replayssm.benchmarking.mamba2_ar import Mamba2Case, Mamba2Rig
+    from trtllm_replayssm.benchmarking.rig import Launch
+    from trtllm_replayssm.models import mamba2_model
 
     for name in models:
-        g = model(name).geom
-        H, P, N, G = g.nheads, g.headdim, g.dstate, g.ngroups
-        cache = Mamba2ReplayCache(g, 1, batch, buffer_len, torch.float32, torch.bfloat16, "cuda")
-        cache.ssm_state.normal_()
-        cache.x_cache.normal_()
-        cache.B_cache.normal_()
-        cache.dt_cache.uniform_(0.01, 0.1)
-        standard_state = torch.randn_like(cache.ssm_state[0])
-        act = dict(device="cuda", dtype=torch.bfloat16)
-        x, dt = torch.randn(batch, H, P, **act), torch.randn(batch, H, **act)
-        B, C = torch.randn(batch, G, N, **act), torch.randn(batch, G, N, **act)
-        A = -torch.rand(H, device="cuda") - 0.5
-        kw = dict(D=torch.randn(H, device="cuda"), z=torch.randn_like(x), dt_bias=torch.randn(H, device="cuda"),
-                  dt_softplus=True, state_batch_indices=torch.arange(batch, dtype=torch.int32, device="cuda"),
-                  out=torch.empty_like(x))
+        rig = Mamba2Rig(Mamba2Case(name, mamba2_model(name).geom, batch, buffer_len, torch.float32), 1)
 
         def replay(w: int) -> None:
-            cache.write_pos.fill_(w)  # every row at w < L - 1: no row flushes
-            rs.selective_state_update_replayssm(cache.ssm_state[0], x, dt, A, B, C, **kw, route="output_only",
-                                                **cache.ring_kwargs(0))
+            rig.cache.write_pos.fill_(w)  # every row at w < L - 1: no row flushes
+            rig.layer_step(Launch("output_only"), 0)
 
-        def standard() -> None:
-            rs.selective_state_update(standard_state, x, dt, A, B, C, **kw)
-
+        steps = [*((f"w{w}", lambda w=w: replay(w)) for w in CURSORS),
+                 ("std", lambda: rig.layer_step(Launch("standard"), 0))]
         for _ in range(3):  # compiled and warm before the profiled range
-            for w in CURSORS:
-                replay(w)
-            standard()
+            for _, step in steps:
+                step()
         torch.cuda.synchronize()
         torch.cuda.cudart().cudaProfilerStart()
-        for what, fn in [*((f"w{w}", lambda w=w: replay(w)) for w in CURSORS), ("std", standard)]:
+        for what, step in steps:
             torch.cuda.nvtx.range_push(f"{name}_b{batch}_{what}")
-            fn()
+            step()
             torch.cuda.nvtx.range_pop()
         torch.cuda.synchronize()
         torch.cuda.cudart().cudaProfilerStop()

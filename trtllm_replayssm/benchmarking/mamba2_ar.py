@@ -41,7 +41,7 @@ def _with_early_terms(tiles) -> list:
 CANDIDATES = {
     "standard": _with_early_terms(_STANDARD_TILES),
     # fold_chunk: ring entries loaded together (0: the ring as whole tiles)
-    "output_only": [_C(8, 1, 4), _C(8, 1, 0), _C(16, 1), _C(16, 1, 4), _C(32, 1), _C(32, 1, 4), _C(32, 2), _C(32, 4), _C(32, 4, 4),
+    "output_only": [_C(16, 1), _C(16, 1, 4), _C(32, 1), _C(32, 1, 4), _C(32, 2), _C(32, 4), _C(32, 4, 4),
                     _C(64, 2, 4), _C(64, 4), _C(64, 4, 4), _C(16, 1, 0), _C(32, 1, 0), _C(32, 2, 0), _C(32, 4, 0),
                     _C(64, 4, 0), _C(64, 2, 0),
                     # a warp over a head's 64 rows (Super): half the programs of 32 rows, and each

@@ -32,18 +32,19 @@ from typing import Dict, List
 MODELS = ("nemotron-3-nano-4b", "nemotron-3-super")
 CURSORS = (0, 14)
 RANGE = re.compile(r"<default domain>:(?P<model>[\w.-]+)_b(?P<batch>\d+)_(?P<what>w\d+|std):")
-METRICS = {  # record field: (ncu metric name, scale)
-    "duration_us": ("Duration", 1e-3),
-    "dram_throughput_pct": ("DRAM Throughput", 1),
-    "registers_per_thread": ("Registers Per Thread", 1),
-    "grid_size": ("Grid Size", 1),
-    "block_size": ("Block Size", 1),
-    "waves_per_sm": ("Waves Per SM", 1),
-    "achieved_occupancy_pct": ("Achieved Occupancy", 1),
-    "theoretical_occupancy_pct": ("Theoretical Occupancy", 1),
-    "block_limit_registers": ("Block Limit Registers", 1),
-    "warp_cycles_per_issued_instruction": ("Warp Cycles Per Issued Instruction", 1),
+METRICS = {  # record field: ncu metric name
+    "duration_us": "Duration",
+    "dram_throughput_pct": "DRAM Throughput",
+    "registers_per_thread": "Registers Per Thread",
+    "grid_size": "Grid Size",
+    "block_size": "Block Size",
+    "waves_per_sm": "Waves Per SM",
+    "achieved_occupancy_pct": "Achieved Occupancy",
+    "theoretical_occupancy_pct": "Theoretical Occupancy",
+    "block_limit_registers": "Block Limit Registers",
+    "warp_cycles_per_issued_instruction": "Warp Cycles Per Issued Instruction",
 }
+TIME_UNITS_IN_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
 
 
 def run_target(batch: int, models, buffer_len: int = 16) -> None:
@@ -99,10 +100,13 @@ def summarize(paths: List[str], gpu: str, commit: str) -> List[Dict]:
                 gpu=gpu, model=where["model"], batch=int(where["batch"]), state_dtype="fp32",
                 step="standard" if where["what"] == "std" else f"output_only, every cursor at {where['what'][1:]}",
                 kernel=kernel))
-            for field, (metric, scale) in METRICS.items():
+            for field, metric in METRICS.items():
                 if row["Metric Name"] == metric:
-                    value = _number(row["Metric Value"]) * scale
-                    rec[field] = int(value) if value == int(value) and scale == 1 else round(value, 3)
+                    value = _number(row["Metric Value"])
+                    if field == "duration_us":  # ncu picks the unit
+                        rec[field] = round(value * TIME_UNITS_IN_US[row["Metric Unit"]], 3)
+                    else:
+                        rec[field] = int(value) if value == int(value) else value
     return [dict(rec, commit=commit) for rec in launches.values()]
 
 

@@ -656,16 +656,17 @@ def test_ncu_small_batch_summarizes_ncu_csv(tmp_path):
             'Color:Msg_Type:Msg","Kernel Name","Block Size","Grid Size","Section Name","Metric Name","Metric Unit",'
             '"Metric Value"']
 
-    def row(i, kernel, rng, metric, value):
+    def row(i, kernel, rng, metric, value, unit=""):
         return (f'"{i}","9","python","h","942  ""<default domain>:{rng}:none:none:none:none:none:none"" ",'
-                f'"{kernel}","(32, 1, 1)","(3072, 1, 1)","S","{metric}","x","{value}"')
+                f'"{kernel}","(32, 1, 1)","(3072, 1, 1)","S","{metric}","{unit}","{value}"')
 
     rng = "nemotron-3-nano-4b_b32_w14"
-    lines = head + [row(0, "void at::vectorized_elementwise_kernel<4>(int)", rng, "Duration", "1,024"),
-                    row(1, "_replay_fold_kernel", rng, "Duration", "10,240"),
+    lines = head + [row(0, "void at::vectorized_elementwise_kernel<4>(int)", rng, "Duration", "1,024", "ns"),
+                    row(1, "_replay_fold_kernel", rng, "Duration", "10,240", "ns"),
                     row(1, "_replay_fold_kernel", rng, "Waves Per SM", "17.45"),
                     row(1, "_replay_fold_kernel", rng, "Registers Per Thread", "128"),
-                    row(2, "_selective_state_update_kernel", "nemotron-3-super_b8_std", "Grid Size", "16,384")]
+                    row(2, "_selective_state_update_kernel", "nemotron-3-super_b8_std", "Grid Size", "16,384"),
+                    row(2, "_selective_state_update_kernel", "nemotron-3-super_b8_std", "Duration", "1.2", "ms")]
     page = tmp_path / "ncu.csv"
     page.write_text("\n".join(lines) + "\n")
     records = load_script("ncu_small_batch").summarize([str(page)], "GPU", "abc1234")
@@ -674,4 +675,5 @@ def test_ncu_small_batch_summarizes_ncu_csv(tmp_path):
         ("nemotron-3-super", 8, "standard", "_selective_state_update_kernel")]
     assert records[0]["duration_us"] == 10.24 and records[0]["waves_per_sm"] == 17.45
     assert records[0]["registers_per_thread"] == 128 and records[1]["grid_size"] == 16384
+    assert records[1]["duration_us"] == 1200  # in the unit ncu chose
     assert all(r["gpu"] == "GPU" and r["commit"] == "abc1234" for r in records)

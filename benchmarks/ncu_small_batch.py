@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Nsight Compute on a Mamba2 decode step at one batch size: the non-flush launch, the
+"""Nsight Compute on a decode step at one batch size: the ReplaySSM non-flush launch, the
 fold launch that runs beside it and finds no row to fold, and the standard kernel (the
-batch-8/32 items of ``benchmarks/README.md``, "Open performance work").
+batch-8/32 items of ``benchmarks/README.md``, "Open performance work"). Mamba2 models by
+default; the GDN ones by name (``--models qwen3.5-4b qwen3.5-122b``), whose non-flush and
+fold launches are one kernel: a record's ``order`` tells them apart (0 before 1).
 
 Two jobs. As ncu's target it runs, for each model, one ``output_only`` step with every
 cursor at ``w = 0`` and one at ``w = 14`` (no row flushes: the fold launch returns at
@@ -29,7 +31,8 @@ import re
 from pathlib import Path
 from typing import Dict, List
 
-MODELS = ("nemotron-3-nano-4b", "nemotron-3-super")
+MODELS = ("nemotron-3-nano-4b", "nemotron-3-super", "qwen3.5-4b", "qwen3.5-122b")
+STEP_KERNELS = ("_replay_", "_selective_state_update", "_gdn_update")  # not the cursor fills between the steps
 CURSORS = (0, 14)
 RANGE = re.compile(r"<default domain>:(?P<model>[\w.-]+)_b(?P<batch>\d+)_(?P<what>w\d+|std):")
 METRICS = {  # record field: ncu metric name
@@ -48,16 +51,16 @@ TIME_UNITS_IN_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms"
 
 
 def run_target(batch: int, models, buffer_len: int = 16) -> None:
-    """The launches ncu profiles (see the module docstring), on the benchmark's rig: one
-    layer, the step inputs in TensorRT-LLM's layout, random checkpoints and rings."""
+    """The launches ncu profiles (see the module docstring), on the benchmark's rig of each
+    model's family (its first layer): the step inputs in TensorRT-LLM's layout, random
+    checkpoints and rings."""
     import torch
 
-    from trtllm_replayssm.benchmarking.mamba2_ar import Mamba2Case, Mamba2Rig
     from trtllm_replayssm.benchmarking.rig import Launch
-    from trtllm_replayssm.models import mamba2_model
+    from trtllm_replayssm.benchmarking.rigs import make_model_rig
 
     for name in models:
-        rig = Mamba2Rig(Mamba2Case(name, mamba2_model(name).geom, batch, buffer_len, torch.float32), 1)
+        rig = make_model_rig(name, batch, buffer_len, torch.float32)
 
         def replay(w: int) -> None:
             rig.cache.write_pos.fill_(w)  # every row at w < L - 1: no row flushes
@@ -85,6 +88,7 @@ def _number(text: str) -> float:
 def summarize(paths: List[str], gpu: str, commit: str) -> List[Dict]:
     """One record a profiled Mamba2 launch of ncu's ``--csv --page details`` output."""
     launches: Dict[tuple, Dict] = {}
+    order: Dict[tuple, int] = {}  # launches seen so far in each NVTX range
     for path in paths:
         rows = list(csv.reader(Path(path).read_text().splitlines()))
         start = next(i for i, r in enumerate(rows) if r and r[0] == "ID")
@@ -94,12 +98,16 @@ def summarize(paths: List[str], gpu: str, commit: str) -> List[Dict]:
             row = dict(zip(header, values))
             kernel = row["Kernel Name"].split("(")[0].replace("void ", "")
             where = RANGE.search(row[range_col])
-            if where is None or not any(k in kernel for k in ("_replay_", "_selective_state_update")):
-                continue  # the cursor fills between the steps
-            rec = launches.setdefault((path, row["ID"]), dict(
-                gpu=gpu, model=where["model"], batch=int(where["batch"]), state_dtype="fp32",
-                step="standard" if where["what"] == "std" else f"output_only, every cursor at {where['what'][1:]}",
-                kernel=kernel))
+            if where is None or not any(k in kernel for k in STEP_KERNELS):
+                continue
+            if (path, row["ID"]) not in launches:
+                in_range = (path, where.group(0))
+                order[in_range] = order.get(in_range, -1) + 1
+                launches[(path, row["ID"])] = dict(
+                    gpu=gpu, model=where["model"], batch=int(where["batch"]), state_dtype="fp32",
+                    step="standard" if where["what"] == "std" else f"output_only, every cursor at {where['what'][1:]}",
+                    kernel=kernel, order=order[in_range])
+            rec = launches[(path, row["ID"])]
             for field, metric in METRICS.items():
                 if row["Metric Name"] == metric:
                     value = _number(row["Metric Value"])

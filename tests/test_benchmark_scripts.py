@@ -666,13 +666,18 @@ def test_ncu_small_batch_summarizes_ncu_csv(tmp_path):
                     row(1, "_replay_fold_kernel", rng, "Waves Per SM", "17.45"),
                     row(1, "_replay_fold_kernel", rng, "Registers Per Thread", "128"),
                     row(2, "_selective_state_update_kernel", "nemotron-3-super_b8_std", "Grid Size", "16,384"),
-                    row(2, "_selective_state_update_kernel", "nemotron-3-super_b8_std", "Duration", "1.2", "ms")]
+                    row(2, "_selective_state_update_kernel", "nemotron-3-super_b8_std", "Duration", "1.2", "ms"),
+                    row(3, "_gdn_replay_kernel", "qwen3.5-4b_b8_w0", "Grid Size", "512"),
+                    row(4, "_gdn_replay_kernel", "qwen3.5-4b_b8_w0", "Grid Size", "256")]
     page = tmp_path / "ncu.csv"
     page.write_text("\n".join(lines) + "\n")
     records = load_script("ncu_small_batch").summarize([str(page)], "GPU", "abc1234")
-    assert [(r["model"], r["batch"], r["step"], r["kernel"]) for r in records] == [
-        ("nemotron-3-nano-4b", 32, "output_only, every cursor at 14", "_replay_fold_kernel"),
-        ("nemotron-3-super", 8, "standard", "_selective_state_update_kernel")]
+    assert [(r["model"], r["batch"], r["step"], r["kernel"], r["order"]) for r in records] == [
+        ("nemotron-3-nano-4b", 32, "output_only, every cursor at 14", "_replay_fold_kernel", 0),
+        ("nemotron-3-super", 8, "standard", "_selective_state_update_kernel", 0),
+        # GDN's non-flush and fold launches are one kernel: the order in their range tells them apart
+        ("qwen3.5-4b", 8, "output_only, every cursor at 0", "_gdn_replay_kernel", 0),
+        ("qwen3.5-4b", 8, "output_only, every cursor at 0", "_gdn_replay_kernel", 1)]
     assert records[0]["duration_us"] == 10.24 and records[0]["waves_per_sm"] == 17.45
     assert records[0]["registers_per_thread"] == 128 and records[1]["grid_size"] == 16384
     assert records[1]["duration_us"] == 1200  # in the unit ncu chose

@@ -86,7 +86,7 @@ def _number(text: str) -> float:
 
 
 def summarize(paths: List[str], gpu: str, commit: str) -> List[Dict]:
-    """One record a profiled Mamba2 launch of ncu's ``--csv --page details`` output."""
+    """One record a profiled step launch (either family) of ncu's ``--csv --page details`` output."""
     launches: Dict[tuple, Dict] = {}
     order: Dict[tuple, int] = {}  # launches seen so far in each NVTX range
     for path in paths:

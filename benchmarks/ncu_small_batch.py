@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Nsight Compute on a decode step at one batch size: the ReplaySSM non-flush launch, the
 fold launch that runs beside it and finds no row to fold, and the standard kernel (the
-batch-8/32 items of ``benchmarks/README.md``, "Open performance work"). Mamba2 models by
-default; the GDN ones by name (``--models qwen3.5-4b qwen3.5-122b``), whose non-flush and
-fold launches are one kernel: a record's ``order`` tells them apart (0 before 1).
+batch-8/32 items of ``benchmarks/README.md``, "Open performance work"). Both families'
+models by default (``--models`` picks). GDN's non-flush and fold launches are one kernel,
+which a record's ``order`` within its step tells apart: the non-flush launch comes first
+where the fold is its programmatic dependent (small batches), the fold where it goes on
+the side stream (``ops.launch.fold_side_stream``: Qwen3.5-4B at batch 128, for one), and
+the grid and block sizes (the launch configs') say which is which.
 
 Two jobs. As ncu's target it runs, for each model, one ``output_only`` step with every
 cursor at ``w = 0`` and one at ``w = 14`` (no row flushes: the fold launch returns at

@@ -171,7 +171,9 @@ def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16, ring_dtype: Opt
                     LOOP_STAGES=gdn_replay.LOOP_STAGES[modes[kernel]] if state_dtype == "fp32" else None,
                     ROW_BLOCK=cfg.row_block if kernel == "fold" else 1,
                     ROW_PROGS=cfg.row_progs if kernel == "fold" else 0,
-                    PREFETCH=bool(cfg.prefetch) and kernel == "output_only")
+                    PREFETCH=bool(cfg.prefetch) and kernel == "output_only",
+                    EARLY_TILES=(bool(cfg.prefetch) and kernel == "output_only"
+                                 and DTYPES[state_dtype] in gdn_replay.EARLY_TILES_STATES))
             yield ["gdn", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype, cfg.maxnreg, ring_dtype)]
 
 

@@ -682,3 +682,36 @@ def test_ncu_small_batch_summarizes_ncu_csv(tmp_path):
     assert records[0]["registers_per_thread"] == 128 and records[1]["grid_size"] == 16384
     assert records[1]["duration_us"] == 1200  # in the unit ncu chose
     assert all(r["gpu"] == "GPU" and r["commit"] == "abc1234" for r in records)
+
+
+def test_gdn_early_tiles_probe_compares_the_forms_bit_for_bit(monkeypatch):
+    """``probe_gdn_early_tiles.py``: on a prefetching non-flush config its two forms leave
+    the same caches and outputs after staggered cycles; a form whose step differs (v
+    scaled) is told apart."""
+    import torch
+
+    from trtllm_replayssm.benchmarking.rigs import make_model_rig
+    from trtllm_replayssm.ops.gdn import replay as gdn_replay
+    from trtllm_replayssm.ops.launch import LaunchConfig
+
+    probe = load_script("probe_gdn_early_tiles")
+    table_config = gdn_replay.select_config
+    monkeypatch.setattr(gdn_replay, "select_config", lambda kernel, *a, **k: (
+        LaunchConfig(4, 1, loop_blocks=2, prefetch=1) if kernel == "output_only" else table_config(kernel, *a, **k)))
+    rig = make_model_rig("tiny-gdn", 2, 4, torch.float32)
+    assert probe.forms_agree(rig, cycles=1)
+
+    form_of = probe.in_form
+
+    def v_scaled_when_early(form, fn):
+        def run():
+            v = rig.step["v"].clone()
+            if form == "early":
+                rig.step["v"].mul_(1.5)
+            try:
+                return form_of(form, fn)()
+            finally:
+                rig.step["v"].copy_(v)
+        return run
+    monkeypatch.setattr(probe, "in_form", v_scaled_when_early)
+    assert not probe.forms_agree(rig, cycles=1)

@@ -7,6 +7,7 @@ import trtllm_replayssm as rs
 from gdn_harness import GDNScenario, run_gdn_replay, run_gdn_standard
 from mamba2_harness import DEVICE, SLOTS
 from trtllm_replayssm.cache import GDNGeometry, GDNReplayCache
+from trtllm_replayssm.ops.gdn import replay as gdn_replay
 from trtllm_replayssm.ops.launch import LaunchConfig
 
 GEOM = GDNGeometry(num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=16)
@@ -100,9 +101,12 @@ BF16 = torch.bfloat16
     # the table's bf16-state form since fd79a28: bf16 state, activations and d/k ring
     (GEOM, LaunchConfig(4, 1, loop_blocks=4, prefetch=1), dict(state_dtype=BF16, act_dtype=BF16, ring_dtype=BF16)),
 ], ids=["whole_head", "uneven_last_run", "bf16_state_on_bf16_ring"])
-def test_non_flush_loop_with_register_prefetch(geom, config, dtypes):
+@pytest.mark.parametrize("early", [False, True], ids=["ptxas_order", "early_tiles"])
+def test_non_flush_loop_with_register_prefetch(geom, config, dtypes, early, monkeypatch):
     """``prefetch``: the non-flush launch loads a block's tiles one block ahead (masked
-    past the program's last block and past V)."""
+    past the program's last block and past V); ``early``: its first block's tiles and the
+    ring's g / k tiles before the rest (``EARLY_TILES``, whatever the state dtype)."""
+    monkeypatch.setattr(gdn_replay, "EARLY_TILES_STATES", (torch.float32, BF16) if early else ())
     res = run_gdn_replay(GDNScenario(geom, 4, seed=12, **dtypes), cycles(4), config=config, fold_config=config,
                          force_flush_at={1: [2]})
     assert min(f for f in res.flushes_per_row if f) >= 3

@@ -59,6 +59,15 @@ FOLD = tl.constexpr(2)  # rows that flush: fold the ring and this token, store t
 # batch 128: 30 M of 33 M L1 wavefronts; ``benchmarks/probe_gdn_prefetch.py``).
 LOOP_STAGES = {NONFLUSH.value: 2, FOLD.value: None}
 LOOP_STAGES_STATES = (torch.float32,)
+# State dtypes whose prefetching non-flush launch issues its first block's tiles and the
+# ring's g / k tiles before the head's other loads (``EARLY_TILES``). Left to ptxas, the
+# program's first state bytes waited on the g tile's reductions, and the [L, K] k tile came
+# in three loads at a time between the k and q dots: a chain of round trips that a launch of
+# under a wave (batch 8: 1024 one-warp programs) pays in full. An H100, fp32, the table's
+# configs (``python benchmarks/probe_gdn_early_tiles.py``, ``gdn_early_tiles_h100.json``):
+# the cycle +1.5-2.1% at batch 8 and +1.1-1.7% at Qwen3.5-4B's batch 128; with a bf16 state
+# it lost 1-3%, so bf16 keeps ptxas's order.
+EARLY_TILES_STATES = (torch.float32,)
 
 
 @triton.jit
@@ -88,7 +97,7 @@ def _gdn_replay_kernel(
     FOLD_CHUNK: tl.constexpr, FOLD_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
     EVEN_TILE: tl.constexpr, V_INNER: tl.constexpr = False, LOOP_STAGES: tl.constexpr = None,
     ROW_BLOCK: tl.constexpr = 1, ROW_PROGS: tl.constexpr = 0, PREFETCH: tl.constexpr = False,
-    LAUNCH_DEPENDENTS: tl.constexpr = False, WAIT_PRIMARY: tl.constexpr = False,
+    LAUNCH_DEPENDENTS: tl.constexpr = False, WAIT_PRIMARY: tl.constexpr = False, EARLY_TILES: tl.constexpr = False,
 ):
     """A program covers CHUNKS blocks of BLOCK_V value rows of HEADS_PER_PROG value heads of
     one batch row (the fold launch: of the rows of a block of ROW_BLOCK that flush, or of
@@ -130,7 +139,7 @@ def _gdn_replay_kernel(
                                stride_a_b, stride_a_h, stride_b_b, stride_b_h, stride_out_b, stride_out_h,
                                scale, softplus_beta, softplus_threshold, USE_QK_L2NORM, MODE, BLOCK_V, CHUNKS,
                                BLOCK_L, FOLD_CHUNK, FOLD_DOT, DOT_PRECISION, HEADS_PER_PROG, EVEN_TILE, V_INNER,
-                               LOOP_STAGES, PREFETCH)
+                               LOOP_STAGES, PREFETCH, EARLY_TILES)
             block += 1
         complete_after_primary(WAIT_PRIMARY)
         return
@@ -173,7 +182,7 @@ def _gdn_replay_kernel(
                stride_a_b, stride_a_h, stride_b_b, stride_b_h, stride_out_b, stride_out_h,
                scale, softplus_beta, softplus_threshold, USE_QK_L2NORM, MODE, BLOCK_V, CHUNKS,
                BLOCK_L, FOLD_CHUNK, FOLD_DOT, DOT_PRECISION, HEADS_PER_PROG, EVEN_TILE, V_INNER,
-               LOOP_STAGES, PREFETCH)
+               LOOP_STAGES, PREFETCH, EARLY_TILES)
     complete_after_primary(WAIT_PRIMARY)
 
 
@@ -207,6 +216,18 @@ def _nonflush_rows(S0, D_hist, offs_v, eG, k, q, coef_k, coef_q, alpha, beta, kq
 
 
 @triton.jit
+def _ring_bases(slot, h, hv, w, d_cache_ptr, k_cache_ptr, g_cache_ptr, stride_dc_slot, stride_dc_h, stride_kc_slot,
+                stride_kc_h, stride_gc_slot, stride_gc_h, BLOCK_L: tl.constexpr):
+    """Value head ``hv``'s ring of ``d`` and ``g``, its key head's ring of ``k``, and the
+    ring positions in use (``offs_l < w``)."""
+    dc_base = d_cache_ptr + slot * stride_dc_slot + hv * stride_dc_h
+    kc_base = k_cache_ptr + slot * stride_kc_slot + h * stride_kc_h
+    gc_base = g_cache_ptr + slot * stride_gc_slot + hv * stride_gc_h
+    offs_l = tl.arange(0, BLOCK_L)
+    return dc_base, kc_base, gc_base, offs_l, offs_l < w
+
+
+@triton.jit
 def _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
                state_ptr, d_cache_ptr, k_cache_ptr, g_cache_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr,
                A_log_ptr, dt_bias_ptr, out_ptr, num_v_heads, head_v_dim, v_heads_per_k_head,
@@ -217,14 +238,29 @@ def _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
                scale, softplus_beta, softplus_threshold, USE_QK_L2NORM: tl.constexpr, MODE: tl.constexpr,
                BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr, BLOCK_L: tl.constexpr, FOLD_CHUNK: tl.constexpr,
                FOLD_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, HEADS_PER_PROG: tl.constexpr,
-               EVEN_TILE: tl.constexpr, V_INNER: tl.constexpr, LOOP_STAGES: tl.constexpr, PREFETCH: tl.constexpr):
+               EVEN_TILE: tl.constexpr, V_INNER: tl.constexpr, LOOP_STAGES: tl.constexpr, PREFETCH: tl.constexpr,
+               EARLY_TILES: tl.constexpr):
     """One served batch row's step on the program's heads and value blocks: the output
-    (and the ring's append) of a non-flush row, the fold and store of a flushing one."""
+    (and the ring's append) of a non-flush row, the fold and store of a flushing one.
+    ``EARLY_TILES`` (the non-flush launch with ``PREFETCH`` only: :data:`EARLY_TILES_STATES`)."""
     for hh in range(0, HEADS_PER_PROG):
         hv = pid_hg * HEADS_PER_PROG + hh
         if hv < num_v_heads:
             h = hv // v_heads_per_k_head
             state_base = state_ptr + slot * stride_state_slot + hv * stride_state_h
+            if EARLY_TILES:
+                dc_base, kc_base, gc_base, offs_l, mask_l = _ring_bases(
+                    slot, h, hv, w, d_cache_ptr, k_cache_ptr, g_cache_ptr, stride_dc_slot, stride_dc_h,
+                    stride_kc_slot, stride_kc_h, stride_gc_slot, stride_gc_h, BLOCK_L)
+                # The first block's tiles and the ring's g and k tiles, issued before the head's
+                # q / k / gate loads; the barrier keeps ptxas from sinking them below those and
+                # the ring's reductions (where it streamed the k tile three loads at a time).
+                S0_n, D_n = _nonflush_tiles(state_base, dc_base, offs_v0, offs_k, offs_l, mask_k, mask_l,
+                                            head_v_dim, stride_state_row, stride_dc_l, True, EVEN_TILE, V_INNER)
+                g_hist = tl.load(gc_base + offs_l, mask=mask_l, other=0.0)
+                K_raw = tl.load(kc_base + offs_l[:, None] * stride_kc_l + offs_k[None, :],
+                                mask=mask_l[:, None] & mask_k[None, :], other=0.0)
+                tl.debug_barrier()
             q, k = load_qk(q_ptr, k_ptr, pid_b, h, stride_q_b, stride_q_h, stride_k_b, stride_k_h, offs_k, mask_k,
                            scale, USE_QK_L2NORM)
             g, beta = load_gates(a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, pid_b, hv, stride_a_b, stride_a_h, stride_b_b,
@@ -232,17 +268,18 @@ def _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
             alpha = tl.exp(g)
             kq = tl.sum(k * q, axis=0)
 
-            dc_base = d_cache_ptr + slot * stride_dc_slot + hv * stride_dc_h
-            kc_base = k_cache_ptr + slot * stride_kc_slot + h * stride_kc_h
-            gc_base = g_cache_ptr + slot * stride_gc_slot + hv * stride_gc_h
             # The ring as whole tiles: every load independent and issued together.
-            offs_l = tl.arange(0, BLOCK_L)
-            mask_l = offs_l < w
-            g_hist = tl.load(gc_base + offs_l, mask=mask_l, other=0.0)
+            if not EARLY_TILES:
+                dc_base, kc_base, gc_base, offs_l, mask_l = _ring_bases(
+                    slot, h, hv, w, d_cache_ptr, k_cache_ptr, g_cache_ptr, stride_dc_slot, stride_dc_h,
+                    stride_kc_slot, stride_kc_h, stride_gc_slot, stride_gc_h, BLOCK_L)
+                g_hist = tl.load(gc_base + offs_l, mask=mask_l, other=0.0)
             G = tl.sum(g_hist, axis=0)  # sum of cached g
             decay = tl.where(mask_l, tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0)), 0.0)  # exp(G - G_j)
-            K_hist = tl.load(kc_base + offs_l[:, None] * stride_kc_l + offs_k[None, :],
-                             mask=mask_l[:, None] & mask_k[None, :], other=0.0).to(tl.float32)  # [L, K]
+            if not EARLY_TILES:
+                K_raw = tl.load(kc_base + offs_l[:, None] * stride_kc_l + offs_k[None, :],
+                                mask=mask_l[:, None] & mask_k[None, :], other=0.0)
+            K_hist = K_raw.to(tl.float32)  # [L, K]
             if MODE == NONFLUSH:
                 coef_k = decay * tl.sum(K_hist * k[None, :], axis=1)  # exp(G - G_j) (k_j . k)
                 coef_q = decay * tl.sum(K_hist * q[None, :], axis=1)
@@ -250,8 +287,10 @@ def _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
                 if PREFETCH:
                     # The next block's tiles are loaded into registers before this block is
                     # used: in flight during its reductions, with no shared-memory staging.
-                    S0_n, D_n = _nonflush_tiles(state_base, dc_base, offs_v0, offs_k, offs_l, mask_k, mask_l,
-                                                head_v_dim, stride_state_row, stride_dc_l, True, EVEN_TILE, V_INNER)
+                    if not EARLY_TILES:
+                        S0_n, D_n = _nonflush_tiles(state_base, dc_base, offs_v0, offs_k, offs_l, mask_k, mask_l,
+                                                    head_v_dim, stride_state_row, stride_dc_l, True, EVEN_TILE,
+                                                    V_INNER)
                     for c in range(0, CHUNKS):
                         S0, D_hist = S0_n, D_n
                         offs_v = offs_v0 + c * BLOCK_V
@@ -435,6 +474,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
             HEADS_PER_PROG=hpp, EVEN_TILE=even_tile(step.head_v_dim, cfg.block_p * chunks, step.head_k_dim, block_k),
             V_INNER=layout.v_inner, LOOP_STAGES=LOOP_STAGES[mode] if state.dtype in LOOP_STAGES_STATES else None,
             ROW_BLOCK=cfg.row_block, ROW_PROGS=cfg.row_progs, PREFETCH=bool(cfg.prefetch) and mode == NONFLUSH.value,
+            EARLY_TILES=bool(cfg.prefetch) and mode == NONFLUSH.value and state.dtype in EARLY_TILES_STATES,
             num_warps=cfg.num_warps,
             **pdl_options(pdl, primary=mode == NONFLUSH.value),
         )

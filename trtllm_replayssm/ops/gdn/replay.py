@@ -64,9 +64,10 @@ LOOP_STAGES_STATES = (torch.float32,)
 # program's first state bytes waited on the g tile's reductions, and the [L, K] k tile came
 # in three loads at a time between the k and q dots: a chain of round trips that a launch of
 # under a wave (batch 8: 1024 one-warp programs) pays in full. An H100, fp32, the table's
-# configs (``python benchmarks/probe_gdn_early_tiles.py``, ``gdn_early_tiles_h100.json``):
-# the cycle +1.5-2.1% at batch 8 and +1.1-1.7% at Qwen3.5-4B's batch 128; with a bf16 state
-# it lost 1-3%, so bf16 keeps ptxas's order.
+# configs (``python benchmarks/probe_gdn_early_tiles.py --batches 8 128``,
+# ``gdn_early_tiles_h100.json``): the cycle 2.5-2.7% shorter in phase at batch 8 (0.5-2.1%
+# staggered) and 0.9-1.3% at Qwen3.5-4B's batch 128; with a bf16 state -0.5% to +2.1%, so
+# bf16 keeps ptxas's order (as do the configs that stage their loop: benchmarks/README.md).
 EARLY_TILES_STATES = (torch.float32,)
 
 

@@ -172,8 +172,7 @@ def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16, ring_dtype: Opt
                     ROW_BLOCK=cfg.row_block if kernel == "fold" else 1,
                     ROW_PROGS=cfg.row_progs if kernel == "fold" else 0,
                     PREFETCH=bool(cfg.prefetch) and kernel == "output_only",
-                    EARLY_TILES=(bool(cfg.prefetch) and kernel == "output_only"
-                                 and DTYPES[state_dtype] in gdn_replay.EARLY_TILES_STATES))
+                    EARLY_TILES=kernel == "output_only" and gdn_replay.early_tiles(cfg, DTYPES[state_dtype]))
             yield ["gdn", kernel, str(cfg), registers(fn, c, cfg.num_warps, state_dtype, cfg.maxnreg, ring_dtype)]
 
 

@@ -71,6 +71,12 @@ LOOP_STAGES_STATES = (torch.float32,)
 EARLY_TILES_STATES = (torch.float32,)
 
 
+def early_tiles(cfg: LaunchConfig, state_dtype: torch.dtype) -> bool:
+    """Whether a non-flush launch on ``cfg`` issues its first loads early (``EARLY_TILES``:
+    a prefetching config, a state dtype of :data:`EARLY_TILES_STATES`)."""
+    return bool(cfg.prefetch) and state_dtype in EARLY_TILES_STATES
+
+
 @triton.jit
 def _store_nan_rows(out_ptr, offs_v0, pid_b, pid_hg, num_v_heads, head_v_dim, stride_out_b, stride_out_h,
                     HEADS_PER_PROG: tl.constexpr, BLOCK_V: tl.constexpr, CHUNKS: tl.constexpr):
@@ -277,7 +283,7 @@ def _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
                 g_hist = tl.load(gc_base + offs_l, mask=mask_l, other=0.0)
             G = tl.sum(g_hist, axis=0)  # sum of cached g
             decay = tl.where(mask_l, tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0)), 0.0)  # exp(G - G_j)
-            if not EARLY_TILES:
+            if not EARLY_TILES:  # after the decays, where it was before EARLY_TILES (the same SASS)
                 K_raw = tl.load(kc_base + offs_l[:, None] * stride_kc_l + offs_k[None, :],
                                 mask=mask_l[:, None] & mask_k[None, :], other=0.0)
             K_hist = K_raw.to(tl.float32)  # [L, K]
@@ -475,7 +481,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
             HEADS_PER_PROG=hpp, EVEN_TILE=even_tile(step.head_v_dim, cfg.block_p * chunks, step.head_k_dim, block_k),
             V_INNER=layout.v_inner, LOOP_STAGES=LOOP_STAGES[mode] if state.dtype in LOOP_STAGES_STATES else None,
             ROW_BLOCK=cfg.row_block, ROW_PROGS=cfg.row_progs, PREFETCH=bool(cfg.prefetch) and mode == NONFLUSH.value,
-            EARLY_TILES=bool(cfg.prefetch) and mode == NONFLUSH.value and state.dtype in EARLY_TILES_STATES,
+            EARLY_TILES=mode == NONFLUSH.value and early_tiles(cfg, state.dtype),
             num_warps=cfg.num_warps,
             **pdl_options(pdl, primary=mode == NONFLUSH.value),
         )

@@ -100,7 +100,8 @@ BF16 = torch.bfloat16
     (GDNGeometry(1, 3, 24, 40), LaunchConfig(8, 1, loop_blocks=2, prefetch=1), {}),  # the last run's second block past V
     # the table's bf16-state form since fd79a28: bf16 state, activations and d/k ring
     (GEOM, LaunchConfig(4, 1, loop_blocks=4, prefetch=1), dict(state_dtype=BF16, act_dtype=BF16, ring_dtype=BF16)),
-], ids=["whole_head", "uneven_last_run", "bf16_state_on_bf16_ring"])
+    (GEOM, LaunchConfig(8, 1, prefetch=1), {}),  # one block a program: no next tile
+], ids=["whole_head", "uneven_last_run", "bf16_state_on_bf16_ring", "one_block"])
 @pytest.mark.parametrize("early", [False, True], ids=["ptxas_order", "early_tiles"])
 def test_non_flush_loop_with_register_prefetch(geom, config, dtypes, early, monkeypatch):
     """``prefetch``: the non-flush launch loads a block's tiles one block ahead (masked

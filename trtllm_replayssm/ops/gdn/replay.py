@@ -235,6 +235,13 @@ def _ring_bases(slot, h, hv, w, d_cache_ptr, k_cache_ptr, g_cache_ptr, stride_dc
 
 
 @triton.jit
+def _ring_k_tile(kc_base, offs_l, offs_k, mask_l, mask_k, stride_kc_l):
+    """The key head's ring of ``k`` as one ``[L, K]`` tile, in the ring's dtype."""
+    return tl.load(kc_base + offs_l[:, None] * stride_kc_l + offs_k[None, :], mask=mask_l[:, None] & mask_k[None, :],
+                   other=0.0)
+
+
+@triton.jit
 def _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
                state_ptr, d_cache_ptr, k_cache_ptr, g_cache_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr,
                A_log_ptr, dt_bias_ptr, out_ptr, num_v_heads, head_v_dim, v_heads_per_k_head,
@@ -265,8 +272,7 @@ def _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
                 S0_n, D_n = _nonflush_tiles(state_base, dc_base, offs_v0, offs_k, offs_l, mask_k, mask_l,
                                             head_v_dim, stride_state_row, stride_dc_l, True, EVEN_TILE, V_INNER)
                 g_hist = tl.load(gc_base + offs_l, mask=mask_l, other=0.0)
-                K_raw = tl.load(kc_base + offs_l[:, None] * stride_kc_l + offs_k[None, :],
-                                mask=mask_l[:, None] & mask_k[None, :], other=0.0)
+                K_raw = _ring_k_tile(kc_base, offs_l, offs_k, mask_l, mask_k, stride_kc_l)
                 tl.debug_barrier()
             q, k = load_qk(q_ptr, k_ptr, pid_b, h, stride_q_b, stride_q_h, stride_k_b, stride_k_h, offs_k, mask_k,
                            scale, USE_QK_L2NORM)
@@ -284,8 +290,7 @@ def _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
             G = tl.sum(g_hist, axis=0)  # sum of cached g
             decay = tl.where(mask_l, tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0)), 0.0)  # exp(G - G_j)
             if not EARLY_TILES:  # after the decays, where it was before EARLY_TILES (the same SASS)
-                K_raw = tl.load(kc_base + offs_l[:, None] * stride_kc_l + offs_k[None, :],
-                                mask=mask_l[:, None] & mask_k[None, :], other=0.0)
+                K_raw = _ring_k_tile(kc_base, offs_l, offs_k, mask_l, mask_k, stride_kc_l)
             K_hist = K_raw.to(tl.float32)  # [L, K]
             if MODE == NONFLUSH:
                 coef_k = decay * tl.sum(K_hist * k[None, :], axis=1)  # exp(G - G_j) (k_j . k)

@@ -45,15 +45,10 @@ CANDIDATES = {
                     _C(8, 1, loop_blocks=8), _C(16, 1, loop_blocks=8), _C(16, 1, loop_blocks=4)] +
                    # the loop's next block loaded into registers one block ahead
                    [_C(8, 1, loop_blocks=16, prefetch=1), _C(8, 1, loop_blocks=4, prefetch=1),
-                    _C(8, 1, loop_blocks=8, prefetch=1), _C(16, 2, loop_blocks=8, prefetch=1)] +
-                   # one block a program, its tiles issued before the head's work (EARLY_TILES, fp32
-                   # states; else the plain tile): all of a program's rows in flight at once, where
-                   # the table's loop has two blocks in flight, for launches of under a wave
-                   # (Qwen3.5-4B at batch 8: 1024 programs of 32 rows, as the table's 4 blocks of 8).
-                   # fp32, sm_90 ptxas: 254 / 168 / 96 registers a thread for 32 rows on 1 / 2 / 4
-                   # warps, 168 for 64 on 4, 231 for 16 on 1. Not yet timed on a GPU.
-                   [_C(32, 1, prefetch=1), _C(32, 2, prefetch=1), _C(32, 4, prefetch=1), _C(64, 4, prefetch=1),
-                    _C(16, 1, prefetch=1)],
+                    _C(8, 1, loop_blocks=8, prefetch=1), _C(16, 2, loop_blocks=8, prefetch=1)],
+                   # Not here: one block a program with its whole tile issued early (16-64 rows,
+                   # prefetch): at batch 8 its non-flush step took 15-37% more than the table's loop
+                   # (H100, ``benchmarks/probe_gdn_one_block.py``, ``results/gdn_one_block_h100.json``).
     "fold": [_C(16, 2, 1, 1, 8), _C(32, 4, 1, 1, 8), _C(16, 2, 1, 1), _C(32, 4, 1, 1), _C(16, 2, 1, 1, loop_blocks=8),
              _C(16, 4, 1, 1, loop_blocks=8), _C(32, 4, 1, 1, loop_blocks=4), _C(16, 2, 1, 1, 2, loop_blocks=8),
              _C(16, 2, 1, 1, loop_blocks=2)] + ROW_BLOCK_FOLDS,

@@ -5,10 +5,11 @@ At batch 8 the table's fp32 non-flush configs loop over 4 (Qwen3.5-4B) or 8 (-12
 of 8 rows with the next block prefetched, so a program keeps two blocks in flight and its
 chain of loads runs through that many round trips to memory. A prefetching config of one
 block a program issues its whole tile, with the ring's g / k tiles, before the head's work
-(``EARLY_TILES``, fp32 states): more bytes in flight a program, fewer programs. This times
+(``EARLY_TILES``, fp32 states): a program's rows all in flight at once. This times
 such configs (``block_p,num_warps``: one block a program, ``prefetch``) beside the table's
 ``output_only`` route and the baselines, all taking turns over rounds (``replayssm.md``
-section 6): cycles in phase and staggered, then a non-flush step of each replay launch.
+section 6): cycles in phase and staggered, then a non-flush step (cursors at L / 2) of each
+replay launch.
 
     python benchmarks/probe_gdn_one_block.py      # -> benchmarks/results/gdn_one_block.json
 """
@@ -45,7 +46,8 @@ def main() -> None:
             launches["fla"] = Launch("fla")
         us = time_phases_side_by_side(rig, launches, args.replays, args.rounds)
         for label, launch in launches.items():
-            nonflush = None if label in BASELINES else round(rig.time_step_us(launch, 8, args.replays), 3)
+            nonflush = (None if label in BASELINES
+                        else round(rig.time_step_us(launch, rig.case.buffer_len // 2, args.replays), 3))
             log.add(model=name, state_dtype=sd, batch=batch, L=rig.case.buffer_len, launch=label,
                     config=str(launch.config or "table"), us_per_step=round(us["aligned"][label], 3),
                     staggered_us_per_step=round(us["staggered"][label], 3), nonflush_us=nonflush,

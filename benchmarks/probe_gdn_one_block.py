@@ -23,9 +23,6 @@ from trtllm_replayssm.benchmarking.records import ProbeLog
 from trtllm_replayssm.benchmarking.rig import Launch, time_phases_side_by_side
 from trtllm_replayssm.ops.launch import LaunchConfig
 
-BASELINES = ("standard", "fla")
-
-
 def one_block_config(spec: str) -> LaunchConfig:
     """``"32,1"`` -> 32 rows on 1 warp, one block a program, prefetching."""
     block_p, num_warps = map(int, spec.split(","))
@@ -46,8 +43,8 @@ def main() -> None:
             launches["fla"] = Launch("fla")
         us = time_phases_side_by_side(rig, launches, args.replays, args.rounds)
         for label, launch in launches.items():
-            nonflush = (None if label in BASELINES
-                        else round(rig.time_step_us(launch, rig.case.buffer_len // 2, args.replays), 3))
+            nonflush = (round(rig.time_step_us(launch, rig.case.buffer_len // 2, args.replays), 3)
+                        if rig.keeps_ring(launch) else None)
             log.add(model=name, state_dtype=sd, batch=batch, L=rig.case.buffer_len, launch=label,
                     config=str(launch.config or "table"), us_per_step=round(us["aligned"][label], 3),
                     staggered_us_per_step=round(us["staggered"][label], 3), nonflush_us=nonflush,

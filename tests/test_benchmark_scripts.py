@@ -344,9 +344,11 @@ def test_bench_gapped_pools_dry_run(tmp_path):
 
 
 @pytest.mark.parametrize("script,extra,routes", [
-    ("e2e_decode_speedup.py", ["--num-steps", "5", "--warmup-steps", "4", "--buffer-len", "4", "--route", "auto",
+    # (few steps, every row flushing among them: each step runs the tiny model on the interpreter for both
+    # paths and for the standard step with each block kind left out)
+    ("e2e_decode_speedup.py", ["--num-steps", "3", "--warmup-steps", "2", "--buffer-len", "2", "--route", "auto",
                                "--staggered"], {"standard", "auto"}),
-    ("e2e_spec_decode_throughput.py", ["--num-steps", "3", "--warmup-steps", "2", "--buffer-len", "4",
+    ("e2e_spec_decode_throughput.py", ["--num-steps", "2", "--warmup-steps", "1", "--buffer-len", "4",
                                        "--num-spec", "2", "--acceptance", "2", "--staggered"],
      {"standard_spec", "replay_spec"}),
 ])
@@ -371,13 +373,14 @@ def test_a_dry_run_without_out_leaves_the_committed_results_alone(tmp_path):
     package's tuned tables."""
     from trtllm_replayssm.benchmarking.records import PACKAGE_TABLES, RESULTS, committed_or_scratch
 
-    committed = RESULTS / "e2e.json"
+    committed = RESULTS / "gapped_pools.json"  # (the cheapest script's dry run: they share the rule)
     before = committed.read_bytes()
-    printed = dry_run("e2e_decode_speedup.py", "--batch-size", "2", "--num-steps", "2", "--warmup-steps", "2",
-                      "--buffer-len", "2", TMPDIR=str(tmp_path))
+    printed = dry_run("bench_gapped_pools.py", "--models", "tiny", "--batches", "2", "--buffer-len", "2",
+                      "--replays", "1", TMPDIR=str(tmp_path))
     assert committed.read_bytes() == before
     scratch = tmp_path / "trtllm_replayssm_dry_runs"
-    assert {r["route"] for r in json.loads((scratch / "e2e.json").read_text())} == {"standard", "output_only"}
+    assert {r["layout"] for r in json.loads((scratch / "gapped_pools.json").read_text())["records"]} == {
+        "packed", "gap_16", "gap_odd"}
     assert str(scratch) in printed
     # what was given is taken as it is; a measured run keeps the committed places
     assert committed_or_scratch("x/y.json", committed, True) == Path("x/y.json")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ctypes
+import json
 import ctypes.util
 import os
 import re
 import subprocess
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ import pytest
 from trtllm_replayssm.ops.gdn.spec import gdn_spec_batches, gdn_spec_plan, gdn_spec_workspace_numel
 from trtllm_replayssm.ops.launch import BATCH_POINTS, nearest_batch_point
 from trtllm_replayssm.ops.mamba2.spec import SPEC_PLANS, spec_config, spec_workspace_numel
+from conftest import BUILT_SPEC_TOKENS
+from trtllm_replayssm.aot.specs import SPEC_TOKENS
 from trtllm_replayssm.aot.library import (ROUTE_CODES, GDNSpecArgs, GDNStepArgs, KernelLibrary, Mamba2SpecArgs,
                                           Mamba2StepArgs)
 
@@ -38,8 +41,9 @@ def test_build_covers_every_op_case(aot_build, manifest):
     ops = {c["op"] for c in manifest["cases"]}
     assert ops == {"mamba2_step", "gdn_step", "advance_write_pos", "reset_write_pos", "mamba2_spec", "gdn_spec",
                    "commit_spec", "reset_spec"}
-    assert {int(c["key"].split("|T=")[1].split("|")[0]) for c in manifest["cases"] if c["op"] == "mamba2_spec"} == {
-        2, 3, 4, 6}
+    assert manifest["spec_tokens"] == [BUILT_SPEC_TOKENS]  # (conftest: one draft length)
+    for op in ("mamba2_spec", "gdn_spec", "commit_spec", "reset_spec"):
+        assert {spec_tokens(c) for c in manifest["cases"] if c["op"] == op} == {BUILT_SPEC_TOKENS}, op
     for op in ("mamba2_step", "gdn_step"):
         keys = [c["key"] for c in manifest["cases"] if c["op"] == op]
         assert {r for r in STEP_ROUTES if any(f"route={r}|" in k for k in keys)} == STEP_ROUTES
@@ -50,6 +54,39 @@ def test_build_covers_every_op_case(aot_build, manifest):
     kernels = [(k["kernel"].rsplit(".", 1)[-1], dict(map(tuple, k["constexprs"]))) for k in manifest["kernels"]]
     assert {c.get("MODE") for name, c in kernels if name == "_replay_step_kernel"} == {1}
     assert {c.get("DRAIN", False) for name, c in kernels if name == "_selective_state_update_kernel"} == {False, True}
+
+
+def spec_tokens(case: dict) -> int:
+    """The verify's T of a speculative case (its key's ``T=``)."""
+    return int(case["key"].split("T=")[1].split("|")[0])
+
+
+DRAFT_LENGTHS_CHECK = """
+import json
+from trtllm_replayssm.aot.specs import op_cases
+print(json.dumps([[c.op, c.key["T"]] for c in op_cases("sm90") if c.op.endswith("_spec")]))
+"""
+
+
+def test_default_build_covers_every_draft_length():
+    """The default build (what ``aot build`` makes without ``--spec-tokens``) has the
+    speculative cases of every T of ``SPEC_TOKENS``, for both families and the cursor ops;
+    ``--spec-tokens`` takes the verify's range, 1 to MAX_T. (Recorded, not compiled: the
+    tests build T = 4 only. Out of the interpreter, as the build records.)"""
+    from trtllm_replayssm.aot.build import main as build_main
+
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    run = subprocess.run([sys.executable, "-c", DRAFT_LENGTHS_CHECK], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    counts = Counter(map(tuple, json.loads(run.stdout)))
+    assert SPEC_TOKENS == (2, 3, 4, 6)
+    for op in ("mamba2_spec", "gdn_spec", "commit_spec", "reset_spec"):
+        assert {T for o, T in counts if o == op} == set(SPEC_TOKENS), (op, counts)
+    assert counts[("commit_spec", 4)] == counts[("reset_spec", 4)] == 1
+    for bad in ("0", "9"):
+        with pytest.raises(SystemExit):
+            build_main(["--spec-tokens", bad, "--out", "/nonexistent"])
 
 
 def test_gdn_spec_cases_carry_the_plan_of_each_batch(manifest):

@@ -21,7 +21,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 FORMAT_VERSION = 1
 
@@ -77,17 +77,22 @@ def _compile_one(job):
                 cubin=str(path.relative_to(out_dir)), cubin_bytes=path.stat().st_size)
 
 
-def build(archs: Sequence[int], out_dir: Path, workers: int = 2, buffer_lens=(16,), quiet: bool = False) -> dict:
-    from .specs import op_cases, unique_specs
+def build(archs: Sequence[int], out_dir: Path, workers: int = 2, buffer_lens=(16,), quiet: bool = False,
+          spec_tokens: Optional[Sequence[int]] = None) -> dict:
+    """``spec_tokens``: the speculative verify's tokens a step (T = 1 + drafts) to build
+    for (default :data:`.specs.SPEC_TOKENS`). An engine runs one draft length, and each T
+    adds about a hundred kernels an arch (sm_90: 737 for the default four, 452 for T = 4)."""
+    from .specs import SPEC_TOKENS, op_cases, unique_specs
     from . import c_table
 
+    spec_tokens = tuple(sorted(set(spec_tokens or SPEC_TOKENS)))
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     kernels: List[dict] = []
     cases: List[dict] = []
     for arch in archs:
         (out_dir / f"sm{arch}").mkdir(exist_ok=True)
-        arch_cases = op_cases(f"sm{arch}", buffer_lens)
+        arch_cases = op_cases(f"sm{arch}", buffer_lens, spec_tokens=spec_tokens)
         specs = unique_specs(arch_cases)
         spec_dicts = {k: spec_job(k, s) for k, s in specs.items()}
         jobs = [(d, arch, str(out_dir)) for d in spec_dicts.values()]
@@ -104,7 +109,8 @@ def build(archs: Sequence[int], out_dir: Path, workers: int = 2, buffer_lens=(16
                                         for i, (s, g) in enumerate(c.launches)]))
     import triton
 
-    manifest = dict(format=FORMAT_VERSION, triton=triton.__version__, archs=list(archs), kernels=kernels, cases=cases)
+    manifest = dict(format=FORMAT_VERSION, triton=triton.__version__, archs=list(archs), spec_tokens=list(spec_tokens),
+                    kernels=kernels, cases=cases)
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     c_table.write(manifest, out_dir)
     if not quiet:
@@ -121,13 +127,27 @@ def parse_archs(text: str) -> List[int]:
     return archs
 
 
+def spec_token_count(text: str) -> int:
+    """argparse type of ``--spec-tokens``: a verify's tokens a step, 1 to the kernels' MAX_T."""
+    from ..ops.mamba2.spec import MAX_T
+
+    value = int(text)
+    if not 1 <= value <= MAX_T:
+        raise argparse.ArgumentTypeError(f"must be in [1, {MAX_T}], got {value}")
+    return value
+
+
 def main(argv=None) -> int:
     from .._validation import positive_int
+    from .specs import SPEC_TOKENS
 
     ap = argparse.ArgumentParser(prog="trtllm-replayssm aot build", description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", default="80,90,100", help="comma-separated compute capabilities (80,90,100)")
     ap.add_argument("--out", default="build/aot", help="output folder")
     ap.add_argument("--buffer-len", type=positive_int, nargs="+", default=[16], help="ring lengths L to build for")
+    ap.add_argument("--spec-tokens", type=spec_token_count, nargs="+", default=list(SPEC_TOKENS), metavar="T",
+                    help="speculative verify tokens a step (1 + drafts) to build for: the draft length your engine "
+                         "runs (default: %(default)s)")
     ap.add_argument("--workers", type=positive_int, default=min(8, os.cpu_count() or 1))
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
@@ -135,7 +155,7 @@ def main(argv=None) -> int:
         env = {**os.environ, "TRITON_INTERPRET": "0"}
         return subprocess.call([sys.executable, "-m", "trtllm_replayssm.aot.build", *(argv or sys.argv[1:])], env=env)
     os.environ["TRITON_INTERPRET"] = "0"
-    build(parse_archs(args.arch), Path(args.out), args.workers, tuple(args.buffer_len), args.quiet)
+    build(parse_archs(args.arch), Path(args.out), args.workers, tuple(args.buffer_len), args.quiet, args.spec_tokens)
     return 0
 
 

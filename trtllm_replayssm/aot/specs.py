@@ -359,10 +359,10 @@ SPEC_HISTORY = 16
 
 def op_cases(arch: str, buffer_lens: Sequence[int] = DEFAULT_BUFFER_LENS,
              state_dtypes: Sequence[str] = ("fp32", "bf16"), act_dtypes: Sequence[str] = ("bf16",),
-             batches: Sequence[int] = BATCH_POINTS) -> List[OpCase]:
+             batches: Sequence[int] = BATCH_POINTS, spec_tokens: Sequence[int] = SPEC_TOKENS) -> List[OpCase]:
     """Every call shape the supported models make (TensorRT-LLM's layouts: D, dt_bias,
     softplus and slot indices on; z and force-flush both ways), at every batch point; the
-    speculative verify for ``T`` in :data:`SPEC_TOKENS` (history 16) and its cursor ops."""
+    speculative verify for each ``T`` of ``spec_tokens`` (history 16) and its cursor ops."""
     from ..ops.gdn.spec import GDN_SPEC_PDL, GDN_SPEC_PDL_MAX_HEAD_ROWS, gdn_spec_batches
     from ..ops.launch import FOLD_PDL, FOLD_PDL_MAX_HEAD_ROWS
 
@@ -423,7 +423,7 @@ def op_cases(arch: str, buffer_lens: Sequence[int] = DEFAULT_BUFFER_LENS,
                                         kernels_only=True)
     # Speculative verify (Mamba2: a case per flush row block; GDN: a case per batch point
     # of its plans, split_fold and register caps) and its cursor ops.
-    for T in SPEC_TOKENS:
+    for T in spec_tokens:
         for sd in state_dtypes:
             for ad in act_dtypes:
                 s, a = DTYPE_NAMES[sd], DTYPE_NAMES[ad]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import ctypes
-import json
 import ctypes.util
+import json
 import os
 import re
 import subprocess
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import BUILT_SPEC_TOKENS
 from trtllm_replayssm.ops.gdn.spec import gdn_spec_batches, gdn_spec_plan, gdn_spec_workspace_numel
 from trtllm_replayssm.ops.launch import BATCH_POINTS, nearest_batch_point
 from trtllm_replayssm.ops.mamba2.spec import SPEC_PLANS, spec_config, spec_workspace_numel
-from conftest import BUILT_SPEC_TOKENS
 from trtllm_replayssm.aot.specs import SPEC_TOKENS
 from trtllm_replayssm.aot.library import (ROUTE_CODES, GDNSpecArgs, GDNStepArgs, KernelLibrary, Mamba2SpecArgs,
                                           Mamba2StepArgs)
@@ -58,7 +58,7 @@ def test_build_covers_every_op_case(aot_build, manifest):
 
 def spec_tokens(case: dict) -> int:
     """The verify's T of a speculative case (its key's ``T=``)."""
-    return int(case["key"].split("T=")[1].split("|")[0])
+    return int(case["key"].split("|T=")[1].split("|")[0])
 
 
 DRAFT_LENGTHS_CHECK = """

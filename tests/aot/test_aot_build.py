@@ -56,6 +56,16 @@ def test_build_covers_every_op_case(aot_build, manifest):
     assert {c.get("DRAIN", False) for name, c in kernels if name == "_selective_state_update_kernel"} == {False, True}
 
 
+def out_of_interpreter(snippet: str, *args: str, timeout: int = 300) -> str:
+    """``python -c snippet args`` with Triton's interpreter off (kernels imported for the
+    compiler, as the build records them), and its standard output; it must exit 0."""
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    run = subprocess.run([sys.executable, "-c", snippet, *args], capture_output=True, text=True, env=env,
+                         timeout=timeout)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.stdout
+
+
 def spec_tokens(case: dict) -> int:
     """The verify's T of a speculative case (its key's ``T=``)."""
     return int(case["key"].split("|T=")[1].split("|")[0])
@@ -75,11 +85,7 @@ def test_default_build_covers_every_draft_length():
     tests build T = 4 only. Out of the interpreter, as the build records.)"""
     from trtllm_replayssm.aot.build import main as build_main
 
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    run = subprocess.run([sys.executable, "-c", DRAFT_LENGTHS_CHECK], capture_output=True, text=True, env=env,
-                         timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    counts = Counter(map(tuple, json.loads(run.stdout)))
+    counts = Counter(map(tuple, json.loads(out_of_interpreter(DRAFT_LENGTHS_CHECK))))
     assert SPEC_TOKENS == (2, 3, 4, 6)
     for op in ("mamba2_spec", "gdn_spec", "commit_spec", "reset_spec"):
         assert {T for o, T in counts if o == op} == set(SPEC_TOKENS), (op, counts)
@@ -161,10 +167,7 @@ def test_every_batch_meets_the_kernels_its_jit_path_launches(aot_build, family, 
     to a number of batch rows x heads that falls between batch points: Super at 33-64),
     are built, including those of batches that are no point of the C library's. (Out of
     the interpreter, whose launches take other precisions, as the build does.)"""
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    run = subprocess.run([sys.executable, "-c", EVERY_BATCH_CHECK, str(aot_build / "manifest.json"), family, name],
-                         capture_output=True, text=True, env=env, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
+    out_of_interpreter(EVERY_BATCH_CHECK, str(aot_build / "manifest.json"), family, name, timeout=600)
 
 
 def test_sm90_build_makes_the_jits_programmatic_launches(manifest):

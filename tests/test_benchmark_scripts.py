@@ -532,6 +532,19 @@ def test_gdn_ring_dtype_probe_rigs_differ_only_in_the_ring_dtype():
         a.cache.d_cache, b.cache.d_cache.float())
 
 
+def test_gdn_ring_halves_probe_emulates_the_replay_step():
+    """``probe_gdn_ring_halves.py``: with an fp32 ring the emulated replay checkpoint stays at
+    the standard step's drift over 8 flushes (a wrong fold or flush would not), the raw-key
+    ring rebuilds it bit for bit, and either half in bf16 drifts orders of magnitude more."""
+    import torch
+
+    res = load_script("probe_gdn_ring_halves").run(heads=2, dim=16, steps=32, buffer_len=4)
+    std = res["standard (fp32 state every step)"]["rel_err"]
+    assert 0 < std < 1e-5 and res["replay, d fp32, k fp32"]["ratio"] < 3
+    assert torch.equal(res["replay, d fp32, raw k (bf16)"]["state"], res["replay, d fp32, k fp32"]["state"])
+    assert min(res["replay, d bf16, k fp32"]["ratio"], res["replay, d fp32, k bf16"]["ratio"]) > 100
+
+
 def test_dispatch_between_probe_times_the_neighbouring_points_configs():
     """``probe_dispatch_between.py``: a record names the standard kernel's table configs at
     the batch points either side of its batch size, each with its time from the tuner's

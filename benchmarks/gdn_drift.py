@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 
 import torch
@@ -28,6 +27,7 @@ from tqdm import trange
 import trtllm_replayssm as rs
 from trtllm_replayssm.benchmarking.probes import DTYPES
 from trtllm_replayssm.cache import GDNGeometry
+from trtllm_replayssm.ops.gdn.naive import model_gate_params
 
 
 def main() -> None:
@@ -47,10 +47,7 @@ def main() -> None:
     if args.steps % L:
         raise SystemExit("--steps must be a multiple of --buffer-len (the last step then flushes)")
     g = torch.Generator(device="cpu").manual_seed(0)
-    # Gates as the models initialise them: A ~ U(0, 16), dt = softplus(a + dt_bias) ~ [1e-3, 0.1].
-    A_log = torch.log(torch.rand(HV, generator=g) * 16 + 1e-3).to(dev)
-    dt0 = torch.exp(torch.rand(HV, generator=g) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
-    dt_bias = torch.log(torch.expm1(dt0)).to(dev)
+    A_log, dt_bias = (t.to(dev) for t in model_gate_params(HV, g))
 
     start = torch.randn(B, HV, geom.head_v_dim, geom.head_k_dim, generator=g) * 0.1
     ref = start.double().to(dev)

@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 from typing import Dict, List, Tuple
 
 import torch
 from tabulate import tabulate
 
-from trtllm_replayssm.ops.gdn.naive import gdn_gates, gdn_step_ref, l2norm
+from trtllm_replayssm.ops.gdn.naive import gdn_gates, gdn_step_ref, l2norm, model_gate_params
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # name -> (d ring dtype, k ring dtype; None: the raw bf16 key, normalised on replay)
@@ -74,10 +73,7 @@ def run(heads: int, dim: int, steps: int, buffer_len: int, seed: int = 0) -> Dic
     if steps % buffer_len:
         raise ValueError(f"steps ({steps}) must be a multiple of buffer_len ({buffer_len})")
     g = torch.Generator().manual_seed(seed)
-    # Gates as the models initialise them (gdn_drift.py): A ~ U(0, 16), dt ~ [1e-3, 0.1].
-    A_log = torch.log(torch.rand(heads, generator=g) * 16 + 1e-3)
-    dt0 = torch.exp(torch.rand(heads, generator=g) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
-    dt_bias = torch.log(torch.expm1(dt0))
+    A_log, dt_bias = model_gate_params(heads, g)
     start = torch.randn(1, heads, dim, dim, generator=g) * 0.1
     ref, standard = start.double(), start.clone()
     replays = {name: EmulatedReplay(start[0], buffer_len, *dtypes) for name, dtypes in RINGS.items()}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Tuple
 
 import torch
@@ -20,6 +21,15 @@ def gdn_gates(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor, dt_bias: to
     """``a, b (B, HV)`` -> log-decay ``g = -exp(A_log) softplus(a + dt_bias)`` and ``beta = sigmoid(b)``."""
     g = -torch.exp(A_log) * F.softplus(a + dt_bias, beta=softplus_beta, threshold=softplus_threshold)
     return g, torch.sigmoid(b)
+
+
+def model_gate_params(num_v_heads: int, generator: torch.Generator) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(A_log, dt_bias)``, each ``(HV,)`` on the CPU, drawn as the models initialise them:
+    ``A ~ U(0, 16)`` and ``dt = softplus(dt_bias)`` log-uniform in ``[1e-3, 0.1]`` (the drift
+    studies' gates)."""
+    A_log = torch.log(torch.rand(num_v_heads, generator=generator) * 16 + 1e-3)
+    dt = torch.exp(torch.rand(num_v_heads, generator=generator) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
+    return A_log, torch.log(torch.expm1(dt))
 
 
 def gdn_step_ref(

@@ -24,7 +24,6 @@ tuners and the route table use them: as ``bench_mamba2_ar.py``. So is the warm c
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -35,8 +34,8 @@ from tabulate import tabulate
 from trtllm_replayssm.benchmarking.gdn_ar import (ROUTES, TUNABLE, GDNCase, fla_fused_recurrent, make_gdn_rig,
                                                   tune_gdn_case, warm_group)
 from trtllm_replayssm.benchmarking.probes import DTYPE_NAMES, DTYPES
-from trtllm_replayssm.benchmarking.records import (DRY_RUN_DIR, PACKAGE_TABLES, RESULTS, TriedLog, committed_or_scratch,
-                                                   git_commit, open_table, save_tuned_case)
+from trtllm_replayssm.benchmarking.records import (DRY_RUN_DIR, PACKAGE_TABLES, RESULTS, ResultsFile, TriedLog,
+                                                   committed_or_scratch, git_commit, open_table, save_tuned_case)
 from trtllm_replayssm.benchmarking.rig import (Launch, fastest_baseline, launches_on, time_flush_and_nonflush_steps,
                                                time_phases_side_by_side, worst_phase)
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
@@ -91,6 +90,7 @@ def main() -> None:
         gpu, arch = torch.cuda.get_device_name(), f"sm{''.join(map(str, torch.cuda.get_device_capability()))}"
     else:
         gpu, arch, args.warm_workers = "none (dry run)", "cpu", 0
+    results = ResultsFile(args.out, gpu, merge=not args.dry_run)
     table, table_path = open_table(args.table_dir, "gdn", arch)  # the dispatcher ("auto") reads it too
 
     def ring_dtype(state_dtype: str) -> torch.dtype:
@@ -155,8 +155,7 @@ def main() -> None:
                              f"{us[baseline] / staggered_us['output_only']:.2f}x",
                              f"{us[baseline] / staggered_us['auto']:.2f}x"])
                 print(rows[-1], f"[{time.time() - t0:.0f}s]", flush=True)
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text(json.dumps(records, indent=1) + "\n")
+                results.write(records)
                 del rig
                 torch.cuda.empty_cache()
     print(tabulate(rows, headers=["model", "state", "batch", "faster baseline", "baseline us", "output_only us",

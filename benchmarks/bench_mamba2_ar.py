@@ -26,7 +26,6 @@ fastest in both (``benchmarking.rig.worst_phase``).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -37,8 +36,8 @@ from tabulate import tabulate
 from trtllm_replayssm.benchmarking.mamba2_ar import ROUTES, TUNABLE, Launch, Mamba2Case, make_rig, tune_case, warm_group
 from trtllm_replayssm.benchmarking.rig import (fastest_baseline, launches_on, time_flush_and_nonflush_steps,
                                                time_phases_side_by_side, worst_phase)
-from trtllm_replayssm.benchmarking.records import (DRY_RUN_DIR, PACKAGE_TABLES, RESULTS, TriedLog, committed_or_scratch,
-                                                   git_commit, open_table, save_tuned_case)
+from trtllm_replayssm.benchmarking.records import (DRY_RUN_DIR, PACKAGE_TABLES, RESULTS, ResultsFile, TriedLog,
+                                                   committed_or_scratch, git_commit, open_table, save_tuned_case)
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.benchmarking.warm_compile import swept_kernels, warm_compile
 from trtllm_replayssm.models import mamba2_model
@@ -89,6 +88,7 @@ def main() -> None:
         arch = f"sm{''.join(map(str, torch.cuda.get_device_capability()))}"
     else:
         gpu, arch, args.warm_workers = "none (dry run)", "cpu", 0
+    results = ResultsFile(args.out, gpu, merge=not args.dry_run)
     table, table_path = open_table(args.table_dir, "mamba2", arch)  # the dispatcher ("auto") reads it too
     commit = git_commit()
     tried_log = TriedLog(args.tried_out, gpu, commit)
@@ -102,8 +102,6 @@ def main() -> None:
     copy_gbps = copy_bandwidth_gbps()
     print(f"{gpu} ({arch}): copy bandwidth {copy_gbps:.0f} GB/s", flush=True)
     records, rows = [], []
-    out_path = args.out
-    out_path.parent.mkdir(parents=True, exist_ok=True)
 
     for model, sd, batch, L in cases:
         case = Mamba2Case(model, mamba2_model(model).geom, batch, L, DTYPES[sd])
@@ -154,13 +152,13 @@ def main() -> None:
                            f"{base_us / staggered_us['output_only']:.2f}", f"{base_us / staggered_us['auto']:.2f}"])
         print(f"{model} {sd} bs{batch} L{L}: " + ", ".join(f"{k} {us:.1f}us x{base_us / us:.2f}" for k, us in cycle_us.items())
               + f" [{time.time() - t0:.0f}s]", flush=True)
-        out_path.write_text(json.dumps(records, indent=1) + "\n")
+        results.write(records)
         del rig
         torch.cuda.empty_cache()
 
     print(tabulate(rows, headers=["model", "state", "batch", "L", "baseline us", *ROUTES, "auto",
                                   "output_only staggered", "auto staggered"]))
-    print(f"wrote {out_path}" + ("" if args.from_table else f" and {table_path}"))
+    print(f"wrote {args.out}" + ("" if args.from_table else f" and {table_path}"))
 
 
 if __name__ == "__main__":

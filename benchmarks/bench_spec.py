@@ -20,7 +20,6 @@ each, and each reports its median (``benchmarking.rig.median_of_rounds``; the co
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from functools import partial
 
@@ -28,7 +27,7 @@ import torch
 from tabulate import tabulate
 
 from trtllm_replayssm.benchmarking.spec import SpecCase, default_verify_config, make_spec_rig, tune_verify_config
-from trtllm_replayssm.benchmarking.records import DRY_RUN_DIR, RESULTS, committed_or_scratch, git_commit
+from trtllm_replayssm.benchmarking.records import DRY_RUN_DIR, RESULTS, ResultsFile, committed_or_scratch, git_commit
 from trtllm_replayssm.benchmarking.rig import median_of_rounds
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.models import model
@@ -56,6 +55,7 @@ def main() -> None:
     if not torch.cuda.is_available() and not args.dry_run:
         sys.exit("this benchmark needs a CUDA GPU (or --dry-run)")
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none (dry run)"
+    results = ResultsFile(args.out, gpu, merge=not args.dry_run)
     commit, copy_gbps = git_commit(), copy_bandwidth_gbps()
     records, rows = [], []
     for name in args.models:
@@ -95,8 +95,7 @@ def main() -> None:
                     rows.append([name, T, c, batch, f"{std:.1f}", f"{rep:.1f}", f"{std / rep:.2f}x",
                                  f"{rep / c / ar:.2f}", f"{std / staggered:.2f}x"])
                     print(rows[-1], flush=True)
-                    args.out.parent.mkdir(parents=True, exist_ok=True)
-                    args.out.write_text(json.dumps(records, indent=1) + "\n")
+                    results.write(records)
                     del rig
                     torch.cuda.empty_cache()
     print(tabulate(rows, headers=["model", "T", "accepted", "batch", "standard spec us", "replay spec us", "speedup",

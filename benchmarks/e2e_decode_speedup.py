@@ -22,9 +22,9 @@ import torch
 from tabulate import tabulate
 from tqdm import tqdm
 
-from trtllm_replayssm.benchmarking.records import DRY_RUN_DIR, RESULTS, committed_or_scratch, git_commit
+from trtllm_replayssm.benchmarking.records import DRY_RUN_DIR, RESULTS, ResultsFile, committed_or_scratch, git_commit
 from trtllm_replayssm.e2e import HybridDecoder, hybrid_config
-from trtllm_replayssm.e2e.bench import compare_paths, step_shares, write_records
+from trtllm_replayssm.e2e.bench import compare_paths, step_shares
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -50,6 +50,8 @@ def main() -> None:
         sys.exit("--staggered needs --warmup-steps >= --buffer-len (the staggering steps run in the warm-up)")
     if not gpu and not args.dry_run:
         sys.exit("this benchmark needs a CUDA GPU (or --dry-run)")
+    gpu_name = torch.cuda.get_device_name() if gpu else "none (dry run)"
+    results = ResultsFile(args.out, gpu_name, merge=not args.dry_run)
     cfg = hybrid_config(args.model or ("tiny-hybrid" if args.dry_run else "nemotron-3-nano-4b"))
     model = HybridDecoder(cfg, dtype=torch.bfloat16, device="cuda" if gpu else "cpu")
     records, rows = [], []
@@ -61,7 +63,7 @@ def main() -> None:
         shares = step_shares(model, batch, args.num_steps, max_len=4 + 2 + args.num_steps + 4,
                              buffer_len=args.buffer_len, state_dtype=DTYPES[args.state_dtype])
         for route, ms in (("standard", std), (args.route, rep)):
-            records.append(dict(gpu=torch.cuda.get_device_name() if gpu else "none (dry run)", model=cfg.name,
+            records.append(dict(gpu=gpu_name, model=cfg.name,
                                 batch=batch, T=0, acceptance=None, state_dtype=args.state_dtype, L=args.buffer_len,
                                 route=route, ms_per_step=round(ms, 4), tokens_per_s=round(batch / ms * 1e3, 1),
                                 baseline_tokens_per_s=round(batch / std * 1e3, 1), speedup=round(std / ms, 3),
@@ -71,7 +73,7 @@ def main() -> None:
         rows.append([cfg.name, batch, f"{std:.3f}", f"{rep:.3f}", f"{batch / rep * 1e3:.0f}", f"{std / rep:.2f}x",
                      " / ".join(f"{shares[k + '_share']:.0%}" for k in ("ssm", "attention", "mlp")),
                      f"{res['logits_rel_err']:.1e}"])
-    write_records(args.out, records, merge=not args.dry_run)
+    results.write(records)
     print(tabulate(rows, headers=["model", "batch", "standard ms/step", "ReplaySSM ms/step", "ReplaySSM tok/s",
                                   "speedup", "standard step: SSM / attention / MLP", "logits rel. err (teacher-forced)"]))
 

@@ -22,9 +22,9 @@ import torch
 from tabulate import tabulate
 from tqdm import tqdm
 
-from trtllm_replayssm.benchmarking.records import DRY_RUN_DIR, RESULTS, committed_or_scratch, git_commit
+from trtllm_replayssm.benchmarking.records import DRY_RUN_DIR, RESULTS, ResultsFile, committed_or_scratch, git_commit
 from trtllm_replayssm.e2e import HybridDecoder, hybrid_config
-from trtllm_replayssm.e2e.bench import compare_paths, step_shares, write_records
+from trtllm_replayssm.e2e.bench import compare_paths, step_shares
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -52,6 +52,8 @@ def main() -> None:
     gpu = torch.cuda.is_available()
     if not gpu and not args.dry_run:
         sys.exit("this benchmark needs a CUDA GPU (or --dry-run)")
+    gpu_name = torch.cuda.get_device_name() if gpu else "none (dry run)"
+    results = ResultsFile(args.out, gpu_name, merge=not args.dry_run)
     print(f"synthetic acceptance: {args.acceptance} of {T} tokens on every row and step "
           "(throughput, not draft quality)")
     cfg = hybrid_config(args.model or ("tiny-hybrid" if args.dry_run else "nemotron-3-nano-4b"))
@@ -69,7 +71,7 @@ def main() -> None:
                              accepted=args.acceptance)
         tok = lambda ms: batch * args.acceptance / ms * 1e3  # noqa: E731
         for route, ms in (("standard_spec", std), ("replay_spec", rep)):
-            records.append(dict(gpu=torch.cuda.get_device_name() if gpu else "none (dry run)", model=cfg.name,
+            records.append(dict(gpu=gpu_name, model=cfg.name,
                                 batch=batch, T=T, acceptance=args.acceptance, state_dtype=args.state_dtype,
                                 L=args.buffer_len, route=route, ms_per_step=round(ms, 4), tokens_per_s=round(tok(ms), 1),
                                 baseline_tokens_per_s=round(tok(std), 1), speedup=round(std / ms, 3),
@@ -79,7 +81,7 @@ def main() -> None:
         rows.append([cfg.name, batch, T, args.acceptance, f"{std:.3f}", f"{rep:.3f}", f"{tok(rep):.0f}",
                      f"{std / rep:.2f}x", " / ".join(f"{shares[k + '_share']:.0%}" for k in ("ssm", "attention", "mlp")),
                      f"{res['logits_rel_err']:.1e}"])
-    write_records(args.out, records, merge=not args.dry_run)
+    results.write(records)
     print(tabulate(rows, headers=["model", "batch", "T", "accepted", "standard spec ms/step", "ReplaySSM ms/step",
                                   "ReplaySSM tok/s", "speedup", "standard step: SSM / attention / MLP",
                                   "logits rel. err (teacher-forced)"]))

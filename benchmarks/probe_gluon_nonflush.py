@@ -32,7 +32,6 @@ and with each Gluon config. Gluon has no interpreter: a GPU only, or ``--compile
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 
 import torch

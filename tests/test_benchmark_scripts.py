@@ -439,6 +439,42 @@ def test_staggered_cycles_spread_the_flushes_and_come_back_to_their_start():
         assert not rig.cache.write_pos.any()
 
 
+@pytest.mark.parametrize("kind", ["mamba2_ar", "gdn_ar", "spec", "e2e"])
+def test_committed_results_name_each_case_once(kind):
+    """A run replaces the results file's records by their case (``CASE_FIELDS``): two
+    records of one case in a committed file would make that ambiguous."""
+    from trtllm_replayssm.benchmarking.records import case_key
+
+    records = json.loads((REPO / f"benchmarks/results/{kind}.json").read_text())
+    assert len({case_key(r) for r in records}) == len(records)
+
+
+def test_a_run_of_a_few_cases_replaces_only_those_in_the_results_file(tmp_path):
+    """``bench_*.py --batches 8`` (no ``--out``) writes into the committed file: its cases'
+    records in place, the other records kept; a run on another GPU stops before it measures."""
+    from trtllm_replayssm.benchmarking.records import RESULTS, ResultsFile, case_key
+
+    committed = json.loads((RESULTS / "gdn_ar.json").read_text())
+    path = tmp_path / "gdn_ar.json"
+    path.write_text(json.dumps(committed))
+    gpu = committed[0]["gpu"]
+    again = [dict(r, us_per_step=-1.0) for r in committed if r["batch"] == 8]
+    new_case = dict(again[0], batch=3)
+    results = ResultsFile(path, gpu)
+    results.write(again[:2])  # (a run writes after each case: what it has so far)
+    results.write(again + [new_case])
+    merged = json.loads(path.read_text())
+    assert len(merged) == len(committed) + 1 and merged[-1] == new_case
+    assert [case_key(r) for r in merged[:-1]] == [case_key(r) for r in committed]
+    assert all((r["us_per_step"] == -1.0) == (r["batch"] == 8) for r in merged[:-1])
+    assert sum(r["batch"] == 8 for r in committed) == len(again) > 2
+
+    with pytest.raises(SystemExit, match=gpu):
+        ResultsFile(path, "NVIDIA H100 80GB HBM3")
+    ResultsFile(path, "none (dry run)", merge=False).write([new_case])  # a dry run: its records alone
+    assert json.loads(path.read_text()) == [new_case]
+
+
 @pytest.mark.parametrize("kind", ["mamba2_ar", "gdn_ar", "spec"])
 def test_report_renders_the_committed_results(kind, tmp_path):
     """``report_results.py``: the README's tables from the committed results; the

@@ -1,6 +1,7 @@
 """Helpers the benchmark scripts share: the commit measured, where a run writes (the
-committed results and tables, or a dry run's scratch folder), the tuned table a run reads
-and writes and its update, the tuner's candidates and a probe's records."""
+committed results and tables, or a dry run's scratch folder), a results file a run adds
+its cases to, the tuned table a run reads and writes and its update, the tuner's
+candidates and a probe's records."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from ..ops import launch
 
@@ -43,6 +44,55 @@ def git_commit() -> str:
                                        stderr=subprocess.DEVNULL).strip()
     except Exception:
         return "unknown"
+
+
+# The fields that name a case in the results files (a field a file's records lack counts
+# as None): a run replaces the records of the cases it measured and keeps the others.
+CASE_FIELDS = ("model", "state_dtype", "ring_dtype", "act_dtype", "batch", "L", "T", "acceptance", "route", "phases")
+
+
+def case_key(record: dict) -> tuple:
+    return tuple(record.get(f) for f in CASE_FIELDS)
+
+
+class ResultsFile:
+    """A results file (a JSON list of records, one a case and route) that a run adds to.
+
+    A run of a few cases (``--batches 8 32``, ``--tune nonflush``) writes its records in
+    place of the file's records of the same cases (:data:`CASE_FIELDS`) and keeps the
+    rest, so the committed file stays whole; with ``merge`` off (a dry run) it holds this
+    run's records alone. One file holds one GPU's measurements: a run on another GPU stops
+    here, before it measures anything, rather than mix the two in one table.
+    """
+
+    def __init__(self, path: Path, gpu: str, merge: bool = True):
+        self.path = Path(path)
+        self.earlier: List[dict] = json.loads(self.path.read_text()) if merge and self.path.exists() else []
+        others = sorted({str(r.get("gpu")) for r in self.earlier} - {gpu})
+        if others:
+            raise SystemExit(f"{self.path} holds records measured on {', '.join(others)}, and this run is on {gpu}: "
+                             "pass --out to write them to another file")
+
+    def merged(self, records: Iterable[dict]) -> List[dict]:
+        """The file's records with ``records`` in place of those of the same cases (where
+        the first of them stood), and the new cases after them, in ``records``' order."""
+        by_case: Dict[tuple, List[dict]] = {}
+        for r in records:
+            by_case.setdefault(case_key(r), []).append(r)
+        out, placed = [], set()
+        for r in self.earlier:
+            key = case_key(r)
+            if key not in by_case:
+                out.append(r)
+            elif key not in placed:
+                out += by_case[key]
+                placed.add(key)
+        return out + [r for key, rs in by_case.items() if key not in placed for r in rs]
+
+    def write(self, records: Iterable[dict]) -> None:
+        """Write :meth:`merged` (a run calls it after each case: one cut short keeps them)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(self.merged(records), indent=1) + "\n")
 
 
 def update_table(table: dict, batch: int, nheads: int, key_of: Callable[[str], str], best: Dict[str, Dict],

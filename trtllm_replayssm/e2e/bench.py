@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Dict
 
 import torch
 
 from .model import HybridDecoder
 from .runner import DecodeRunner
-
-RECORD_KEY = ("model", "batch", "T", "acceptance", "state_dtype", "L", "route", "phases")
 
 
 def _runner(model: HybridDecoder, batch: int, replay: bool, **runner_kw) -> DecodeRunner:
@@ -59,12 +55,3 @@ def step_shares(model: HybridDecoder, batch: int, num_steps: int, **runner_kw) -
 
     full = ms(set())
     return {f"{kind}_share": round(max(0.0, 1 - ms({kind}) / full), 3) for kind in ("attention", "mlp", "ssm")}
-
-
-def write_records(path: Path, new: list, merge: bool) -> None:
-    """Write ``new``; with ``merge``, keep the file's other records (different case keys)."""
-    old = json.loads(path.read_text()) if merge and path.exists() else []
-    keys = {tuple(r.get(k) for k in RECORD_KEY) for r in new}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    kept = [r for r in old if tuple(r.get(k) for k in RECORD_KEY) not in keys]
-    path.write_text(json.dumps(kept + new, indent=1) + "\n")

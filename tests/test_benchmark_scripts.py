@@ -451,7 +451,8 @@ def test_committed_results_name_each_case_once(kind):
 
 def test_a_run_of_a_few_cases_replaces_only_those_in_the_results_file(tmp_path):
     """``bench_*.py --batches 8`` (no ``--out``) writes into the committed file: its cases'
-    records in place, the other records kept; a run on another GPU stops before it measures."""
+    records in place, the other records kept; a run on another GPU stops before it measures.
+    ``merge_results.py`` does the same with runs written elsewhere (a device call's ``$OUT``)."""
     from trtllm_replayssm.benchmarking.records import RESULTS, ResultsFile, case_key
 
     committed = json.loads((RESULTS / "gdn_ar.json").read_text())
@@ -471,6 +472,19 @@ def test_a_run_of_a_few_cases_replaces_only_those_in_the_results_file(tmp_path):
 
     with pytest.raises(SystemExit, match=gpu):
         ResultsFile(path, "NVIDIA H100 80GB HBM3")
+
+    # merge_results.py: device runs' --out files into the committed file, the same way
+    path.write_text(json.dumps(committed))
+    (tmp_path / "run1.json").write_text(json.dumps(again[:2]))
+    (tmp_path / "run2.json").write_text(json.dumps(again[2:] + [new_case]))
+    merge = [sys.executable, str(REPO / "benchmarks/merge_results.py"), "gdn_ar", "--results", str(path)]
+    subprocess.run(merge + [str(tmp_path / "run1.json"), str(tmp_path / "run2.json")], check=True,
+                   capture_output=True, timeout=120)
+    assert json.loads(path.read_text()) == merged
+    (tmp_path / "h100.json").write_text(json.dumps([dict(new_case, gpu="NVIDIA H100 80GB HBM3")]))
+    refused = subprocess.run(merge + [str(tmp_path / "h100.json")], capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0 and gpu in refused.stderr and json.loads(path.read_text()) == merged
+
     ResultsFile(path, "none (dry run)", merge=False).write([new_case])  # a dry run: its records alone
     assert json.loads(path.read_text()) == [new_case]
 

@@ -71,7 +71,7 @@ class ResultsFile:
         others = sorted({str(r.get("gpu")) for r in self.earlier} - {gpu})
         if others:
             raise SystemExit(f"{self.path} holds records measured on {', '.join(others)}, and this run is on {gpu}: "
-                             "pass --out to write them to another file")
+                             "write them to another file (the benchmark scripts' --out, merge_results.py's --results)")
 
     def merged(self, records: Iterable[dict]) -> List[dict]:
         """The file's records with ``records`` in place of those of the same cases (where

@@ -781,3 +781,29 @@ def test_gdn_early_tiles_probe_compares_the_forms_bit_for_bit(monkeypatch):
         return run
     monkeypatch.setattr(probe, "in_form", v_scaled_when_early)
     assert not probe.forms_agree(rig, cycles=1)
+
+
+def test_small_batch_tiles_probe_adds_its_shapes_beside_the_tables_picks(monkeypatch):
+    """``probe_gdn_small_batch_tiles.py``: each named set joins its candidate list, every added
+    shape new to it; ``--only-added`` keeps the configs the sm_90 table runs at batch 8 and 32,
+    so the probe's tuning still measures them."""
+    import itertools
+
+    import torch
+
+    from trtllm_replayssm.benchmarking import gdn_ar
+    from trtllm_replayssm.ops.launch import select_config
+
+    probe = load_script("probe_gdn_small_batch_tiles")
+    before = dict(gdn_ar.CANDIDATES)
+    for only_added in (False, True):
+        monkeypatch.setattr(gdn_ar, "CANDIDATES", dict(before))
+        probe.add_candidates(["nonflush", "fold"], only_added)
+        for name, key in probe.CANDIDATE_LIST.items():
+            added = gdn_ar.CANDIDATES[key][-len(probe.ADDED[name]):]
+            assert added == probe.ADDED[name] and not set(added) & set(before[key])
+            for batch, nheads in itertools.product((8, 32), (32, 64)):  # Qwen3.5-4B's and -122B's value heads
+                picked = select_config(key, "sm90", torch.float32, torch.bfloat16, headdim=128, dstate=128,
+                                       batch=batch, family="gdn", nheads=nheads)
+                assert picked in gdn_ar.CANDIDATES[key]
+        assert len(gdn_ar.CANDIDATES["standard"]) == len(before["standard"])

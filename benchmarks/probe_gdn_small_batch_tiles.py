@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""GDN launch shapes the tuner does not try, tuned beside the ones it does (batch 8-32).
+
+At batch 8 the GDN non-flush launch is under half a wave and its fold's flush step costs
+2x a standard step, both latency-bound (benchmarks/README.md, GDN section, "Small
+batches"). Two families of shapes were left out of ``benchmarking.gdn_ar.CANDIDATES``
+without a measurement; this adds one or both to the candidate lists and runs
+``bench_gdn_ar.py`` (its arguments pass through) with them:
+
+- ``nonflush``: prefetching tiles with more bytes in flight a program (16 or 32 rows a
+  block on one or two warps, 4 rows over 16-32 blocks, 8 rows over 2);
+- ``fold``: folds on fp32 FMAs (``fold_dot`` 0: rank-1 updates, ``fold_chunk`` ring
+  entries loaded together) on small tiles, 64-168 registers a thread where the dot folds
+  take 145-233 (``kernel_registers.py --family gdn``).
+
+``--only-added`` keeps, of the existing list, the non-flush tiles that prefetch or run 8
+rows on one warp / the nine folds without row blocks: they hold the table's picks at batch
+8 and 32.
+
+    python benchmarks/probe_gdn_small_batch_tiles.py nonflush --only-added --tune nonflush \
+        --state-dtypes fp32 --batches 8 32 --rounds 2 --tried-out T.json --out O.json --table-dir D
+
+An **H100** (e12aa75, fp32, side by side in one tuning run; ``results/
+gdn_nonflush_added_tiles_tried_h100.json``, ``gdn_fold_fma_tried_h100.json``): no added
+shape won. The non-flush launch's best stays 8 rows on one warp, prefetched (Qwen3.5-122B
+batch 8: 19.03 us a cycle, the best added shape 20.47, 8 rows over 2 blocks; Qwen3.5-4B
+batch 8: 11.81 against 13.16). The FMA folds came 1.3-3.1% behind the dot folds at every
+point (Qwen3.5-122B batch 8: 19.22 against 18.98 us; batch 32: 63.21 against 61.31).
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+from pathlib import Path
+
+from trtllm_replayssm.benchmarking import gdn_ar
+from trtllm_replayssm.ops.launch import LaunchConfig
+
+ADDED = {
+    "nonflush": [LaunchConfig(rows, warps, loop_blocks=blocks, prefetch=1)
+                 for rows, warps, blocks in [(16, 1, 4), (16, 1, 8), (16, 1, 2), (16, 2, 4), (4, 1, 16), (4, 1, 32),
+                                             (32, 2, 2), (32, 2, 4), (8, 1, 2)]],
+    "fold": [LaunchConfig(rows, warps, fold_chunk=chunk, fold_dot=0, loop_blocks=blocks)
+             for rows, warps, blocks in [(8, 1, 1), (16, 1, 1), (16, 2, 1), (4, 1, 1), (8, 1, 2)] for chunk in (4, 16)],
+}
+CANDIDATE_LIST = {"nonflush": "output_only", "fold": "fold"}  # the gdn_ar.CANDIDATES key each set joins
+
+
+def kept(name: str, existing: list) -> list:
+    """``--only-added``: what a set keeps of its existing list (the table's batch 8-32 picks among them)."""
+    if name == "nonflush":
+        return [c for c in existing if c.prefetch or (c.block_p, c.num_warps) == (8, 1)]
+    return [c for c in existing if c.row_block == 1]
+
+
+def add_candidates(names, only_added: bool) -> None:
+    for name in names:
+        key = CANDIDATE_LIST[name]
+        existing = gdn_ar.CANDIDATES[key]
+        gdn_ar.CANDIDATES[key] = (kept(name, existing) if only_added else existing) + ADDED[name]
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    names = []
+    while argv and argv[0] in ADDED:
+        names.append(argv.pop(0))
+    if not names or "-h" in argv[:1]:
+        sys.exit(__doc__ + f"\nusage: {Path(sys.argv[0]).name} {{nonflush,fold}}... [--only-added] "
+                 "[bench_gdn_ar.py's arguments]")
+    only_added = "--only-added" in argv
+    if only_added:
+        argv.remove("--only-added")
+    add_candidates(names, only_added)
+    sys.argv = [str(Path(__file__).with_name("bench_gdn_ar.py"))] + argv
+    runpy.run_path(sys.argv[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()

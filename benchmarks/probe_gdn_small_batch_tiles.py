@@ -19,13 +19,16 @@ rows on one warp / the nine folds without row blocks: they hold the table's pick
 
     python benchmarks/probe_gdn_small_batch_tiles.py nonflush --only-added --tune nonflush \
         --state-dtypes fp32 --batches 8 32 --rounds 2 --tried-out T.json --out O.json --table-dir D
+    python benchmarks/probe_gdn_small_batch_tiles.py fold --only-added --tune fold ...   # the same for the fold
 
-An **H100** (e12aa75, fp32, side by side in one tuning run; ``results/
-gdn_nonflush_added_tiles_tried_h100.json``, ``gdn_fold_fma_tried_h100.json``): no added
-shape won. The non-flush launch's best stays 8 rows on one warp, prefetched (Qwen3.5-122B
-batch 8: 19.03 us a cycle, the best added shape 20.47, 8 rows over 2 blocks; Qwen3.5-4B
-batch 8: 11.81 against 13.16). The FMA folds came 1.3-3.1% behind the dot folds at every
-point (Qwen3.5-122B batch 8: 19.22 against 18.98 us; batch 32: 63.21 against 61.31).
+An **H100** (fp32, side by side in one tuning run a set: the non-flush tiles at cf73e18,
+``results/gdn_nonflush_added_tiles_tried_h100.json``; the folds at e12aa75, the same sets
+from a scratch form of this script, ``results/gdn_fold_fma_tried_h100.json``): no added
+shape won. At all four points the non-flush tuner kept the sm_90 table's tile (8 rows on
+one warp), the best added shape 7-11% behind (Qwen3.5-122B batch 8: 19.03 us a cycle
+against 20.47, 8 rows over 2 prefetched blocks; batch 32: 61.32 against 67.38, 4 rows over
+16). The FMA folds came 1.3-3.1% behind the dot folds at every point (Qwen3.5-122B batch 8:
+19.22 against 18.98 us; batch 32: 63.21 against 61.31).
 """
 
 from __future__ import annotations

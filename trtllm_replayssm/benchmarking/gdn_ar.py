@@ -49,9 +49,13 @@ CANDIDATES = {
                    # Not here: one block a program with its whole tile issued early (16-64 rows,
                    # prefetch): at batch 8 its non-flush step took 15-37% more than the table's loop
                    # (H100, ``benchmarks/probe_gdn_one_block.py``, ``results/gdn_one_block_h100.json``).
+                   # Nor prefetching tiles of 16-32 rows, 4 rows over 16-32 blocks or 8 over 2: 7.6-11%
+                   # behind at batch 8 and 32 (H100, ``benchmarks/probe_gdn_small_batch_tiles.py``).
     "fold": [_C(16, 2, 1, 1, 8), _C(32, 4, 1, 1, 8), _C(16, 2, 1, 1), _C(32, 4, 1, 1), _C(16, 2, 1, 1, loop_blocks=8),
              _C(16, 4, 1, 1, loop_blocks=8), _C(32, 4, 1, 1, loop_blocks=4), _C(16, 2, 1, 1, 2, loop_blocks=8),
              _C(16, 2, 1, 1, loop_blocks=2)] + ROW_BLOCK_FOLDS,
+    # (Not here: folds on fp32 FMAs, fold_dot 0, in tiles of 4-16 rows: 1.3-3.1% behind the dot
+    # folds at batch 8 and 32, H100, ``benchmarks/probe_gdn_small_batch_tiles.py``.)
     "always_flush": _ONE_WARP + [_C(8, 2), _C(16, 2), _C(32, 4)],
 }
 

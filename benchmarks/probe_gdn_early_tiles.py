@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""GDN's prefetching non-flush launch, or its fold, with its first loads early, against ptxas's order.
+"""GDN's prefetching non-flush launch with its first loads early, against ptxas's order.
 
 On a non-flush config with ``prefetch`` the launch can issue its first block's checkpoint
 and ``d`` tiles and the ring's ``g`` / ``k`` tiles before the head's q / k / gate loads,
@@ -15,14 +15,7 @@ checkpoints, rings and outputs must be bit-identical (the same arithmetic, anoth
 order of loads). A case whose table config does not prefetch runs the same kernel either
 way and is recorded without timings.
 
-``--launch fold`` does the same for the fold launch (``EARLY_FOLD_STATES``, on a fold config
-of one block a program with the ring product a matmul: ``replay.early_fold_tiles``): its
-checkpoint and ``d`` tiles go out with the ring's ``g`` / ``k`` tiles, right after the
-cursor, where ptxas had them wait on the slot, the cursor, q, k, the ring and the gates one
-after another. The step timed is then a flush step.
-
     python benchmarks/probe_gdn_early_tiles.py     # -> benchmarks/results/gdn_early_tiles.json
-    python benchmarks/probe_gdn_early_tiles.py --launch fold --batches 1 2 4 8 32 --out ...
 """
 
 from __future__ import annotations
@@ -37,34 +30,21 @@ from trtllm_replayssm.benchmarking.probes import DTYPES, add_case_args, case_rig
 from trtllm_replayssm.benchmarking.records import ProbeLog
 from trtllm_replayssm.benchmarking.rig import Launch, fastest_baseline, median_of_rounds
 from trtllm_replayssm.ops.gdn import replay as gdn_replay
-from trtllm_replayssm.ops.launch import clamp_loop_blocks
 
-FORMS = {"ptxas_order": (), "early": tuple(DTYPES.values())}  # the launch's early state dtypes, each form
-# The module attribute that names a launch's early state dtypes, and its config in the table.
-SWITCH = {"nonflush": "EARLY_TILES_STATES", "fold": "EARLY_FOLD_STATES"}
-TABLE_KERNEL = {"nonflush": "output_only", "fold": "fold"}
-LAUNCH = "nonflush"  # the launch the forms differ in (--launch)
+FORMS = {"ptxas_order": (), "early": tuple(DTYPES.values())}  # EARLY_TILES_STATES for each form
 CACHE_FIELDS = ("ssm_state", "d_cache", "k_cache", "g_cache")
 
 
 def in_form(form: str, fn):
-    """``fn`` run (and its graph captured) with :data:`LAUNCH` in ``form``."""
+    """``fn`` run (and its graph captured) with the non-flush launch in ``form``."""
     def run():
-        kept = getattr(gdn_replay, SWITCH[LAUNCH])
-        setattr(gdn_replay, SWITCH[LAUNCH], FORMS[form])
+        kept = gdn_replay.EARLY_TILES_STATES
+        gdn_replay.EARLY_TILES_STATES = FORMS[form]
         try:
             return fn()
         finally:
-            setattr(gdn_replay, SWITCH[LAUNCH], kept)
+            gdn_replay.EARLY_TILES_STATES = kept
     return run
-
-
-def takes_early_form(config, head_v_dim: int) -> bool:
-    """Whether the table's config of :data:`LAUNCH` can take the early form (else both forms
-    run the same kernel)."""
-    if LAUNCH == "nonflush":
-        return bool(config.prefetch)
-    return bool(config.fold_dot) and clamp_loop_blocks(config, head_v_dim).loop_blocks == 1
 
 
 def forms_agree(rig, cycles: int = 2) -> bool:
@@ -87,16 +67,15 @@ def forms_agree(rig, cycles: int = 2) -> bool:
 
 def time_forms(rig, replays: int, rounds: int) -> Dict:
     """Microseconds a layer-step of the baselines' cycles (by kernel) and, for each form,
-    of the route's cycles in phase and staggered and of a step of :data:`LAUNCH` (a
-    non-flush or a flush step: by form and what), the timers taking turns over ``rounds``."""
+    of the route's cycles in phase and staggered and of a non-flush step (by form and
+    what), the timers taking turns over ``rounds``."""
     L, route = rig.case.buffer_len, Launch("output_only")
     baselines = {lc.kernel: lc for lc in (Launch("standard"), Launch("always_flush"), rig.baseline_launch())}
     timers: Dict = {k: (lambda lc=lc: rig.time_cycle_us(lc, replays)) for k, lc in baselines.items()}
     for form in FORMS:
         timers[(form, "aligned")] = in_form(form, lambda: rig.time_cycle_us(route, replays))
         timers[(form, "staggered")] = in_form(form, lambda: rig.time_cycle_us(route, replays, staggered=True))
-        at = L // 2 if LAUNCH == "nonflush" else L - 1
-        timers[(form, "step")] = in_form(form, lambda at=at: rig.time_step_us(route, at, replays))
+        timers[(form, "nonflush")] = in_form(form, lambda: rig.time_step_us(route, L // 2, replays))
     us = median_of_rounds(timers, rounds)
     us["baseline"] = fastest_baseline({k: us[k] for k in baselines})
     return us
@@ -105,16 +84,12 @@ def time_forms(rig, replays: int, rounds: int) -> Dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_case_args(ap, ["qwen3.5-4b", "qwen3.5-122b"], [8, 32, 128, 512], "gdn_early_tiles.json")
-    ap.add_argument("--launch", choices=list(SWITCH), default="nonflush", help="the launch whose loads go early")
     args = ap.parse_args()
-    global LAUNCH
-    LAUNCH = args.launch
     log = ProbeLog(args.out)
     for name, sd, batch, rig in case_rigs(args):
-        config = rig.table_configs(device_arch(rig.cache.write_pos.device))[TABLE_KERNEL[LAUNCH]]["config"]
-        case = dict(model=name, state_dtype=sd, batch=batch, L=rig.case.buffer_len, launch=LAUNCH,
-                    **{f"{LAUNCH}_config": str(config)})
-        if not takes_early_form(config, rig.case.geom.head_v_dim):
+        config = rig.table_configs(device_arch(rig.cache.write_pos.device))["output_only"]["config"]
+        case = dict(model=name, state_dtype=sd, batch=batch, L=rig.case.buffer_len, nonflush_config=str(config))
+        if not config.prefetch:
             log.add(**case, timed=False)
             del rig
             continue
@@ -128,7 +103,7 @@ def main() -> None:
                     speedup=round(base_us / us[(form, "aligned")], 3),
                     staggered_us_per_step=round(us[(form, "staggered")], 2),
                     staggered_speedup=round(base_us / us[(form, "staggered")], 3),
-                    **{f"{LAUNCH}_us": round(us[(form, "step")], 2)}, rounds=args.rounds)
+                    nonflush_us=round(us[(form, "nonflush")], 2), rounds=args.rounds)
     log.print_table()
 
 

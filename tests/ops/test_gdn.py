@@ -113,29 +113,6 @@ def test_non_flush_loop_with_register_prefetch(geom, config, dtypes, early, monk
     assert min(f for f in res.flushes_per_row if f) >= 3
 
 
-@pytest.mark.parametrize("state_dtype", [torch.float32, BF16])
-def test_fold_of_one_block_with_its_tiles_issued_early(state_dtype, monkeypatch):
-    """``EARLY_TILES`` in the fold (one block a program, the ring product a matmul): the
-    checkpoint and d tiles issued with the ring's g / k tiles, before the head's q / k
-    loads, whatever the state dtype (:func:`~trtllm_replayssm.ops.gdn.replay.early_fold_tiles`);
-    the spy checks that the fold launch took that form."""
-    monkeypatch.setattr(gdn_replay, "EARLY_FOLD_STATES", (torch.float32, BF16))
-    forms = []
-    launch = gdn_replay.launch_kernel
-
-    def spy(kernel, grid, **kw):
-        if kw["MODE"] == gdn_replay.FOLD.value:
-            forms.append(kw["EARLY_TILES"])
-        return launch(kernel, grid, **kw)
-
-    monkeypatch.setattr(gdn_replay, "launch_kernel", spy)
-    fold = LaunchConfig(16, 1, fold_dot=1)  # V = 16: one block a program
-    res = run_gdn_replay(GDNScenario(GEOM, 4, state_dtype, seed=13), cycles(4), fold_config=fold,
-                         force_flush_at={1: [2]})
-    assert min(f for f in res.flushes_per_row if f) >= 3
-    assert forms and all(forms)
-
-
 def test_packed_and_separate_qkv_agree():
     outs = []
     for packed in (False, True):

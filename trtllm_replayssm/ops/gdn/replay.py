@@ -69,27 +69,12 @@ LOOP_STAGES_STATES = (torch.float32,)
 # staggered) and 0.9-1.3% at Qwen3.5-4B's batch 128; with a bf16 state -0.5% to +2.1%, so
 # bf16 keeps ptxas's order (as do the configs that stage their loop: benchmarks/README.md).
 EARLY_TILES_STATES = (torch.float32,)
-# State dtypes whose fold launch, on a config of one block a program with the ring product on
-# the tensor cores, issues that block's checkpoint and d tiles with the ring's g / k tiles
-# before the head's q / k / gate loads (``EARLY_TILES`` in the fold). Left to ptxas, the
-# checkpoint's loads went out after the slot, the cursor, q, k (each normalised through
-# shared memory), the ring's k and g tiles and the gates had come back one after another
-# (``cuobjdump -sass``, 32 rows on 4 warps): a chain that the fold's few programs an SM
-# (200-255 registers a thread) pay wave after wave at small batches.
-EARLY_FOLD_STATES = ()
 
 
 def early_tiles(cfg: LaunchConfig, state_dtype: torch.dtype) -> bool:
     """Whether a non-flush launch on ``cfg`` issues its first loads early (``EARLY_TILES``:
     a prefetching config, a state dtype of :data:`EARLY_TILES_STATES`)."""
     return bool(cfg.prefetch) and state_dtype in EARLY_TILES_STATES
-
-
-def early_fold_tiles(fold_dot: bool, chunks: int, state_dtype: torch.dtype) -> bool:
-    """Whether a fold launch issues its tiles early (``EARLY_TILES`` in the fold: one block a
-    program, ``chunks == 1``, the ring product as a matmul, ``fold_dot``, and a state dtype
-    of :data:`EARLY_FOLD_STATES`)."""
-    return fold_dot and chunks == 1 and state_dtype in EARLY_FOLD_STATES
 
 
 @triton.jit
@@ -271,8 +256,7 @@ def _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
                EARLY_TILES: tl.constexpr):
     """One served batch row's step on the program's heads and value blocks: the output
     (and the ring's append) of a non-flush row, the fold and store of a flushing one.
-    ``EARLY_TILES``: the non-flush launch with ``PREFETCH`` (:data:`EARLY_TILES_STATES`) or the
-    fold on one block a program with ``FOLD_DOT`` (:func:`early_fold_tiles`)."""
+    ``EARLY_TILES`` (the non-flush launch with ``PREFETCH`` only: :data:`EARLY_TILES_STATES`)."""
     for hh in range(0, HEADS_PER_PROG):
         hv = pid_hg * HEADS_PER_PROG + hh
         if hv < num_v_heads:
@@ -347,17 +331,12 @@ def _gdn_heads(pid_b, slot, w, pid_v, pid_hg, offs_v0, offs_k, mask_k,
                     mask_v = dim_mask(offs_v, head_v_dim, EVEN_TILE)
                     mask_vk = mask_v[:, None] & mask_k[None, :]
                     state_ptrs = state_tile_ptrs(state_base, offs_v, offs_k, stride_state_row, V_INNER)
-                    if EARLY_TILES:  # one block a program (early_fold_tiles): its tiles are in flight
-                        S0, D_hist = S0_n, D_n
-                    else:
-                        S0 = tl.load(state_ptrs, mask=mask_vk, other=0.0).to(tl.float32)
-                    S = tl.exp(G) * S0
+                    S = tl.exp(G) * tl.load(state_ptrs, mask=mask_vk, other=0.0).to(tl.float32)
                     if FOLD_DOT:
                         # S_prev = exp(G) S_0 + (D * decay) @ K: one matmul over the ring, fp32-accurate
                         # (one TF32 pass into a bf16 checkpoint: common.one_pass_fold).
-                        if not EARLY_TILES:
-                            D_hist = tl.load(dc_base + offs_l[None, :] * stride_dc_l + offs_v[:, None],
-                                             mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32)
+                        D_hist = tl.load(dc_base + offs_l[None, :] * stride_dc_l + offs_v[:, None],
+                                         mask=mask_v[:, None] & mask_l[None, :], other=0.0).to(tl.float32)
                         S += tl.dot(D_hist * decay[None, :], K_hist, input_precision=DOT_PRECISION)
                     else:
                         # w rank-1 updates (fp32 FMAs), in chunks of FOLD_CHUNK entries loaded together;
@@ -488,7 +467,6 @@ def fused_recurrent_gated_delta_rule_replayssm(
         hpp = cfg.heads_per_prog
         cfg = clamp_loop_blocks(cfg, step.head_v_dim)
         chunks = cfg.loop_blocks
-        fold_dot = bool(cfg.fold_dot) and min(cfg.block_p, block_l, block_k) >= 16
         programs = (triton.cdiv(step.head_v_dim, cfg.block_p * chunks), triton.cdiv(step.num_v_heads, hpp),
                     fold_row_programs(step.batch, cfg))
         launch_kernel(_gdn_replay_kernel, programs,
@@ -501,15 +479,14 @@ def fused_recurrent_gated_delta_rule_replayssm(
             HAS_FORCE_FLUSH=force_flush is not None, MODE=mode,
             BLOCK_V=cfg.block_p, CHUNKS=chunks, BLOCK_K=block_k, BLOCK_L=block_l,
             FOLD_CHUNK=min(cfg.fold_chunk, block_l),
-            FOLD_DOT=fold_dot,
+            FOLD_DOT=bool(cfg.fold_dot) and min(cfg.block_p, block_l, block_k) >= 16,
             # one TF32 pass into a bf16 checkpoint (common.one_pass_fold); the non-flush launch
             # has no product and keeps one specialisation for every state dtype
             DOT_PRECISION=fold_precision(mode == FOLD.value and one_pass_fold(state.dtype)),
             HEADS_PER_PROG=hpp, EVEN_TILE=even_tile(step.head_v_dim, cfg.block_p * chunks, step.head_k_dim, block_k),
             V_INNER=layout.v_inner, LOOP_STAGES=LOOP_STAGES[mode] if state.dtype in LOOP_STAGES_STATES else None,
             ROW_BLOCK=cfg.row_block, ROW_PROGS=cfg.row_progs, PREFETCH=bool(cfg.prefetch) and mode == NONFLUSH.value,
-            EARLY_TILES=(early_tiles(cfg, state.dtype) if mode == NONFLUSH.value
-                         else early_fold_tiles(fold_dot, chunks, state.dtype)),
+            EARLY_TILES=mode == NONFLUSH.value and early_tiles(cfg, state.dtype),
             num_warps=cfg.num_warps,
             **pdl_options(pdl, primary=mode == NONFLUSH.value),
         )

@@ -13,7 +13,8 @@ cursor at ``w = 0`` and one at ``w = 14`` (no row flushes: the fold launch retur
 once in each of its programs), then one standard step, the table's launch configs, each
 in an NVTX range; only those launches are profiled (``--profile-from-start off``).
 With ``--summarize`` it reads ncu's CSV pages and writes one record a profiled launch
-(duration, DRAM throughput, registers, grid, waves an SM, occupancy).
+(duration, DRAM throughput, registers, grid, waves an SM, occupancy). ``--cursors 15``
+profiles a flush step instead (every row folds).
 
     ncu --profile-from-start off --nvtx --section SpeedOfLight --section LaunchStats \\
         --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \\
@@ -53,7 +54,7 @@ METRICS = {  # record field: ncu metric name
 TIME_UNITS_IN_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
 
 
-def run_target(batch: int, models, buffer_len: int = 16) -> None:
+def run_target(batch: int, models, cursors=CURSORS, buffer_len: int = 16) -> None:
     """The launches ncu profiles (see the module docstring), on the benchmark's rig of each
     model's family (its first layer): the step inputs in TensorRT-LLM's layout, random
     checkpoints and rings."""
@@ -66,10 +67,10 @@ def run_target(batch: int, models, buffer_len: int = 16) -> None:
         rig = make_model_rig(name, batch, buffer_len, torch.float32)
 
         def replay(w: int) -> None:
-            rig.cache.write_pos.fill_(w)  # every row at w < L - 1: no row flushes
+            rig.cache.write_pos.fill_(w)  # every row at w < L - 1: no row flushes (w = L - 1: every row)
             rig.layer_step(Launch("output_only"), 0)
 
-        steps = [*((f"w{w}", lambda w=w: replay(w)) for w in CURSORS),
+        steps = [*((f"w{w}", lambda w=w: replay(w)) for w in cursors),
                  ("std", lambda: rig.layer_step(Launch("standard"), 0))]
         for _ in range(3):  # compiled and warm before the profiled range
             for _, step in steps:
@@ -125,13 +126,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    ap.add_argument("--cursors", nargs="+", type=int, default=list(CURSORS),
+                    help="the cursors of the output_only steps profiled (15 with L = 16: every row flushes)")
     ap.add_argument("--summarize", nargs="+", metavar="CSV", help="ncu's CSV pages to summarise (no GPU needed)")
     ap.add_argument("--gpu", help="with --summarize: the GPU the pages were taken on")
     ap.add_argument("--commit", help="with --summarize: the commit profiled (default: this checkout's)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "small_batch_ncu.json"))
     args = ap.parse_args()
     if not args.summarize:
-        run_target(args.batch, args.models)
+        run_target(args.batch, args.models, args.cursors)
         return
     if not args.gpu:
         ap.error("--summarize needs --gpu (ncu's CSV does not name it)")

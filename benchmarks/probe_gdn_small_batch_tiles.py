@@ -46,15 +46,19 @@ ADDED = {
                                              (32, 2, 2), (32, 2, 4), (8, 1, 2)]],
     "fold": [LaunchConfig(rows, warps, fold_chunk=chunk, fold_dot=0, loop_blocks=blocks)
              for rows, warps, blocks in [(8, 1, 1), (16, 1, 1), (16, 2, 1), (4, 1, 1), (8, 1, 2)] for chunk in (4, 16)],
+    # the table's one-block folds under register caps: 163 / 145 registers a thread -> 128 (no
+    # spill) or 96 (96-112 bytes spilled), 12 / 14 -> 16 / 20 warps an SM
+    "fold_caps": [LaunchConfig(rows, warps, 1, 1, maxnreg=cap) for rows, warps in [(32, 4), (16, 2)]
+                  for cap in (128, 96)],
 }
-CANDIDATE_LIST = {"nonflush": "output_only", "fold": "fold"}  # the gdn_ar.CANDIDATES key each set joins
+CANDIDATE_LIST = {"nonflush": "output_only", "fold": "fold", "fold_caps": "fold"}  # the CANDIDATES key a set joins
 
 
 def kept(name: str, existing: list) -> list:
     """``--only-added``: what a set keeps of its existing list (the table's batch 8-32 picks among them)."""
     if name == "nonflush":
         return [c for c in existing if c.prefetch or (c.block_p, c.num_warps) == (8, 1)]
-    return [c for c in existing if c.row_block == 1]
+    return [c for c in existing if c.row_block == 1 and not c.maxnreg]
 
 
 def add_candidates(names, only_added: bool) -> None:
@@ -70,7 +74,7 @@ def main() -> None:
     while argv and argv[0] in ADDED:
         names.append(argv.pop(0))
     if not names or "-h" in argv[:1]:
-        sys.exit(__doc__ + f"\nusage: {Path(sys.argv[0]).name} {{nonflush,fold}}... [--only-added] "
+        sys.exit(__doc__ + f"\nusage: {Path(sys.argv[0]).name} {{{','.join(ADDED)}}}... [--only-added] "
                  "[bench_gdn_ar.py's arguments]")
     only_added = "--only-added" in argv
     if only_added:

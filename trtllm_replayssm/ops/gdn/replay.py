@@ -35,7 +35,7 @@ from ..common import (block_flush_ordinals, complete_after_primary, dim_mask, ev
                       store_nan_heads)
 from ..cursors import FLUSH_EVERY_STEP
 from ..launch import (LaunchConfig, clamp_loop_blocks, config_kernel, fold_programmatic_launch, fold_row_programs,
-                      fold_side_stream, launch_kernel, pdl_options, select_config, select_route)
+                      fold_side_stream, launch_kernel, maxnreg_option, pdl_options, select_config, select_route)
 from ..streams import launch_fold_beside
 from ._common import delta_rule_step, load_gates, load_qk, ring_args, state_tile_ptrs
 from .standard import launch_standard_step
@@ -487,7 +487,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
             V_INNER=layout.v_inner, LOOP_STAGES=LOOP_STAGES[mode] if state.dtype in LOOP_STAGES_STATES else None,
             ROW_BLOCK=cfg.row_block, ROW_PROGS=cfg.row_progs, PREFETCH=bool(cfg.prefetch) and mode == NONFLUSH.value,
             EARLY_TILES=mode == NONFLUSH.value and early_tiles(cfg, state.dtype),
-            num_warps=cfg.num_warps,
+            num_warps=cfg.num_warps, **maxnreg_option(cfg.maxnreg),
             **pdl_options(pdl, primary=mode == NONFLUSH.value),
         )
 

@@ -3,15 +3,16 @@
 
 At batch 8 the GDN non-flush launch is under half a wave and its fold's flush step costs
 2x a standard step, both latency-bound (benchmarks/README.md, GDN section, "Small
-batches"). Two families of shapes were left out of ``benchmarking.gdn_ar.CANDIDATES``
-without a measurement; this adds one or both to the candidate lists and runs
+batches"). These sets of shapes were left out of ``benchmarking.gdn_ar.CANDIDATES``
+without a measurement; this adds the ones named to the candidate lists and runs
 ``bench_gdn_ar.py`` (its arguments pass through) with them:
 
 - ``nonflush``: prefetching tiles with more bytes in flight a program (16 or 32 rows a
   block on one or two warps, 4 rows over 16-32 blocks, 8 rows over 2);
 - ``fold``: folds on fp32 FMAs (``fold_dot`` 0: rank-1 updates, ``fold_chunk`` ring
   entries loaded together) on small tiles, 64-168 registers a thread where the dot folds
-  take 145-233 (``kernel_registers.py --family gdn``).
+  take 145-233 (``kernel_registers.py --family gdn``);
+- ``fold_caps``: the table's one-block dot folds under a register cap of 96.
 
 ``--only-added`` keeps, of the existing list, the non-flush tiles that prefetch or run 8
 rows on one warp / the nine folds without row blocks: they hold the table's picks at batch
@@ -29,6 +30,13 @@ one warp), the best added shape 7-11% behind (Qwen3.5-122B batch 8: 19.03 us a c
 against 20.47, 8 rows over 2 prefetched blocks; batch 32: 61.32 against 67.38, 4 rows over
 16). The FMA folds came 1.3-3.1% behind the dot folds at every point (Qwen3.5-122B batch 8:
 19.22 against 18.98 us; batch 32: 63.21 against 61.31).
+
+Register caps on the one-block folds (``fold_caps``, 485db3b, the caps of 128 and 96 then
+both in the set; ``results/gdn_fold_caps_tried_h100.json``, batch 4, 8 and 32): 128 took
+Qwen3.5-122B's batch-8 cycle from 18.96-19.01 to 18.69 us (the flush step 40.6 -> 37.5 in
+the side-by-side) and was 0.1-0.3% ahead or behind at four other points, 1.8% behind at
+Qwen3.5-4B's batch 8, so it joined the candidates for the tuner to pick where it wins; 96,
+which spills, was never ahead.
 """
 
 from __future__ import annotations
@@ -46,10 +54,9 @@ ADDED = {
                                              (32, 2, 2), (32, 2, 4), (8, 1, 2)]],
     "fold": [LaunchConfig(rows, warps, fold_chunk=chunk, fold_dot=0, loop_blocks=blocks)
              for rows, warps, blocks in [(8, 1, 1), (16, 1, 1), (16, 2, 1), (4, 1, 1), (8, 1, 2)] for chunk in (4, 16)],
-    # the table's one-block folds under register caps: 163 / 145 registers a thread -> 128 (no
-    # spill) or 96 (96-112 bytes spilled), 12 / 14 -> 16 / 20 warps an SM
-    "fold_caps": [LaunchConfig(rows, warps, 1, 1, maxnreg=cap) for rows, warps in [(32, 4), (16, 2)]
-                  for cap in (128, 96)],
+    # the table's one-block folds under a register cap of 96 (163 / 145 registers a thread;
+    # 96-112 bytes spilled), 12 / 14 -> 20 warps an SM (the cap of 128 is a candidate)
+    "fold_caps": [LaunchConfig(rows, warps, 1, 1, maxnreg=96) for rows, warps in [(32, 4), (16, 2)]],
 }
 CANDIDATE_LIST = {"nonflush": "output_only", "fold": "fold", "fold_caps": "fold"}  # the CANDIDATES key a set joins
 
@@ -58,7 +65,7 @@ def kept(name: str, existing: list) -> list:
     """``--only-added``: what a set keeps of its existing list (the table's batch 8-32 picks among them)."""
     if name == "nonflush":
         return [c for c in existing if c.prefetch or (c.block_p, c.num_warps) == (8, 1)]
-    return [c for c in existing if c.row_block == 1 and not c.maxnreg]
+    return [c for c in existing if c.row_block == 1]
 
 
 def add_candidates(names, only_added: bool) -> None:

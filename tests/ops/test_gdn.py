@@ -113,6 +113,23 @@ def test_non_flush_loop_with_register_prefetch(geom, config, dtypes, early, monk
     assert min(f for f in res.flushes_per_row if f) >= 3
 
 
+def test_launch_configs_register_cap_reaches_the_replay_launches(monkeypatch):
+    """A config's ``maxnreg`` (the fold candidates under a cap of 128) is passed to the
+    launch it configures and to no other, and the capped fold keeps the recurrence."""
+    caps = {}
+    launch = gdn_replay.launch_kernel
+
+    def spy(kernel, grid, **kw):
+        caps[kw["MODE"]] = kw.get("maxnreg")
+        return launch(kernel, grid, **kw)
+
+    monkeypatch.setattr(gdn_replay, "launch_kernel", spy)
+    fold = LaunchConfig(16, 1, 1, 1, maxnreg=128)
+    res = run_gdn_replay(GDNScenario(GEOM, 4, seed=14), cycles(4), fold_config=fold, config=LaunchConfig(8, 1))
+    assert min(f for f in res.flushes_per_row if f) >= 3
+    assert caps == {gdn_replay.FOLD.value: 128, gdn_replay.NONFLUSH.value: None}
+
+
 def test_packed_and_separate_qkv_agree():
     outs = []
     for packed in (False, True):

@@ -12,7 +12,8 @@ without a measurement; this adds the ones named to the candidate lists and runs
 - ``fold``: folds on fp32 FMAs (``fold_dot`` 0: rank-1 updates, ``fold_chunk`` ring
   entries loaded together) on small tiles, 64-168 registers a thread where the dot folds
   take 145-233 (``kernel_registers.py --family gdn``);
-- ``fold_caps``: the table's one-block dot folds under a register cap of 96.
+- ``fold_caps``: the table's one-block dot folds under a register cap of 96;
+- ``fold_warps``: one-block dot folds on more warps a row (fewer registers a thread).
 
 ``--only-added`` keeps, of the existing list, the non-flush tiles that prefetch or run 8
 rows on one warp / the nine folds without row blocks: they hold the table's picks at batch
@@ -57,8 +58,12 @@ ADDED = {
     # the table's one-block folds under a register cap of 96 (163 / 145 registers a thread;
     # 96-112 bytes spilled), 12 / 14 -> 20 warps an SM (the cap of 128 is a candidate)
     "fold_caps": [LaunchConfig(rows, warps, 1, 1, maxnreg=96) for rows, warps in [(32, 4), (16, 2)]],
+    # one-block dot folds on more warps a row: 16 rows on 4 warps (80 registers a thread, 24
+    # warps an SM) and 32 on 8 (95, 16), against the table's 32 on 4 (163, 12) and 16 on 2 (145, 14)
+    "fold_warps": [LaunchConfig(16, 4, 1, 1), LaunchConfig(32, 8, 1, 1), LaunchConfig(16, 4, 1, 1, loop_blocks=2)],
 }
-CANDIDATE_LIST = {"nonflush": "output_only", "fold": "fold", "fold_caps": "fold"}  # the CANDIDATES key a set joins
+# The gdn_ar.CANDIDATES key each set joins.
+CANDIDATE_LIST = {"nonflush": "output_only", "fold": "fold", "fold_caps": "fold", "fold_warps": "fold"}
 
 
 def kept(name: str, existing: list) -> list:

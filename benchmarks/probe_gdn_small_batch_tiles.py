@@ -16,8 +16,8 @@ without a measurement; this adds the ones named to the candidate lists and runs
 - ``fold_warps``: one-block dot folds on more warps a row (fewer registers a thread).
 
 ``--only-added`` keeps, of the existing list, the non-flush tiles that prefetch or run 8
-rows on one warp / the nine folds without row blocks: they hold the table's picks at batch
-8 and 32.
+rows on one warp / the folds without row blocks: they hold the table's picks at batch 8 and
+32.
 
     python benchmarks/probe_gdn_small_batch_tiles.py nonflush --only-added --tune nonflush \
         --state-dtypes fp32 --batches 8 32 --rounds 2 --tried-out T.json --out O.json --table-dir D
@@ -37,7 +37,9 @@ both in the set; ``results/gdn_fold_caps_tried_h100.json``, batch 4, 8 and 32): 
 Qwen3.5-122B's batch-8 cycle from 18.96-19.01 to 18.69 us (the flush step 40.6 -> 37.5 in
 the side-by-side) and was 0.1-0.3% ahead or behind at four other points, 1.8% behind at
 Qwen3.5-4B's batch 8, so it joined the candidates for the tuner to pick where it wins; 96,
-which spills, was never ahead.
+which spills, was never ahead. More warps a row (``fold_warps``, 3864fa2,
+``results/gdn_fold_warps_tried_h100.json``) did not help: 16 rows on 4 warps within 0.3% of
+the best at four points and 1.2% behind at Qwen3.5-122B's batch 8, 32 on 8 0.8-4.7% behind.
 """
 
 from __future__ import annotations

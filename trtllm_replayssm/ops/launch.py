@@ -48,8 +48,8 @@ class LaunchConfig:
     early they overlap the state's load, late they hold no registers over the step),
     whether the Mamba2 replay step's launch loads the checkpoint tile before the cursor
     (``early_state``: it then waits on the slot alone; a non-flush launch's flush rows read
-    their tile for nothing), and the register cap ptxas compiles the standard kernels
-    under (``maxnreg``; 0: none)."""
+    their tile for nothing), and the register cap ptxas compiles the standard kernels and
+    the GDN replay launches under (``maxnreg``; 0: none)."""
 
     block_p: int
     num_warps: int

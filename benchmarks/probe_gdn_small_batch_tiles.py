@@ -66,20 +66,18 @@ ADDED = {
 }
 # The gdn_ar.CANDIDATES key each set joins.
 CANDIDATE_LIST = {"nonflush": "output_only", "fold": "fold", "fold_caps": "fold", "fold_warps": "fold"}
-
-
-def kept(name: str, existing: list) -> list:
-    """``--only-added``: what a set keeps of its existing list (the table's batch 8-32 picks among them)."""
-    if name == "nonflush":
-        return [c for c in existing if c.prefetch or (c.block_p, c.num_warps) == (8, 1)]
-    return [c for c in existing if c.row_block == 1]
+# ``--only-added``: what a candidate list keeps of its own configs (the table's batch 8-32
+# picks among them).
+KEPT = {"output_only": lambda c: c.prefetch or (c.block_p, c.num_warps) == (8, 1),
+        "fold": lambda c: c.row_block == 1}
 
 
 def add_candidates(names, only_added: bool) -> None:
-    for name in names:
-        key = CANDIDATE_LIST[name]
-        existing = gdn_ar.CANDIDATES[key]
-        gdn_ar.CANDIDATES[key] = (kept(name, existing) if only_added else existing) + ADDED[name]
+    """The sets ``names`` appended to the candidate lists they join (after what each list
+    keeps of its own, with ``only_added``)."""
+    for key in dict.fromkeys(CANDIDATE_LIST[name] for name in names):
+        existing = [c for c in gdn_ar.CANDIDATES[key] if not only_added or KEPT[key](c)]
+        gdn_ar.CANDIDATES[key] = existing + [c for name in names if CANDIDATE_LIST[name] == key for c in ADDED[name]]
 
 
 def main() -> None:

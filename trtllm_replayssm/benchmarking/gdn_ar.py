@@ -54,9 +54,9 @@ CANDIDATES = {
     "fold": [_C(16, 2, 1, 1, 8), _C(32, 4, 1, 1, 8), _C(16, 2, 1, 1), _C(32, 4, 1, 1), _C(16, 2, 1, 1, loop_blocks=8),
              _C(16, 4, 1, 1, loop_blocks=8), _C(32, 4, 1, 1, loop_blocks=4), _C(16, 2, 1, 1, 2, loop_blocks=8),
              _C(16, 2, 1, 1, loop_blocks=2),
-             # one block a program under a register cap of 128 (no spill): 12 -> 16 warps an SM
-             # where the fold's occupancy holds its flush step (H100, Qwen3.5-122B batch 8: the
-             # flush step 40.6 -> 37.5 us, the cycle -1.5%; ``probe_gdn_small_batch_tiles.py fold_caps``)
+             # one block a program under a register cap of 128 (no spill; 12 -> 16 warps an SM): H100,
+             # Qwen3.5-122B batch 8, the flush step 40.6 -> 37.5 us, the cycle -1.5%; within 0.3%
+             # or behind elsewhere (``probe_gdn_small_batch_tiles.py fold_caps``)
              _C(32, 4, 1, 1, maxnreg=128), _C(16, 2, 1, 1, maxnreg=128)] + ROW_BLOCK_FOLDS,
     # (Not here: folds on fp32 FMAs, fold_dot 0, in tiles of 4-16 rows: 1.3-3.1% behind the dot
     # folds at batch 8 and 32, H100, ``benchmarks/probe_gdn_small_batch_tiles.py``.)

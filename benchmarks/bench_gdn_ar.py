@@ -87,7 +87,7 @@ def main() -> None:
     if not torch.cuda.is_available() and not args.dry_run:
         sys.exit("this benchmark needs a CUDA GPU (or --dry-run)")
     if torch.cuda.is_available():
-        gpu, arch = torch.cuda.get_device_name(), f"sm{''.join(map(str, torch.cuda.get_device_capability()))}"
+        gpu, arch = torch.cuda.get_device_name(), launch_table.device_table_tag(torch.device("cuda"))
     else:
         gpu, arch, args.warm_workers = "none (dry run)", "cpu", 0
     results = ResultsFile(args.out, gpu, merge=not args.dry_run)

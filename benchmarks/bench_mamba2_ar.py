@@ -41,7 +41,7 @@ from trtllm_replayssm.benchmarking.records import (DRY_RUN_DIR, PACKAGE_TABLES, 
 from trtllm_replayssm.benchmarking.timing import copy_bandwidth_gbps
 from trtllm_replayssm.benchmarking.warm_compile import swept_kernels, warm_compile
 from trtllm_replayssm.models import mamba2_model
-from trtllm_replayssm.ops.launch import BATCH_POINTS
+from trtllm_replayssm.ops.launch import BATCH_POINTS, device_table_tag
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -84,8 +84,7 @@ def main() -> None:
     if not torch.cuda.is_available() and not args.dry_run:
         sys.exit("this benchmark needs a CUDA GPU (or --dry-run)")
     if torch.cuda.is_available():
-        gpu = torch.cuda.get_device_name()
-        arch = f"sm{''.join(map(str, torch.cuda.get_device_capability()))}"
+        gpu, arch = torch.cuda.get_device_name(), device_table_tag(torch.device("cuda"))
     else:
         gpu, arch, args.warm_workers = "none (dry run)", "cpu", 0
     results = ResultsFile(args.out, gpu, merge=not args.dry_run)

@@ -29,13 +29,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from trtllm_replayssm._runtime import device_arch
 from trtllm_replayssm.benchmarking.gdn_ar import GDNRig, tune_gdn_case
 from trtllm_replayssm.benchmarking.mamba2_ar import tune_case
 from trtllm_replayssm.benchmarking.probes import add_case_args, case_rigs
 from trtllm_replayssm.benchmarking.records import ProbeLog
 from trtllm_replayssm.benchmarking.rig import Launch, fastest_baseline, launches_on, time_phases_side_by_side
-from trtllm_replayssm.ops.launch import BATCH_POINTS, LaunchConfig, config_kernel, select_config
+from trtllm_replayssm.ops.launch import BATCH_POINTS, LaunchConfig, config_kernel, device_table_tag, select_config
 
 MODELS = ["nemotron-3-super", "nemotron-3-nano-4b", "qwen3.5-4b", "qwen3.5-122b"]
 
@@ -84,7 +83,7 @@ def main() -> None:
     args = ap.parse_args()
     log = ProbeLog(args.out)
     for name, sd, batch, rig in case_rigs(args):
-        arch = device_arch(rig.cache.write_pos.device)
+        arch = device_table_tag(rig.cache.write_pos.device)
         route = rig.table_route(arch)
         best = tune_baselines(rig)
         launches = {**baseline_launches(rig, best), "auto": Launch(route)}

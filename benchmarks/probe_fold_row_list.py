@@ -33,13 +33,12 @@ import torch
 import triton
 import triton.language as tl
 
-from trtllm_replayssm._runtime import device_arch
 from trtllm_replayssm.benchmarking.mamba2_ar import Mamba2Rig
 from trtllm_replayssm.benchmarking.probes import add_case_args, case_rigs
 from trtllm_replayssm.benchmarking.records import ProbeLog
 from trtllm_replayssm.benchmarking.rig import PHASES, Launch, median_of_rounds
 from trtllm_replayssm.ops.common import dim_mask, row_cursors
-from trtllm_replayssm.ops.launch import LaunchConfig, launch_kernel
+from trtllm_replayssm.ops.launch import LaunchConfig, device_table_tag, launch_kernel
 from trtllm_replayssm.ops.mamba2 import replay as replay_module
 from trtllm_replayssm.ops.mamba2.replay_fold import fold_launch_plan, fold_row_heads
 
@@ -165,7 +164,7 @@ def main() -> None:
                     help="programs a group of heads runs over the list")
     args = ap.parse_args()
     log = ProbeLog(args.out)
-    arch = device_arch(torch.device("cuda"))
+    arch = device_table_tag(torch.device("cuda"))
     for name, dtype, batch, rig in case_rigs(args):
         table = rig.table_configs(arch)
         nonflush, fold = table["output_only"]["config"], table["fold"]["config"]

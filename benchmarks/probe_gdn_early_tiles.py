@@ -25,11 +25,11 @@ from typing import Dict
 
 import torch
 
-from trtllm_replayssm._runtime import device_arch
 from trtllm_replayssm.benchmarking.probes import DTYPES, add_case_args, case_rigs
 from trtllm_replayssm.benchmarking.records import ProbeLog
 from trtllm_replayssm.benchmarking.rig import Launch, fastest_baseline, median_of_rounds
 from trtllm_replayssm.ops.gdn import replay as gdn_replay
+from trtllm_replayssm.ops.launch import device_table_tag
 
 FORMS = {"ptxas_order": (), "early": tuple(DTYPES.values())}  # EARLY_TILES_STATES for each form
 CACHE_FIELDS = ("ssm_state", "d_cache", "k_cache", "g_cache")
@@ -87,7 +87,7 @@ def main() -> None:
     args = ap.parse_args()
     log = ProbeLog(args.out)
     for name, sd, batch, rig in case_rigs(args):
-        config = rig.table_configs(device_arch(rig.cache.write_pos.device))["output_only"]["config"]
+        config = rig.table_configs(device_table_tag(rig.cache.write_pos.device))["output_only"]["config"]
         case = dict(model=name, state_dtype=sd, batch=batch, L=rig.case.buffer_len, nonflush_config=str(config))
         if not config.prefetch:
             log.add(**case, timed=False)

@@ -23,9 +23,8 @@ from trtllm_replayssm.benchmarking.gdn_ar import GDNCase, candidate_configs, mak
 from trtllm_replayssm.benchmarking.records import REPO, ProbeLog
 from trtllm_replayssm.benchmarking.rig import Launch
 from trtllm_replayssm.models import model
-from trtllm_replayssm._runtime import device_arch
 from trtllm_replayssm.ops.gdn import replay
-from trtllm_replayssm.ops.launch import LaunchConfig, select_config
+from trtllm_replayssm.ops.launch import LaunchConfig, device_table_tag, select_config
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 FORMS = {"staged": (0, 2), "plain": (0, None), "prefetch": (1, None)}  # (config prefetch, LOOP_STAGES)
@@ -55,8 +54,9 @@ def main() -> None:
             sd, batch = spec.split(":")
             rig = make_gdn_rig(GDNCase(name, geom, int(batch), 16, DTYPES[sd]))
             std = rig.time_cycle_us(Launch("standard"), args.replays)
-            tuned = select_config("output_only", device_arch(rig.cache.ssm_state.device), DTYPES[sd], torch.bfloat16,
-                                  geom.head_v_dim, geom.head_k_dim, int(batch), family="gdn", nheads=geom.num_v_heads)
+            tuned = select_config("output_only", device_table_tag(rig.cache.ssm_state.device), DTYPES[sd],
+                                  torch.bfloat16, geom.head_v_dim, geom.head_k_dim, int(batch), family="gdn",
+                                  nheads=geom.num_v_heads)
             configs = ([LaunchConfig(*map(int, c.split(",")[:2]), loop_blocks=int(c.split(",")[2])) for c in args.configs]
                        if args.configs else [c for c in candidate_configs("output_only", geom.head_v_dim)
                                              if c.num_warps <= args.max_warps and not c.prefetch])

@@ -30,13 +30,12 @@ import dataclasses
 
 import torch
 
-from trtllm_replayssm._runtime import device_arch
 from trtllm_replayssm.benchmarking import gdn_ar, mamba2_ar
 from trtllm_replayssm.benchmarking.probes import (SkipLaunches, add_case_args, case_rigs, is_fold_launch,
                                                   is_nonflush_launch)
 from trtllm_replayssm.benchmarking.records import ProbeLog
 from trtllm_replayssm.benchmarking.rig import Launch, fastest_baseline, median_of_rounds
-from trtllm_replayssm.ops.launch import launcher_in_front
+from trtllm_replayssm.ops.launch import device_table_tag, launcher_in_front
 
 
 def fold_share_rig(rig, L: int):
@@ -83,7 +82,7 @@ def main() -> None:
     ap.add_argument("--sweep-replays", type=int, default=10, help="replays a fold candidate is timed over")
     args = ap.parse_args()
     log = ProbeLog(args.out)
-    arch = device_arch(torch.device("cuda"))
+    arch = device_table_tag(torch.device("cuda"))
     L = 16
     for name, dtype, batch, rig in case_rigs(args, L):
         share = fold_share_rig(rig, L)

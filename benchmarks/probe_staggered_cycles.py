@@ -21,11 +21,11 @@ import itertools
 
 import torch
 
-from trtllm_replayssm._runtime import device_arch
 from trtllm_replayssm.benchmarking import gdn_ar, mamba2_ar
 from trtllm_replayssm.benchmarking.probes import add_case_args, case_rigs
 from trtllm_replayssm.benchmarking.records import ProbeLog
 from trtllm_replayssm.benchmarking.rig import PHASES, Launch, fastest_baseline, median_of_rounds
+from trtllm_replayssm.ops.launch import device_table_tag
 
 
 def fold_candidates(rig) -> list:
@@ -41,7 +41,7 @@ def main() -> None:
     ap.add_argument("--fold-sweep", action="store_true", help="also every fold candidate, both ways")
     args = ap.parse_args()
     log = ProbeLog(args.out)
-    arch = device_arch(torch.device("cuda"))
+    arch = device_table_tag(torch.device("cuda"))
     for name, dtype, batch, rig in case_rigs(args):
         table = rig.table_configs(arch)
         nonflush, fold = table["output_only"]["config"], table["fold"]["config"]

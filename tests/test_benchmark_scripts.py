@@ -188,6 +188,14 @@ def test_a_fresh_table_dir_starts_from_the_package_table(family, tmp_path, monke
         assert launch._load_table("sm90", family) == {"kept": []}
         table, path = open_table(str(tmp_path / "cpu"), family, "cpu")
         assert table == {} and not path.exists()
+        # A GPU measured apart from its arch's reference GPU: its own table, started from the
+        # package's for that GPU where it has one, else from the arch's.
+        for tag in ("sm90_h100_80gb_hbm3", "sm90_h100_pcie"):
+            shipped = REPO / f"trtllm_replayssm/tuned/{family}_{tag}.json"
+            table, path = open_table(str(tmp_path / tag), family, tag)
+            assert path == tmp_path / tag / f"{family}_{tag}.json"
+            assert not (tmp_path / tag / f"{family}_sm90.json").exists()
+            assert table == (json.loads(shipped.read_text()) if shipped.exists() else package)
     finally:
         launch._load_table.cache_clear()
 

@@ -17,11 +17,19 @@ from trtllm_replayssm.aot.library import DTYPE_CODES, ROUTE_CODES, GDNStepArgs, 
 from trtllm_replayssm.cache import GDNReplayCache, Mamba2ReplayCache
 from trtllm_replayssm.models import model
 from trtllm_replayssm.ops.cursors import FLUSH_EVERY_STEP
-from trtllm_replayssm.ops.launch import launcher_in_front, pop_launcher, push_launcher
+from trtllm_replayssm.ops.launch import architecture_tables, launcher_in_front, pop_launcher, push_launcher
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (real shapes)")
 L = 16
 DT = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+@pytest.fixture(autouse=True)
+def _jit_on_the_librarys_tables():
+    """The library holds the kernels of the architectures' tables, so the JIT runs it is
+    compared with read those too, not a GPU's own (an H100's: ``tuned/*_sm90_h100_*``)."""
+    with architecture_tables():
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,16 @@ def _table():
     return json.loads(resources.files("trtllm_replayssm").joinpath("tuned/mamba2_sm90.json").read_text())
 
 
+def _shipped(family):
+    """The package's tables of ``family``: its architectures' and its GPUs' own."""
+    return sorted(p.name for p in resources.files("trtllm_replayssm").joinpath("tuned").iterdir()
+                  if p.name.startswith(f"{family}_") and p.name.endswith(".json"))
+
+
+def _read_shipped(name):
+    return json.loads(resources.files("trtllm_replayssm").joinpath(f"tuned/{name}").read_text())
+
+
 def test_table_covers_benchmarked_shapes():
     table = _table()
     for sd in (torch.float32, torch.bfloat16):
@@ -27,7 +37,8 @@ def test_table_covers_benchmarked_shapes():
                 assert [r["head_rows"] for r in rows] == [b * heads for b in BATCH_POINTS]
 
 
-def test_gdn_table_covers_benchmarked_work():
+@pytest.mark.parametrize("name", _shipped("gdn"))
+def test_gdn_table_covers_benchmarked_work(name):
     """Every batch point of both benchmarked GDN models (32 and 64 value heads) has a row
     at its exact work (head rows), its own or the other model's at the same work
     (Qwen3.5-122B at batch 2 takes -4B's batch-4 row); so a batch point never falls back
@@ -35,7 +46,7 @@ def test_gdn_table_covers_benchmarked_work():
     from trtllm_replayssm.benchmarking.gdn_ar import GDNRig
     from trtllm_replayssm.models import model
 
-    table = json.loads(resources.files("trtllm_replayssm").joinpath("tuned/gdn_sm90.json").read_text())
+    table = _read_shipped(name)
     value_heads = [model(name).geom.num_v_heads for name in ("qwen3.5-4b", "qwen3.5-122b")]
     assert value_heads == [32, 64]
     for sd in (torch.float32, torch.bfloat16):
@@ -45,17 +56,28 @@ def test_gdn_table_covers_benchmarked_work():
             assert not missing, (kernel, sd, missing)
 
 
-def test_routes_in_table_are_known():
-    for key, rows in _table().items():
+@pytest.mark.parametrize("name", _shipped("mamba2") + _shipped("gdn"))
+def test_routes_in_table_are_known(name):
+    from trtllm_replayssm.ops.gdn.replay import ROUTES as GDN_ROUTES
+
+    routes = ROUTES if name.startswith("mamba2_") else GDN_ROUTES
+    for key, rows in _read_shipped(name).items():
         if key.startswith("route|"):
-            assert all(r["route"] in ROUTES for r in rows)
+            assert all(r["route"] in routes for r in rows)
 
 
-@pytest.mark.parametrize("family", ["mamba2", "gdn"])
-def test_table_rows_are_launch_configs(family):
+def test_every_shipped_table_is_an_architectures_or_a_gpus_of_one():
+    """A GPU's own table only beside its architecture's (which other GPUs of it read)."""
+    for family in ("mamba2", "gdn"):
+        tags = [name[len(family) + 1:-len(".json")] for name in _shipped(family)]
+        assert tags and all(launch.tag_arch(t) in tags for t in tags), (family, tags)
+
+
+@pytest.mark.parametrize("name", _shipped("mamba2") + _shipped("gdn"))
+def test_table_rows_are_launch_configs(name):
     """Every config row of a shipped table names only LaunchConfig fields (a table tuned
     by newer code than the package's would otherwise lose a field silently)."""
-    table = json.loads(resources.files("trtllm_replayssm").joinpath(f"tuned/{family}_sm90.json").read_text())
+    table = _read_shipped(name)
     for key, rows in table.items():
         if key.startswith("route|"):
             continue
@@ -111,6 +133,49 @@ def test_rows_carry_their_work_and_models_of_one_head_shape_keep_their_routes(tm
     finally:
         monkeypatch.delenv(launch.TUNED_DIR_ENV)
         launch._load_table.cache_clear()
+
+
+@pytest.mark.parametrize("name, tag", [("NVIDIA H100 80GB HBM3", "sm90_h100_80gb_hbm3"), ("NVIDIA H200", "sm90"),
+                                       ("NVIDIA H100 PCIe", "sm90_h100_pcie"), ("", "sm90")])
+def test_a_gpu_other_than_its_archs_reference_has_tables_of_its_own(name, tag):
+    assert launch.table_tag("sm90", name) == tag and launch.tag_arch(tag) == "sm90"
+
+
+def test_a_gpus_own_table_comes_before_its_archs(tmp_path, monkeypatch):
+    """An H100 reads ``gdn_sm90_h100_80gb_hbm3.json``, and a GPU of the arch without a
+    table of its own reads ``gdn_sm90.json``."""
+    key = launch.table_key("route", torch.float32, torch.bfloat16, 128, 128)
+    (tmp_path / "gdn_sm90.json").write_text(json.dumps({key: [dict(batch=4, head_rows=128, route="always_flush")]}))
+    (tmp_path / "gdn_sm90_h100_80gb_hbm3.json").write_text(
+        json.dumps({key: [dict(batch=4, head_rows=128, route="output_only")]}))
+    monkeypatch.setenv(launch.TUNED_DIR_ENV, str(tmp_path))
+    launch._load_table.cache_clear()
+    try:
+        route = lambda tag: launch.select_route(tag, torch.float32, torch.bfloat16, 128, 128, 4, family="gdn",
+                                                nheads=32)
+        assert route("sm90_h100_80gb_hbm3") == "output_only"
+        assert route("sm90_h100_pcie") == route("sm90") == "always_flush"
+    finally:
+        monkeypatch.undo()
+        launch._load_table.cache_clear()
+
+
+def test_device_table_tag_names_the_gpu_unless_the_aot_library_serves(monkeypatch):
+    """The dispatcher reads a GPU's own tables under Triton's JIT, and its architecture's
+    while the AOT library (built from those) is in front."""
+    from trtllm_replayssm.aot.backend import AOTLauncher
+
+    assert launch.device_table_tag(torch.device("cpu")) == "cpu"
+    monkeypatch.setattr(launch, "device_arch", lambda device: "sm90")
+    monkeypatch.setattr(launch, "_device_name", lambda index: "NVIDIA H100 80GB HBM3")
+    cuda0 = torch.device("cuda", 0)
+    assert launch.device_table_tag(cuda0) == "sm90_h100_80gb_hbm3"
+    library = AOTLauncher.__new__(AOTLauncher)  # (no library needed: only its class's declaration is read)
+    with launch.launcher_in_front(library):
+        assert launch.device_table_tag(cuda0) == "sm90"
+    with launch.architecture_tables():  # Triton's JIT on the library's tables, launching as it would
+        assert launch.device_table_tag(cuda0) == "sm90" and launch._launchers_take_programmatic()
+    assert launch.device_table_tag(cuda0) == "sm90_h100_80gb_hbm3"
 
 
 def test_one_work_at_two_batch_sizes_keeps_a_row_for_each(tmp_path, monkeypatch):

@@ -32,6 +32,10 @@ class AOTLauncher:
     # The library launches a kernel the build recorded with ``launch_pdl`` as a programmatic
     # dependent launch too (ops.launch.programmatic_launch_allowed).
     programmatic_launches = True
+    # The library holds the kernels of the architectures' tables (``aot.specs.op_cases``),
+    # so while it is in front the dispatcher takes its configs from those, not from a GPU's
+    # own table (ops.launch.device_table_tag).
+    arch_tables_only = True
 
     def __init__(self, lib: KernelLibrary, strict: bool):
         self.lib, self.strict = lib, strict

@@ -116,18 +116,22 @@ def update_table(table: dict, batch: int, nheads: int, key_of: Callable[[str], s
 
 def open_table(table_dir: str, family: str, arch: str) -> Tuple[dict, Path]:
     """The tuned table a benchmark run reads and writes, ``{family}_{arch}.json`` in
-    ``table_dir``, and its path; the dispatcher (``launch``'s table look-ups, the ``auto``
-    rows) is pointed at ``table_dir`` too. Where ``table_dir`` holds no such table, it
-    starts as a copy of the package's for ``arch`` (empty where the package has none):
-    the launches a run does not tune then keep the package's configs, as ``--tune``
-    says, where an empty table would leave them on the untuned defaults."""
+    ``table_dir`` (``arch``: the GPU's :func:`~trtllm_replayssm.ops.launch.table_tag`),
+    and its path; the dispatcher (``launch``'s table look-ups, the ``auto`` rows) is
+    pointed at ``table_dir`` too. Where ``table_dir`` holds no such table, it starts as a
+    copy of the package's for ``arch`` (for a GPU without a table of its own, its
+    architecture's; empty where the package has none): the launches a run does not tune
+    then keep the package's configs, as ``--tune`` says, where an empty table would leave
+    them on the untuned defaults."""
     table_path = Path(table_dir) / launch.table_file_name(arch, family)
     if not table_path.exists():
         package_table = launch.package_table_file(arch, family)
+        if not package_table.is_file():
+            package_table = launch.package_table_file(launch.tag_arch(arch), family)
         if package_table.is_file():
             table_path.parent.mkdir(parents=True, exist_ok=True)
             table_path.write_text(package_table.read_text())
-            print(f"{table_path}: started as a copy of the package's table", flush=True)
+            print(f"{table_path}: started as a copy of the package's {package_table.name}", flush=True)
     table = json.loads(table_path.read_text()) if table_path.exists() else {}
     os.environ[launch.TUNED_DIR_ENV] = str(table_dir)
     launch._load_table.cache_clear()

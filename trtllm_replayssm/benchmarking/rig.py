@@ -12,9 +12,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
-from .._runtime import device_arch
 from ..ops.cursors import FLUSH_EVERY_STEP
-from ..ops.launch import LaunchConfig, config_kernel, select_config, select_route
+from ..ops.launch import LaunchConfig, config_kernel, device_table_tag, select_config, select_route
 from .timing import capture, time_graph_ms
 
 
@@ -221,7 +220,7 @@ def tune_table_kernels(rig: CycleRig, candidates: Callable[[str], List[LaunchCon
     best = {k: best_config(lambda c, k=k: rig.time_worst_phase_us(Launch(k, c), replays), candidates(k))
             for k in kernels if k not in ("replay", "fold", "nonflush")}
     if "replay" not in kernels and ("fold" in kernels or "nonflush" in kernels):
-        table = rig.table_configs(device_arch(rig.cache.write_pos.device))
+        table = rig.table_configs(device_table_tag(rig.cache.write_pos.device))
         nonflush0 = table["output_only"]["config"]
     if "replay" in kernels or "fold" in kernels:
         best["fold"] = best_config(lambda c: rig.time_worst_phase_us(Launch("output_only", nonflush0, c), replays),

@@ -9,12 +9,11 @@ import time
 
 import torch
 
-from .._runtime import device_arch
 from ..benchmarking.rig import even_phases
 from ..benchmarking.spec import flush_period
 from ..benchmarking.timing import capture
 from ..ops.cursors import FLUSH_EVERY_STEP
-from ..ops.launch import select_route
+from ..ops.launch import device_table_tag, select_route
 from .model import DecodeCaches, HybridDecoder, StepContext
 
 
@@ -23,8 +22,8 @@ def resolve_route(cfg, batch: int, state_dtype: torch.dtype, act_dtype: torch.dt
     g = cfg.ssm
     inner = (g.head_v_dim, g.head_k_dim) if cfg.family == "gdn" else (g.headdim, g.dstate)
     nheads = g.num_v_heads if cfg.family == "gdn" else g.nheads
-    return select_route(device_arch(torch.device(device)), state_dtype, act_dtype, *inner, batch, family=cfg.family,
-                        nheads=nheads)
+    return select_route(device_table_tag(torch.device(device)), state_dtype, act_dtype, *inner, batch,
+                        family=cfg.family, nheads=nheads)
 
 
 class DecodeRunner:

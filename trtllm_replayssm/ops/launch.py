@@ -2,10 +2,11 @@
 
 A launch is a grid plus a :class:`LaunchConfig`; the config comes from a table measured
 on the GPU (``tuned/<family>_<arch>.json``, written by the benchmarks, e.g.
-``benchmarks/bench_mamba2_ar.py``) keyed by architecture, kernel, state dtype, activation
-dtype, the two inner state sizes (Mamba2: headdim P, dstate N; GDN: V, K) and batch. Nothing here touches
-device memory, so the same decisions serve JIT launches, CUDA-graph capture and the
-ahead-of-time build.
+``benchmarks/bench_mamba2_ar.py``; a GPU measured apart from its architecture's reference
+GPU has ``tuned/<family>_<arch>_<gpu>.json``: :func:`table_tag`) keyed by kernel, state
+dtype, activation dtype, the two inner state sizes (Mamba2: headdim P, dstate N; GDN: V,
+K) and batch. Nothing here touches device memory, so the same decisions serve JIT
+launches, CUDA-graph capture and the ahead-of-time build.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
@@ -22,6 +24,8 @@ from typing import Callable, List, Optional, Sequence
 
 import torch
 import triton
+
+from .._runtime import device_arch
 
 
 @dataclass(frozen=True)
@@ -121,27 +125,75 @@ def _dtype_key(dtype: torch.dtype) -> str:
 # the benchmarks' --table-dir, whose dispatcher is timed on the table they just wrote).
 TUNED_DIR_ENV = "REPLAYSSM_TUNED_DIR"
 
+# The GPU each architecture's tables (``<family>_<arch>.json``) were measured on. Another
+# GPU of the architecture reads its own (``<family>_<arch>_<gpu>.json``) where one was
+# measured, else the architecture's: an H100 has 70% of an H200's bandwidth on the same
+# SMs, so the routes' crossovers and the best tiles move (on an H100, the H200's GDN
+# table left the dispatcher at 0.89-0.95x at batch 1-8: ``gdn_ar_sm90_table_h100.json``).
+REFERENCE_GPUS = {"sm90": "h200"}
 
-def table_file_name(arch: str, family: str) -> str:
-    """The name of a family's tuned table for ``arch``, in the package and in a ``TUNED_DIR_ENV`` folder."""
-    return f"{family}_{arch}.json"
+
+def gpu_slug(name: str) -> str:
+    """A GPU's product name as a table name's part: ``NVIDIA H100 80GB HBM3`` -> ``h100_80gb_hbm3``."""
+    words = re.findall(r"[a-z0-9]+", name.lower())
+    return "_".join(w for w in words if w not in ("nvidia", "tesla"))
 
 
-def package_table_file(arch: str, family: str):
-    """The package's tuned table of ``family`` for ``arch`` (a ``Traversable``; it may not exist)."""
-    return resources.files("trtllm_replayssm").joinpath(f"tuned/{table_file_name(arch, family)}")
+def table_tag(arch: str, gpu_name: str = "") -> str:
+    """The name a GPU's tables go by: its architecture (``sm90``), with the GPU's
+    :func:`gpu_slug` unless it is the architecture's reference GPU (``sm90_h100_80gb_hbm3``)."""
+    slug = gpu_slug(gpu_name)
+    return arch if not slug or REFERENCE_GPUS.get(arch) == slug else f"{arch}_{slug}"
+
+
+def tag_arch(tag: str) -> str:
+    """The architecture of a :func:`table_tag` (``sm90_h100_80gb_hbm3`` -> ``sm90``)."""
+    return tag.split("_", 1)[0]
 
 
 @lru_cache(maxsize=None)
-def _load_table(arch: str, family: str = "mamba2") -> dict:
+def _device_name(index: int) -> str:
+    return torch.cuda.get_device_name(index)
+
+
+def device_table_tag(device: torch.device) -> str:
+    """The :func:`table_tag` of the tables the dispatcher reads for ``device`` (``cpu``
+    for the interpreter): its architecture's while a launcher in front serves only the
+    kernels of those (``arch_tables_only``: the AOT library, built from them)."""
+    arch = device_arch(device)
+    if device.type != "cuda" or any(getattr(fn, "arch_tables_only", False) for fn in _launchers):
+        return arch
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return table_tag(arch, _device_name(index))
+
+
+def table_file_name(tag: str, family: str) -> str:
+    """The name of a family's tuned table for a :func:`table_tag`, in the package and in a
+    ``TUNED_DIR_ENV`` folder."""
+    return f"{family}_{tag}.json"
+
+
+def package_table_file(tag: str, family: str):
+    """The package's tuned table of ``family`` for ``tag`` (a ``Traversable``; it may not exist)."""
+    return resources.files("trtllm_replayssm").joinpath(f"tuned/{table_file_name(tag, family)}")
+
+
+def _read_table(tag: str, family: str) -> Optional[str]:
     try:
         if os.environ.get(TUNED_DIR_ENV):
-            text = Path(os.environ[TUNED_DIR_ENV], table_file_name(arch, family)).read_text()
-        else:
-            text = package_table_file(arch, family).read_text()
+            return Path(os.environ[TUNED_DIR_ENV], table_file_name(tag, family)).read_text()
+        return package_table_file(tag, family).read_text()
     except (FileNotFoundError, ModuleNotFoundError):
-        return {}
-    return json.loads(text)
+        return None
+
+
+@lru_cache(maxsize=None)
+def _load_table(tag: str, family: str = "mamba2") -> dict:
+    """The table of a :func:`table_tag`: the GPU's own, else its architecture's, else empty."""
+    text = _read_table(tag, family)
+    if text is None and tag != tag_arch(tag):
+        text = _read_table(tag_arch(tag), family)
+    return json.loads(text) if text is not None else {}
 
 
 def table_key(kernel: str, state_dtype: torch.dtype, act_dtype: torch.dtype, headdim: int, dstate: int) -> str:
@@ -212,8 +264,9 @@ def select_config(kernel: str, arch: str, state_dtype: torch.dtype, act_dtype: t
                   headdim: int, dstate: int, batch: int, family: str = "mamba2",
                   nheads: Optional[int] = None) -> LaunchConfig:
     """Config for ``kernel`` in {standard, output_only (its non-flush launch), fold,
-    state_and_output, always_flush} of a kernel ``family`` (mamba2, gdn); ``nheads``: the
-    step's (value) heads, see :func:`_lookup`."""
+    state_and_output, always_flush} of a kernel ``family`` (mamba2, gdn) from the tables
+    of ``arch``, a :func:`table_tag` (:func:`device_table_tag`); ``nheads``: the step's
+    (value) heads, see :func:`_lookup`."""
     row = _lookup(arch, table_key(kernel, state_dtype, act_dtype, headdim, dstate), batch, family, nheads)
     if row is None:
         return default_config(kernel, headdim, batch)
@@ -261,6 +314,25 @@ def launcher_in_front(fn: Optional[Launcher]):
         yield
     finally:
         pop_launcher(fn)
+
+
+class _ArchitectureTables:
+    """A launcher that passes every launch on (to Triton's JIT, which launches as it would)
+    and has the dispatcher read the architectures' tables."""
+
+    arch_tables_only = True
+    programmatic_launches = True
+
+    def __call__(self, kernel, grid, kwargs) -> bool:
+        return False
+
+
+@contextmanager
+def architecture_tables():
+    """Within the block the dispatcher reads the architectures' tables, never a GPU's own:
+    Triton's JIT then makes the launches the AOT library (built from those) makes."""
+    with launcher_in_front(_ArchitectureTables()):
+        yield
 
 
 def _launchers_take_programmatic() -> bool:

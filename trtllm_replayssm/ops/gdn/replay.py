@@ -28,14 +28,14 @@ import torch
 import triton
 import triton.language as tl
 
-from ..._runtime import device_arch
 from ..._validation import FLAG_DTYPES, check_buffer_len, check_contiguous, check_slot_major, check_tensor, check_vector
 from ..common import (block_flush_ordinals, complete_after_primary, dim_mask, even_tile, fold_precision,
                       fold_row_blocks, let_dependents_launch, load_slot, one_pass_fold, row_of_ordinal,
                       store_nan_heads)
 from ..cursors import FLUSH_EVERY_STEP
-from ..launch import (LaunchConfig, clamp_loop_blocks, config_kernel, fold_programmatic_launch, fold_row_programs,
-                      fold_side_stream, launch_kernel, maxnreg_option, pdl_options, select_config, select_route)
+from ..launch import (LaunchConfig, clamp_loop_blocks, config_kernel, device_table_tag, fold_programmatic_launch,
+                      fold_row_programs, fold_side_stream, launch_kernel, maxnreg_option, pdl_options, select_config,
+                      select_route)
 from ..streams import launch_fold_beside
 from ._common import delta_rule_step, load_gates, load_qk, ring_args, state_tile_ptrs
 from .standard import launch_standard_step
@@ -381,8 +381,8 @@ def check_gdn_ring(step: GDNStep, state: torch.Tensor, d_cache: torch.Tensor, k_
 
 def choose_gdn_route(state: torch.Tensor, q: torch.Tensor, v: torch.Tensor) -> str:
     """Route the measured table picks for this batch size and geometry."""
-    return select_route(device_arch(q.device), state.dtype, q.dtype, v.shape[2], q.shape[2], q.shape[0], family="gdn",
-                        nheads=v.shape[1])
+    return select_route(device_table_tag(q.device), state.dtype, q.dtype, v.shape[2], q.shape[2], q.shape[0],
+                        family="gdn", nheads=v.shape[1])
 
 
 def fused_recurrent_gated_delta_rule_replayssm(
@@ -437,7 +437,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
         raise ValueError(f"route must be one of {ROUTES + ('auto',)}, got {route!r}")
     if step.batch == 0:
         return step.out
-    arch = device_arch(q.device)
+    arch = device_table_tag(q.device)
 
     def pick(kernel: str, given: Optional[LaunchConfig]) -> LaunchConfig:
         return given or select_config(kernel, arch, state.dtype, q.dtype, step.head_v_dim, step.head_k_dim,

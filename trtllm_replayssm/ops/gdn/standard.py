@@ -12,9 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..._runtime import device_arch
 from ..common import load_cursor, load_slot, store_nan_output
-from ..launch import LaunchConfig, drain_rows, grid, launch_kernel, maxnreg_option, select_config
+from ..launch import LaunchConfig, device_table_tag, drain_rows, grid, launch_kernel, maxnreg_option, select_config
 from ._common import delta_rule_step, load_gates, load_qk, ring_args, state_tile_ptrs
 from .step_inputs import GDNStateLayout, check_gdn_state_pool, parse_gdn_step
 
@@ -146,7 +145,7 @@ def fused_sigmoid_gating_delta_rule_update(
                           pad_slot_id, out, softplus_beta, softplus_threshold)
     layout = check_gdn_state_pool("state", state, step)
     if config is None:
-        config = select_config("standard", device_arch(q.device), state.dtype, q.dtype, step.head_v_dim,
+        config = select_config("standard", device_table_tag(q.device), state.dtype, q.dtype, step.head_v_dim,
                                step.head_k_dim, step.batch, family="gdn", nheads=step.num_v_heads)
     if step.batch == 0:
         return step.out

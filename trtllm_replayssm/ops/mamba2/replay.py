@@ -42,13 +42,12 @@ import torch
 import triton
 import triton.language as tl
 
-from ..._runtime import device_arch
 from ..._validation import FLAG_DTYPES, check_buffer_len, check_contiguous, check_slot_major, check_tensor, check_vector
 from ..common import dim_mask, even_rows_and_cols, let_dependents_launch, load_slot, store_nan_output, tile_masks
 from ._common import load_dt, load_output_terms, ring_args, store_output
 from ..cursors import FLUSH_EVERY_STEP
-from ..launch import (LaunchConfig, clamp_loop_blocks, config_kernel, fold_programmatic_launch, fold_side_stream, grid,
-                      launch_kernel, pdl_options, select_config, select_route)
+from ..launch import (LaunchConfig, clamp_loop_blocks, config_kernel, device_table_tag, fold_programmatic_launch,
+                      fold_side_stream, grid, launch_kernel, pdl_options, select_config, select_route)
 from ..streams import launch_fold_beside
 from .replay_fold import launch_fold
 from .standard import launch_standard_step
@@ -331,7 +330,7 @@ def check_ring(step: Mamba2Step, state: torch.Tensor, x_cache: torch.Tensor, dt_
 
 def choose_route(state: torch.Tensor, x: torch.Tensor, B: torch.Tensor) -> str:
     """Route the measured table picks for this batch size and geometry."""
-    return select_route(device_arch(x.device), state.dtype, x.dtype, x.shape[2], B.shape[2], x.shape[0],
+    return select_route(device_table_tag(x.device), state.dtype, x.dtype, x.shape[2], B.shape[2], x.shape[0],
                         nheads=x.shape[1])
 
 
@@ -385,7 +384,7 @@ def selective_state_update_replayssm(
         raise ValueError(f"route must be one of {ROUTES + ('auto',)}, got {route!r}")
     if step.batch == 0:
         return step.out
-    arch = device_arch(x.device)
+    arch = device_table_tag(x.device)
 
     def pick(kernel: str, given: Optional[LaunchConfig]) -> LaunchConfig:
         return given or select_config(kernel, arch, state.dtype, x.dtype, step.headdim, step.dstate, step.batch,

@@ -13,10 +13,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ..._runtime import device_arch
 from ..common import load_cursor, load_slot, store_nan_output
 from ._common import load_dt, load_output_terms, ring_args, store_output
-from ..launch import LaunchConfig, drain_rows, grid, launch_kernel, maxnreg_option, select_config
+from ..launch import LaunchConfig, device_table_tag, drain_rows, grid, launch_kernel, maxnreg_option, select_config
 from .step_inputs import check_state_pool, parse_mamba2_step
 
 
@@ -168,7 +167,7 @@ def selective_state_update(
     step = parse_mamba2_step(x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices, pad_slot_id, out)
     check_state_pool("state", state, step)
     if config is None:
-        config = select_config("standard", device_arch(x.device), state.dtype, x.dtype,
+        config = select_config("standard", device_table_tag(x.device), state.dtype, x.dtype,
                                step.headdim, step.dstate, step.batch, nheads=step.nheads)
     if step.batch == 0:
         return step.out

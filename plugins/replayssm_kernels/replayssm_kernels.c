@@ -779,3 +779,8 @@ int rs_has_arch(int arch) {
     if (rs_kernels[i].arch == arch) return 1;
   return 0;
 }
+const char* rs_table_tag(int arch) {
+  for (int i = 0; i < rs_num_tables; ++i)
+    if (rs_tables[i].arch == arch) return rs_tables[i].tag;
+  return NULL;
+}

@@ -211,6 +211,9 @@ RS_API int rs_num_kernels(void);
 RS_API const char* rs_kernel_key(int i);
 RS_API int rs_kernel_arch(int i);
 RS_API int rs_has_arch(int arch);  /* 1 if kernels were built for this compute capability (e.g. 90) */
+/* The tuned tables whose configs the build took for this compute capability: "sm90" (the
+ * architecture's), "sm90_h100_80gb_hbm3" (a GPU's own: `aot build --gpu`); NULL if none. */
+RS_API const char* rs_table_tag(int arch);
 RS_API int rs_kernel_programmatic(int i); /* 1 if kernel i is a programmatic dependent launch */
 
 /* Launch the kernels built as programmatic dependent launches so (1, the default unless

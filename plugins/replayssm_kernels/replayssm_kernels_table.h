@@ -37,9 +37,16 @@ typedef struct {
                              before the first such launch, joined back after the case's last launch) */
 } rs_case_desc;
 
+typedef struct {
+  int arch;
+  const char* tag;       /* the tuned tables the build took for this arch (ops/launch.py: table_tag) */
+} rs_tables_desc;
+
 extern const rs_kernel_desc rs_kernels[];
 extern const int rs_num_kernels_built;
 extern const rs_case_desc rs_cases[];
 extern const int rs_num_cases;
+extern const rs_tables_desc rs_tables[];
+extern const int rs_num_tables;
 
 #endif

@@ -18,6 +18,7 @@ from conftest import BUILT_SPEC_TOKENS
 from trtllm_replayssm.ops.gdn.spec import gdn_spec_batches, gdn_spec_plan, gdn_spec_workspace_numel
 from trtllm_replayssm.ops.launch import BATCH_POINTS, nearest_batch_point
 from trtllm_replayssm.ops.mamba2.spec import SPEC_PLANS, spec_config, spec_workspace_numel
+from trtllm_replayssm.aot.backend import AOTLauncher
 from trtllm_replayssm.aot.specs import SPEC_TOKENS
 from trtllm_replayssm.aot.library import (ROUTE_CODES, GDNSpecArgs, GDNStepArgs, KernelLibrary, Mamba2SpecArgs,
                                           Mamba2StepArgs)
@@ -76,6 +77,30 @@ import json
 from trtllm_replayssm.aot.specs import op_cases
 print(json.dumps([[c.op, c.key["T"]] for c in op_cases("sm90") if c.op.endswith("_spec")]))
 """
+
+
+GPU_TABLES_CHECK = """
+import json
+from trtllm_replayssm.aot.specs import op_cases
+def launches(tag):
+    return {(c.op, c.key_string(), c.batch, c.kernels_only): [s.key for s, _ in c.launches]
+            for c in op_cases(tag, spec_tokens=(4,))}
+arch, gpu = launches("sm90"), launches("sm90_h100_80gb_hbm3")
+assert arch.keys() == gpu.keys()
+print(json.dumps([list(k) for k in arch if arch[k] != gpu[k]]))
+"""
+
+
+def test_a_build_for_a_gpu_takes_that_gpus_tables():
+    """``aot build --gpu 'NVIDIA H100 80GB HBM3'`` records every case on the H100's own
+    tables: the cases whose configs the H100's GDN table changed (the standard kernel's and
+    ``always_flush``'s tiles at batch 1-32) get other kernels than the architecture's build,
+    and every other case the same ones."""
+    differ = json.loads(out_of_interpreter(GPU_TABLES_CHECK))
+    assert differ
+    for op, key, batch, _ in differ:
+        route = re.search(r"route=(\w+)", key).group(1)
+        assert op == "gdn_step" and batch <= 32 and route in ("standard", "standard_step", "always_flush"), key
 
 
 def test_default_build_covers_every_draft_length():
@@ -297,6 +322,10 @@ def lib(kernel_library):
 def test_c_library_lists_the_built_kernels(lib, manifest):
     assert lib.lib.rs_num_kernels() == len(manifest["kernels"])
     assert lib.has_arch(90) and not lib.has_arch(80)
+    # the tables the build took its configs from, which the Python backend then reads too
+    assert manifest["table_tags"] == {"90": "sm90"} and lib.table_tag(90) == "sm90" and lib.table_tag(80) is None
+    launcher = AOTLauncher(lib, strict=True)
+    assert launcher.tables_for("sm90") == "sm90" and launcher.tables_for("sm80") == "sm80"
     assert lib.kernel_keys(90) == {k["key"] for k in manifest["kernels"]}
     # the C table carries which kernels are programmatic dependent launches
     assert lib.programmatic_keys(90) == {k["key"] for k in manifest["kernels"] if k.get("programmatic")} != set()

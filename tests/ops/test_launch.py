@@ -160,19 +160,31 @@ def test_a_gpus_own_table_comes_before_its_archs(tmp_path, monkeypatch):
         launch._load_table.cache_clear()
 
 
-def test_device_table_tag_names_the_gpu_unless_the_aot_library_serves(monkeypatch):
-    """The dispatcher reads a GPU's own tables under Triton's JIT, and its architecture's
-    while the AOT library (built from those) is in front."""
-    from trtllm_replayssm.aot.backend import AOTLauncher
+class _LibraryBuiltFrom:
+    """An AOT launcher (:class:`~trtllm_replayssm.aot.backend.AOTLauncher`'s ``tables_for``)
+    whose library was built from ``tag``'s tables."""
 
+    def __init__(self, tag):
+        self.tag = tag
+
+    def tables_for(self, arch):
+        return self.tag
+
+    def __call__(self, kernel, grid, kwargs):
+        return False
+
+
+def test_device_table_tag_names_the_gpu_unless_the_aot_library_serves(monkeypatch):
+    """The dispatcher reads a GPU's own tables under Triton's JIT, and those the AOT
+    library was built from while it is in front."""
     assert launch.device_table_tag(torch.device("cpu")) == "cpu"
     monkeypatch.setattr(launch, "device_arch", lambda device: "sm90")
     monkeypatch.setattr(launch, "_device_name", lambda index: "NVIDIA H100 80GB HBM3")
     cuda0 = torch.device("cuda", 0)
     assert launch.device_table_tag(cuda0) == "sm90_h100_80gb_hbm3"
-    library = AOTLauncher.__new__(AOTLauncher)  # (no library needed: only its class's declaration is read)
-    with launch.launcher_in_front(library):
-        assert launch.device_table_tag(cuda0) == "sm90"
+    for built_from in ("sm90", "sm90_h100_80gb_hbm3", "sm90_h200_nvl"):
+        with launch.launcher_in_front(_LibraryBuiltFrom(built_from)):
+            assert launch.device_table_tag(cuda0) == built_from
     with launch.architecture_tables():  # Triton's JIT on the library's tables, launching as it would
         assert launch.device_table_tag(cuda0) == "sm90" and launch._launchers_take_programmatic()
     assert launch.device_table_tag(cuda0) == "sm90_h100_80gb_hbm3"

@@ -32,10 +32,6 @@ class AOTLauncher:
     # The library launches a kernel the build recorded with ``launch_pdl`` as a programmatic
     # dependent launch too (ops.launch.programmatic_launch_allowed).
     programmatic_launches = True
-    # The library holds the kernels of the architectures' tables (``aot.specs.op_cases``),
-    # so while it is in front the dispatcher takes its configs from those, not from a GPU's
-    # own table (ops.launch.device_table_tag).
-    arch_tables_only = True
 
     def __init__(self, lib: KernelLibrary, strict: bool):
         self.lib, self.strict = lib, strict
@@ -43,6 +39,12 @@ class AOTLauncher:
         self.launches = 0  # AOT launches made (tests read it)
         self.programmatic_launches_made = 0  # of which kernels built as programmatic dependent launches
         self._warned = False
+
+    def tables_for(self, arch: str) -> str:
+        """The tuned tables the library was built from for ``arch`` (``sm90``): while it
+        is in front the dispatcher reads those (ops.launch.device_table_tag), so that its
+        launches are the ones the library holds, whichever GPU runs them."""
+        return (self.lib.table_tag(int(arch[2:])) if arch[2:].isdigit() else None) or arch
 
     def _arch(self, device: torch.device) -> int:
         major, minor = torch.cuda.get_device_capability(device)

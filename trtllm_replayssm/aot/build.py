@@ -6,7 +6,10 @@ architectures with ``triton.compile`` and an explicit target (no GPU needed), an
     OUT/replayssm_kernels_table.c      the C library's tables (generated data, no logic)
     OUT/replayssm_cubins.S             the cubins embedded with .incbin
 
-Run it as ``trtllm-replayssm aot build --arch 80,90,100 --out DIR``. Triton decides
+Run it as ``trtllm-replayssm aot build --arch 80,90,100 --out DIR``; the launch configs
+come from the architectures' tuned tables, or with ``--gpu NAME`` from that GPU's own
+where the package has one (``ops/launch.py: table_tag``; the library then says which,
+``rs_table_tag``, and the Python backend reads the same tables). Triton decides
 between compiling and interpreting when a kernel module is imported, so the build runs
 in a process with ``TRITON_INTERPRET=0`` (:func:`main` re-executes itself if needed).
 """
@@ -78,10 +81,13 @@ def _compile_one(job):
 
 
 def build(archs: Sequence[int], out_dir: Path, workers: int = 2, buffer_lens=(16,), quiet: bool = False,
-          spec_tokens: Optional[Sequence[int]] = None) -> dict:
+          spec_tokens: Optional[Sequence[int]] = None, gpu: str = "") -> dict:
     """``spec_tokens``: the speculative verify's tokens a step (T = 1 + drafts) to build
     for (default :data:`.specs.SPEC_TOKENS`). An engine runs one draft length, and each T
-    adds about a hundred kernels an arch (sm_90: 737 for the default four, 452 for T = 4)."""
+    adds about a hundred kernels an arch (sm_90: 737 for the default four, 452 for T = 4).
+    ``gpu``: the product name of the GPU whose tuned tables give the configs (as
+    ``torch.cuda.get_device_name`` says it; default: the architectures' tables)."""
+    from ..ops.launch import table_tag
     from .specs import SPEC_TOKENS, op_cases, unique_specs
     from . import c_table
 
@@ -90,9 +96,10 @@ def build(archs: Sequence[int], out_dir: Path, workers: int = 2, buffer_lens=(16
     t0 = time.time()
     kernels: List[dict] = []
     cases: List[dict] = []
+    tags = {arch: table_tag(f"sm{arch}", gpu) for arch in archs}
     for arch in archs:
         (out_dir / f"sm{arch}").mkdir(exist_ok=True)
-        arch_cases = op_cases(f"sm{arch}", buffer_lens, spec_tokens=spec_tokens)
+        arch_cases = op_cases(tags[arch], buffer_lens, spec_tokens=spec_tokens)
         specs = unique_specs(arch_cases)
         spec_dicts = {k: spec_job(k, s) for k, s in specs.items()}
         jobs = [(d, arch, str(out_dir)) for d in spec_dicts.values()]
@@ -110,7 +117,7 @@ def build(archs: Sequence[int], out_dir: Path, workers: int = 2, buffer_lens=(16
     import triton
 
     manifest = dict(format=FORMAT_VERSION, triton=triton.__version__, archs=list(archs), spec_tokens=list(spec_tokens),
-                    kernels=kernels, cases=cases)
+                    table_tags={str(a): t for a, t in tags.items()}, kernels=kernels, cases=cases)
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     c_table.write(manifest, out_dir)
     if not quiet:
@@ -148,6 +155,10 @@ def main(argv=None) -> int:
     ap.add_argument("--spec-tokens", type=spec_token_count, nargs="+", default=list(SPEC_TOKENS), metavar="T",
                     help="speculative verify tokens a step (1 + drafts) to build for: the draft length your engine "
                          "runs (default: %(default)s)")
+    ap.add_argument("--gpu", default="", metavar="NAME",
+                    help="take the launch configs from this GPU's own tuned tables where the package has them "
+                         "(its name as torch.cuda.get_device_name gives it, e.g. 'NVIDIA H100 80GB HBM3'); "
+                         "default: the architectures' tables")
     ap.add_argument("--workers", type=positive_int, default=min(8, os.cpu_count() or 1))
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
@@ -155,7 +166,8 @@ def main(argv=None) -> int:
         env = {**os.environ, "TRITON_INTERPRET": "0"}
         return subprocess.call([sys.executable, "-m", "trtllm_replayssm.aot.build", *(argv or sys.argv[1:])], env=env)
     os.environ["TRITON_INTERPRET"] = "0"
-    build(parse_archs(args.arch), Path(args.out), args.workers, tuple(args.buffer_len), args.quiet, args.spec_tokens)
+    build(parse_archs(args.arch), Path(args.out), args.workers, tuple(args.buffer_len), args.quiet, args.spec_tokens,
+          args.gpu)
     return 0
 
 

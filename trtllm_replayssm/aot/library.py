@@ -120,7 +120,8 @@ class KernelLibrary:
         lib.rs_status_string.restype = ctypes.c_char_p
         lib.rs_last_error_message.restype = ctypes.c_char_p
         lib.rs_kernel_key.restype = ctypes.c_char_p
-        lib.rs_kernel_arch.argtypes = lib.rs_has_arch.argtypes = [ctypes.c_int]
+        lib.rs_kernel_arch.argtypes = lib.rs_has_arch.argtypes = lib.rs_table_tag.argtypes = [ctypes.c_int]
+        lib.rs_table_tag.restype = ctypes.c_char_p
         lib.rs_kernel_key.argtypes = [ctypes.c_int]
         lib.rs_kernel_programmatic.argtypes = lib.rs_set_programmatic_launches.argtypes = [ctypes.c_int]
 
@@ -140,6 +141,12 @@ class KernelLibrary:
 
     def has_arch(self, arch: int) -> bool:
         return bool(self.lib.rs_has_arch(arch))
+
+    def table_tag(self, arch: int) -> Optional[str]:
+        """The tuned tables the build took its configs from for ``arch`` (e.g. 90):
+        ``sm90``, or a GPU's own (``aot build --gpu``); None for an arch not built."""
+        tag = self.lib.rs_table_tag(arch)
+        return tag.decode() if tag else None
 
     def last_error(self) -> str:
         return self.lib.rs_last_error_message().decode()

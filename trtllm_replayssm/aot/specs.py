@@ -23,7 +23,7 @@ import torch
 from ..cache import gdn_ring_dtype
 from ..models import GDN_MODELS, MAMBA2_MODELS
 from ..ops.launch import (BATCH_POINTS, config_kernel, nearest_batch_point, pop_launcher, push_launcher,
-                          recording_for_arch, select_config)
+                          recording_for_arch, select_config, tag_arch)
 from ..ops.streams import launching_on_side_stream
 
 META = torch.device("meta")
@@ -367,7 +367,7 @@ def op_cases(arch: str, buffer_lens: Sequence[int] = DEFAULT_BUFFER_LENS,
     from ..ops.launch import FOLD_PDL, FOLD_PDL_MAX_HEAD_ROWS
 
     cases: List[OpCase] = []
-    capability = int(arch.replace("sm_", "").replace("sm", ""))
+    capability = int(tag_arch(arch).replace("sm_", "").replace("sm", ""))
 
     def add(op, key, batch, thunk, kernels_only=False):
         # (as launched on such a GPU: programmatic dependent launches on sm_90+)

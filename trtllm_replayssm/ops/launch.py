@@ -158,11 +158,15 @@ def _device_name(index: int) -> str:
 
 def device_table_tag(device: torch.device) -> str:
     """The :func:`table_tag` of the tables the dispatcher reads for ``device`` (``cpu``
-    for the interpreter): its architecture's while a launcher in front serves only the
-    kernels of those (``arch_tables_only``: the AOT library, built from them)."""
+    for the interpreter): the GPU's, or those of the launcher in front that serves the
+    kernels of given tables (``tables_for(arch)``: the AOT library, built from one GPU's
+    tables or from the architecture's)."""
     arch = device_arch(device)
-    if device.type != "cuda" or any(getattr(fn, "arch_tables_only", False) for fn in _launchers):
+    if device.type != "cuda":
         return arch
+    for fn in reversed(_launchers):
+        if hasattr(fn, "tables_for"):
+            return fn.tables_for(arch)
     index = device.index if device.index is not None else torch.cuda.current_device()
     return table_tag(arch, _device_name(index))
 
@@ -320,8 +324,10 @@ class _ArchitectureTables:
     """A launcher that passes every launch on (to Triton's JIT, which launches as it would)
     and has the dispatcher read the architectures' tables."""
 
-    arch_tables_only = True
     programmatic_launches = True
+
+    def tables_for(self, arch: str) -> str:
+        return arch
 
     def __call__(self, kernel, grid, kwargs) -> bool:
         return False
@@ -330,7 +336,7 @@ class _ArchitectureTables:
 @contextmanager
 def architecture_tables():
     """Within the block the dispatcher reads the architectures' tables, never a GPU's own:
-    Triton's JIT then makes the launches the AOT library (built from those) makes."""
+    Triton's JIT then makes the launches an AOT library built from those makes."""
     with launcher_in_front(_ArchitectureTables()):
         yield
 

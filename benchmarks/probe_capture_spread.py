@@ -19,6 +19,7 @@ import torch
 from trtllm_replayssm.benchmarking.records import REPO, ProbeLog
 from trtllm_replayssm.benchmarking.rig import Launch
 from trtllm_replayssm.benchmarking.rigs import make_model_rig
+from trtllm_replayssm.ops.launch import device_table_tag
 
 
 def main() -> None:
@@ -30,7 +31,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(REPO / "benchmarks/results/capture_spread.json"))
     args = ap.parse_args()
     log = ProbeLog(args.out)
-    arch = f"sm{''.join(map(str, torch.cuda.get_device_capability()))}"
+    arch = device_table_tag(torch.device("cuda"))
     for spec in args.cases:
         name, batch = spec.split(":")
         rig = make_model_rig(name, int(batch), 16, torch.float32)

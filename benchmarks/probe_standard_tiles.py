@@ -25,7 +25,7 @@ import torch
 from trtllm_replayssm.benchmarking.probes import add_case_args, case_rigs
 from trtllm_replayssm.benchmarking.records import ProbeLog
 from trtllm_replayssm.benchmarking.rig import Launch, median_of_rounds
-from trtllm_replayssm.ops.launch import LaunchConfig
+from trtllm_replayssm.ops.launch import LaunchConfig, device_table_tag
 
 # route -> the table's kernel whose config it launches
 ROUTES = {"standard": "standard", "standard_step": "always_flush", "always_flush": "always_flush"}
@@ -34,8 +34,7 @@ ROUTES = {"standard": "standard", "standard_step": "always_flush", "always_flush
 def tiles(rig, route: str, args) -> list:
     if not args.table_tiles:
         return [LaunchConfig(rows, 1) for rows in args.rows]
-    arch = "sm" + "".join(map(str, torch.cuda.get_device_capability()))
-    return [rig.table_configs(arch)[ROUTES[route]]["config"]]
+    return [rig.table_configs(device_table_tag(torch.device("cuda")))[ROUTES[route]]["config"]]
 
 
 def time_without_slot_indices(rig, launch: Launch, replays: int) -> float:

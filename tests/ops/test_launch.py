@@ -180,6 +180,7 @@ def test_device_table_tag_names_the_gpu_unless_the_aot_library_serves(monkeypatc
     assert launch.device_table_tag(torch.device("cpu")) == "cpu"
     monkeypatch.setattr(launch, "device_arch", lambda device: "sm90")
     monkeypatch.setattr(launch, "_device_name", lambda index: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(launch, "_gpu_table_tag", launch._gpu_table_tag.__wrapped__)  # (nothing cached by the test)
     cuda0 = torch.device("cuda", 0)
     assert launch.device_table_tag(cuda0) == "sm90_h100_80gb_hbm3"
     for built_from in ("sm90", "sm90_h100_80gb_hbm3", "sm90_h200_nvl"):

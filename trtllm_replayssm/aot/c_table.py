@@ -22,13 +22,6 @@ def _type_code(t: str) -> str:
     return "RS_T_PTR" if t.startswith("*") else TYPE_CODES[t]
 
 
-def table_tags(manifest: dict) -> dict:
-    """Compute capability -> the tables the build took its configs from (a manifest from
-    before ``table_tags``: the architectures')."""
-    tags = {int(a): t for a, t in manifest.get("table_tags", {}).items()}
-    return {a: tags.get(a, f"sm{a}") for a in manifest["archs"]}
-
-
 def write(manifest: dict, out_dir: Path) -> None:
     out_dir = Path(out_dir).resolve()
     kernels = manifest["kernels"]
@@ -68,9 +61,10 @@ def write(manifest: dict, out_dir: Path) -> None:
         c.append(f"  {{{case['arch']}, {_c_str(case['key'])}, {case['batch']}, {len(case['launches'])}, "
                  f"rs_case_launches_{j}, rs_case_side_{j}}},")
     c += ["};", f"const int rs_num_cases = {len(manifest['cases'])};", ""]
-    tags = table_tags(manifest)
+    # the tuned tables the build took each arch's configs from (rs_table_tag)
+    tags = sorted((int(arch), tag) for arch, tag in manifest["table_tags"].items())
     c.append("const rs_tables_desc rs_tables[] = {")
-    c += [f"  {{{arch}, {_c_str(tag)}}}," for arch, tag in sorted(tags.items())]
+    c += [f"  {{{arch}, {_c_str(tag)}}}," for arch, tag in tags]
     c += ["};", f"const int rs_num_tables = {len(tags)};", ""]
     (out_dir / "replayssm_kernels_table.c").write_text("\n".join(c))
     (out_dir / "replayssm_cubins.S").write_text("\n".join(asm) + "\n")

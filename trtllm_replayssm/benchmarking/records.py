@@ -125,10 +125,9 @@ def open_table(table_dir: str, family: str, arch: str) -> Tuple[dict, Path]:
     them on the untuned defaults."""
     table_path = Path(table_dir) / launch.table_file_name(arch, family)
     if not table_path.exists():
-        package_table = launch.package_table_file(arch, family)
-        if not package_table.is_file():
-            package_table = launch.package_table_file(launch.tag_arch(arch), family)
-        if package_table.is_file():
+        package_table = next((p for p in (launch.package_table_file(t, family) for t in launch.tags_read(arch))
+                              if p.is_file()), None)
+        if package_table is not None:
             table_path.parent.mkdir(parents=True, exist_ok=True)
             table_path.write_text(package_table.read_text())
             print(f"{table_path}: started as a copy of the package's {package_table.name}", flush=True)

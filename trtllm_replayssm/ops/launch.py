@@ -151,9 +151,20 @@ def tag_arch(tag: str) -> str:
     return tag.split("_", 1)[0]
 
 
-@lru_cache(maxsize=None)
+def tags_read(tag: str) -> tuple:
+    """The tags whose tables serve ``tag``, in the order they are looked for: a GPU's own,
+    then its architecture's."""
+    return (tag,) if tag == tag_arch(tag) else (tag, tag_arch(tag))
+
+
 def _device_name(index: int) -> str:
     return torch.cuda.get_device_name(index)
+
+
+@lru_cache(maxsize=None)
+def _gpu_table_tag(arch: str, index: int) -> str:
+    # (once a device: the dispatcher asks at every launch)
+    return table_tag(arch, _device_name(index))
 
 
 def device_table_tag(device: torch.device) -> str:
@@ -168,7 +179,7 @@ def device_table_tag(device: torch.device) -> str:
         if hasattr(fn, "tables_for"):
             return fn.tables_for(arch)
     index = device.index if device.index is not None else torch.cuda.current_device()
-    return table_tag(arch, _device_name(index))
+    return _gpu_table_tag(arch, index)
 
 
 def table_file_name(tag: str, family: str) -> str:
@@ -194,10 +205,11 @@ def _read_table(tag: str, family: str) -> Optional[str]:
 @lru_cache(maxsize=None)
 def _load_table(tag: str, family: str = "mamba2") -> dict:
     """The table of a :func:`table_tag`: the GPU's own, else its architecture's, else empty."""
-    text = _read_table(tag, family)
-    if text is None and tag != tag_arch(tag):
-        text = _read_table(tag_arch(tag), family)
-    return json.loads(text) if text is not None else {}
+    for each in tags_read(tag):
+        text = _read_table(each, family)
+        if text is not None:
+            return json.loads(text)
+    return {}
 
 
 def table_key(kernel: str, state_dtype: torch.dtype, act_dtype: torch.dtype, headdim: int, dstate: int) -> str:

@@ -130,7 +130,8 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
                                                                         HAS_CURSOR=kernel == "always_flush",
                                                                         DRAIN=kernel == "always_flush", BLOCK_L=L,
                                                                         EARLY_TERMS=bool(cfg.early_terms),
-                                                                        DRAIN_ROWS=launch.drain_rows(cfg.block_p))
+                                                                        DRAIN_ROWS=launch.drain_rows(cfg.block_p),
+                                                              EARLY_STATE=bool(cfg.early_state))
             elif kernel == "fold":  # the constexprs the launch plan gives (bf16 B ring, heads even)
                 _, plan = m2_replay_fold.fold_launch_plan({"B_cache_ptr": torch.empty(0, dtype=torch.bfloat16),
                                                            "state_ptr": torch.empty(0, dtype=DTYPES[state_dtype])},
@@ -160,7 +161,8 @@ def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16, ring_dtype: Opt
                 fn, c = gdn_standard._gdn_update_kernel, dict(common, BLOCK_V=cfg.block_p,
                                                               HAS_CURSOR=kernel == "always_flush",
                                                               DRAIN=kernel == "always_flush", BLOCK_L=L,
-                                                              DRAIN_ROWS=launch.drain_rows(cfg.block_p))
+                                                              DRAIN_ROWS=launch.drain_rows(cfg.block_p),
+                                                              EARLY_STATE=bool(cfg.early_state))
             else:
                 fn, c = gdn_replay._gdn_replay_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, MODE=modes[kernel],

@@ -124,7 +124,7 @@ def run_gdn_replay(sc: GDNScenario, steps: int, route="output_only",
     return RunResult(max_err=max_err, flushes_per_row=flushes)
 
 
-def run_gdn_standard(sc: GDNScenario, steps: int) -> RunResult:
+def run_gdn_standard(sc: GDNScenario, steps: int, config=None) -> RunResult:
     batch, G = len(SLOTS), sc.geom
     state = torch.randn(NUM_SLOTS, G.num_v_heads, G.head_v_dim, G.head_k_dim, generator=sc.gen).to(sc.state_dtype)
     state = state.to(DEVICE)
@@ -139,7 +139,7 @@ def run_gdn_standard(sc: GDNScenario, steps: int) -> RunResult:
     for t in range(steps):
         inp = sc.step_inputs(batch)
         rs.fused_sigmoid_gating_delta_rule_update(state, **sc.kernel_kwargs(inp), initial_state_indices=slot_idx,
-                                                  pad_slot_id=PAD, out=out)
+                                                  pad_slot_id=PAD, out=out, config=config)
         for r, s in enumerate(SLOTS):
             if s == PAD:
                 assert same_bits(out[r], sentinel[r]), f"step {t}: padding row {r} output was written"

@@ -7,7 +7,7 @@ import trtllm_replayssm as rs
 from gdn_harness import GDNScenario, run_gdn_replay, run_gdn_standard
 from mamba2_harness import DEVICE, SLOTS
 from trtllm_replayssm.cache import GDNGeometry, GDNReplayCache
-from trtllm_replayssm.ops.gdn import replay as gdn_replay
+from trtllm_replayssm.ops.gdn import replay as gdn_replay, standard as gdn_standard
 from trtllm_replayssm.ops.launch import LaunchConfig
 
 GEOM = GDNGeometry(num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=16)
@@ -152,6 +152,29 @@ def test_corrupted_ring_entry_is_detected(name):
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
 def test_standard(state_dtype):
     run_gdn_standard(GDNScenario(GEOM, 1, state_dtype, torch.bfloat16, seed=9), 8)
+
+
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+def test_standard_kernel_with_its_state_loads_first(state_dtype, monkeypatch):
+    """``early_state`` (the state tile's loads issued before the step's other loads, behind
+    a barrier) reaches the standard kernel on its three routes and leaves each on the
+    recurrence: the standard step, ``always_flush`` draining staggered rings, and
+    ``standard_step`` on the rings it emptied."""
+    flags = []
+    launch = gdn_standard.launch_kernel
+
+    def spy(kernel, grid, **kw):
+        flags.append(kw["EARLY_STATE"])
+        return launch(kernel, grid, **kw)
+
+    monkeypatch.setattr(gdn_standard, "launch_kernel", spy)
+    early = LaunchConfig(8, 1, early_state=1)
+    run_gdn_standard(GDNScenario(GEOM, 1, state_dtype, torch.bfloat16, seed=15), 6, config=early)
+    run_gdn_replay(GDNScenario(GEOM, 4, state_dtype, torch.bfloat16, seed=16), 5, config=early,
+                         route=lambda t: "always_flush" if t == 0 else "standard_step")
+    assert len(flags) == 6 + 5 and all(flags), flags
+    run_gdn_standard(GDNScenario(GEOM, 1, state_dtype, torch.bfloat16, seed=15), 1, config=LaunchConfig(8, 1))
+    assert flags[-1] is False
 
 
 def test_flush_checkpoint_equals_standard_state():

@@ -33,7 +33,10 @@ _C = LaunchConfig
 # LaunchConfig.maxnreg): at batch 8 with a bf16 state 16 rows on one warp took 6.5 against
 # 6.6 us, and the always_flush route's drain 6.6 against 7.0 us capped
 # (``benchmarks/probe_standard_tiles.py``, ``results/standard_tiles.json``).
-_ONE_WARP = [_C(rows, 1, maxnreg=cap) for cap in (0, 128) for rows in (4, 8, 16)]
+# With ``early_state`` the tile's loads are issued before the q / k norms (left to ptxas,
+# uncapped, the last of them wait on the norms' shuffles); not measured yet on a GPU.
+_ONE_WARP = ([_C(rows, 1, maxnreg=cap) for cap in (0, 128) for rows in (4, 8, 16)]
+             + [_C(rows, 1, early_state=1) for rows in (4, 8, 16)])
 CANDIDATES = {
     "standard": _ONE_WARP + [_C(8, 2), _C(16, 2), _C(16, 4), _C(32, 4)],
     "output_only": [_C(8, 1), _C(32, 4), _C(8, 1, loop_blocks=16), _C(8, 2, loop_blocks=16), _C(16, 2, loop_blocks=8),

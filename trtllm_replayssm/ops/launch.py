@@ -52,7 +52,9 @@ class LaunchConfig:
     early they overlap the state's load, late they hold no registers over the step),
     whether the Mamba2 replay step's launch loads the checkpoint tile before the cursor
     (``early_state``: it then waits on the slot alone; a non-flush launch's flush rows read
-    their tile for nothing), and the register cap ptxas compiles the standard kernels and
+    their tile for nothing; in the GDN standard kernel, its routes ``standard_step`` and
+    ``always_flush`` included, the state tile's loads issue before the step's other loads,
+    held there by a barrier), and the register cap ptxas compiles the standard kernels and
     the GDN replay launches under (``maxnreg``; 0: none)."""
 
     block_p: int
@@ -66,7 +68,8 @@ class LaunchConfig:
     row_block: int = 1  # fold launches: batch rows one program looks through, folding those that flush
     prefetch: int = 0  # GDN non-flush launch: the next block's tiles loaded one block ahead
     early_terms: int = 0  # Mamba2 standard kernel: D and z loaded with the step's inputs
-    early_state: int = 0  # Mamba2 replay step: the checkpoint loaded before the cursor (one round trip less)
+    early_state: int = 0  # Mamba2 replay step: the checkpoint loaded before the cursor (one round trip less);
+    # GDN standard kernel: the state tile's loads issued first, before the q / k norms
     # Standard kernels: ptxas's register cap (0: none). Any cap changes the schedule: on one
     # warp, uncapped, ptxas holds a GDN program with a bf16 state to 64 registers and issues
     # the tile's last load only after the q/k norms; capped it takes 80 and issues it earlier.

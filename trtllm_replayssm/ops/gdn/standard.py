@@ -33,6 +33,7 @@ def _gdn_update_kernel(
     d_cache_ptr=None, k_cache_ptr=None, g_cache_ptr=None, stride_dc_slot=None, stride_dc_h=None, stride_dc_l=None,
     stride_kc_slot=None, stride_kc_h=None, stride_kc_l=None, stride_gc_slot=None, stride_gc_h=None,
     DRAIN: tl.constexpr = False, BLOCK_L: tl.constexpr = 1, DRAIN_ROWS: tl.constexpr = 1,
+    EARLY_STATE: tl.constexpr = False,
 ):
     pid_v = tl.program_id(0)
     hv = tl.program_id(1)
@@ -53,6 +54,13 @@ def _gdn_update_kernel(
                                  stride_state_row, V_INNER)
     mask_vk = mask_v[:, None] & mask_k[None, :]
     S = tl.load(state_ptrs, mask=mask_vk, other=0.0).to(tl.float32)
+    if EARLY_STATE:
+        # The config's choice (``early_state``): the barrier keeps ptxas from sinking the
+        # tile's loads below the q / k loads and their norms' reductions, where it issues
+        # the last few (fp32, 8 rows on one warp: 3 of the 8 after ~250 SASS instructions
+        # of shuffles; fla-core's kernel issues all 8 first), so that the tile's round trip
+        # overlaps the norms instead of following them.
+        tl.debug_barrier()
 
     q, k = load_qk(q_ptr, k_ptr, pid_b, hv // v_heads_per_k_head, stride_q_b, stride_q_h, stride_k_b, stride_k_h,
                    offs_k, mask_k, scale, USE_QK_L2NORM)
@@ -171,6 +179,6 @@ def launch_standard_step(state: torch.Tensor, step, config: LaunchConfig,
         stride_state_slot=state.stride(0), stride_state_h=state.stride(1), stride_state_row=layout.stride_row,
         **step.kernel_args(),
         BLOCK_V=config.block_p, BLOCK_K=triton.next_power_of_2(step.head_k_dim), HAS_CURSOR=write_pos is not None,
-        V_INNER=layout.v_inner,
+        V_INNER=layout.v_inner, EARLY_STATE=bool(config.early_state),
         num_warps=config.num_warps, **maxnreg_option(config.maxnreg), **drain,
     )

@@ -130,8 +130,7 @@ def mamba2_rows(state_dtype: str, headdim: int = 64, dstate: int = 128, L: int =
                                                                         HAS_CURSOR=kernel == "always_flush",
                                                                         DRAIN=kernel == "always_flush", BLOCK_L=L,
                                                                         EARLY_TERMS=bool(cfg.early_terms),
-                                                                        DRAIN_ROWS=launch.drain_rows(cfg.block_p),
-                                                              EARLY_STATE=bool(cfg.early_state))
+                                                                        DRAIN_ROWS=launch.drain_rows(cfg.block_p))
             elif kernel == "fold":  # the constexprs the launch plan gives (bf16 B ring, heads even)
                 _, plan = m2_replay_fold.fold_launch_plan({"B_cache_ptr": torch.empty(0, dtype=torch.bfloat16),
                                                            "state_ptr": torch.empty(0, dtype=DTYPES[state_dtype])},

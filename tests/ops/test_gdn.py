@@ -171,7 +171,7 @@ def test_standard_kernel_with_its_state_loads_first(state_dtype, monkeypatch):
     early = LaunchConfig(8, 1, early_state=1)
     run_gdn_standard(GDNScenario(GEOM, 1, state_dtype, torch.bfloat16, seed=15), 6, config=early)
     run_gdn_replay(GDNScenario(GEOM, 4, state_dtype, torch.bfloat16, seed=16), 5, config=early,
-                         route=lambda t: "always_flush" if t == 0 else "standard_step")
+                   route=lambda t: "always_flush" if t == 0 else "standard_step")
     assert len(flags) == 6 + 5 and all(flags), flags
     run_gdn_standard(GDNScenario(GEOM, 1, state_dtype, torch.bfloat16, seed=15), 1, config=LaunchConfig(8, 1))
     assert flags[-1] is False

@@ -161,7 +161,9 @@ def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16, ring_dtype: Opt
                                                               HAS_CURSOR=kernel == "always_flush",
                                                               DRAIN=kernel == "always_flush", BLOCK_L=L,
                                                               DRAIN_ROWS=launch.drain_rows(cfg.block_p),
-                                                              EARLY_STATE=bool(cfg.early_state))
+                                                              EARLY_STATE=bool(cfg.early_state),
+                                                              STATE_ROW_STRIDE=head_dim,
+                                                              EVEN_TILE=head_dim % cfg.block_p == 0)
             else:
                 fn, c = gdn_replay._gdn_replay_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, MODE=modes[kernel],

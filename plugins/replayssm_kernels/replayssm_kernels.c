@@ -538,6 +538,12 @@ int rs_gdn_step(const rs_gdn_step_args* a, void* stream) {
                 (long long)a->num_v_heads);
   if (!standard && (a->buffer_len < 1 || a->buffer_len > 64))
     return fail(RS_ERR_INVALID_ARGUMENT, "buffer_len %lld outside [1, 64]", (long long)a->buffer_len);
+  /* The pool the Python entry point takes (check_gdn_state_pool): each slot's (HV, V, K) block
+   * packed. The standard kernel's row stride is a compile-time constant, K. */
+  if (a->stride_state[2] != a->head_k_dim || a->stride_state[1] != a->head_v_dim * a->head_k_dim ||
+      a->stride_state[0] < a->num_v_heads * a->head_v_dim * a->head_k_dim)
+    return fail(RS_ERR_UNSUPPORTED, "state strides (%lld, %lld, %lld): each slot's (HV, V, K) block must be packed",
+                (long long)a->stride_state[0], (long long)a->stride_state[1], (long long)a->stride_state[2]);
   if (a->batch == 0) return RS_SUCCESS;
   /* 0: the default 1/sqrt(K), as the Python entry point's None (a zero scale would zero every output) */
   const double scale = a->scale != 0.f ? a->scale : 1.0 / sqrt((double)a->head_k_dim);

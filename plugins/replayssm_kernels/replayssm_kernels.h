@@ -99,7 +99,7 @@ typedef struct {
   int32_t* write_pos;     /* (slots,) */
   const int8_t* force_flush;
   int64_t batch, num_slots, num_k_heads, num_v_heads, head_k_dim, head_v_dim, buffer_len, pad_slot_id;
-  int64_t stride_state[3];
+  int64_t stride_state[3];    /* slot, head, v row; each slot's (HV, V, K) block packed: V * K, K */
   int64_t stride_q[2], stride_k[2], stride_v[2], stride_a[2], stride_b[2], stride_out[2];
   int64_t stride_d_cache[3], stride_k_cache[3], stride_g_cache[2];
   float scale, softplus_beta, softplus_threshold; /* scale 0: 1/sqrt(K) */

@@ -370,6 +370,10 @@ def test_c_abi_gdn_and_cursor_checks(lib):
     a.buffer_len = 16
     assert lib.lib.rs_gdn_step(ctypes.byref(a), None) == 1
     assert "divide" in lib.last_error()
+    a.num_k_heads = 16
+    a.stride_state[:] = (32 * 128 * 128, 128 * 128, 136)  # padded v rows: the kernels take packed blocks
+    assert lib.lib.rs_gdn_step(ctypes.byref(a), None) == 2
+    assert "packed" in lib.last_error()
     assert lib.lib.rs_advance_write_pos(None, 8, 16, 4096, None, 4, -1, 0, None) == 1
     assert lib.lib.rs_advance_write_pos(4096, 8, 0, 4096, None, 4, -1, 0, None) == 1  # L = 0
 

@@ -177,6 +177,36 @@ def test_standard_kernel_with_its_state_loads_first(state_dtype, monkeypatch):
     assert flags[-1] is False
 
 
+@pytest.mark.parametrize("geom, even", [
+    (GEOM, True),                                              # K fills its tile, V = 2 tiles of 8 rows
+    (GDNGeometry(num_k_heads=1, num_v_heads=3, head_k_dim=24, head_v_dim=40), False),  # K pads to 32
+    (GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=20), False),  # V: 2.5 tiles
+])
+def test_standard_kernel_specialised_on_the_pools_shape(geom, even, monkeypatch):
+    """The standard kernel takes the pool's row stride as a constant (K; V for a V-innermost
+    pool) and drops its tile masks only where the tile lies inside the head, and stays on
+    the recurrence either way (an uneven tile's masked rows and columns are real memory of
+    the next row or head: a dropped mask there would corrupt it)."""
+    seen = []
+    launch = gdn_standard.launch_kernel
+
+    def spy(kernel, grid, **kw):
+        seen.append((kw["EVEN_TILE"], kw["STATE_ROW_STRIDE"], kw["V_INNER"]))
+        return launch(kernel, grid, **kw)
+
+    monkeypatch.setattr(gdn_standard, "launch_kernel", spy)
+    run_gdn_standard(GDNScenario(geom, 1, seed=17), 3, config=LaunchConfig(8, 1))
+    assert seen == [(even, geom.head_k_dim, False)] * 3
+    H, HV, K, V = geom.num_k_heads, geom.num_v_heads, geom.head_k_dim, geom.head_v_dim
+    pool_kv = torch.zeros(2, HV, K, V, device=DEVICE)  # TensorRT-LLM 1.2's order, taken as its transposed view
+    q, k = torch.randn(1, H, K, device=DEVICE), torch.randn(1, H, K, device=DEVICE)
+    rs.fused_sigmoid_gating_delta_rule_update(pool_kv.transpose(-1, -2), q, k, torch.randn(1, HV, V, device=DEVICE),
+                                              torch.randn(1, HV, device=DEVICE), torch.randn(1, HV, device=DEVICE),
+                                              -torch.ones(HV, device=DEVICE), torch.zeros(HV, device=DEVICE),
+                                              config=LaunchConfig(8, 1))
+    assert seen[-1] == (even, V, True)
+
+
 def test_flush_checkpoint_equals_standard_state():
     L, batch = 4, 3
     sc = GDNScenario(GEOM, L, seed=10)

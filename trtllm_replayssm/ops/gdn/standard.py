@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..common import load_cursor, load_slot, store_nan_output
+from ..common import dim_mask, even_tile, load_cursor, load_slot, store_nan_output
 from ..launch import LaunchConfig, device_table_tag, drain_rows, grid, launch_kernel, maxnreg_option, select_config
 from ._common import delta_rule_step, load_gates, load_qk, ring_args, state_tile_ptrs
 from .step_inputs import GDNStateLayout, check_gdn_state_pool, parse_gdn_step
@@ -22,7 +22,7 @@ from .step_inputs import GDNStateLayout, check_gdn_state_pool, parse_gdn_step
 def _gdn_update_kernel(
     state_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr, write_pos_ptr,
     num_slots, head_k_dim, head_v_dim, v_heads_per_k_head, pad_slot_id, buffer_len,
-    stride_state_slot, stride_state_h, stride_state_row,
+    stride_state_slot, stride_state_h, STATE_ROW_STRIDE: tl.constexpr,
     stride_q_b, stride_q_h, stride_k_b, stride_k_h, stride_v_b, stride_v_h,
     stride_a_b, stride_a_h, stride_b_b, stride_b_h, stride_out_b, stride_out_h,
     scale, softplus_beta, softplus_threshold,
@@ -33,15 +33,20 @@ def _gdn_update_kernel(
     d_cache_ptr=None, k_cache_ptr=None, g_cache_ptr=None, stride_dc_slot=None, stride_dc_h=None, stride_dc_l=None,
     stride_kc_slot=None, stride_kc_h=None, stride_kc_l=None, stride_gc_slot=None, stride_gc_h=None,
     DRAIN: tl.constexpr = False, BLOCK_L: tl.constexpr = 1, DRAIN_ROWS: tl.constexpr = 1,
-    EARLY_STATE: tl.constexpr = False,
+    EARLY_STATE: tl.constexpr = False, EVEN_TILE: tl.constexpr = False,
 ):
+    # The pool's row stride is a constant (the layout packs each slot's block:
+    # check_gdn_state_pool) and EVEN_TILE (the tile within the head) drops the masks, so a
+    # tile's rows load from one base address plus immediate offsets, unpredicated, as
+    # fla-core's kernel with its constant shapes does: sm_90, fp32, one warp, uncapped,
+    # 8 rows 698 -> 642 SASS instructions, 4 rows 495 -> 474 (fla-core's: 656, 472).
     pid_v = tl.program_id(0)
     hv = tl.program_id(1)
     pid_b = tl.program_id(2)
     offs_v = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
     offs_k = tl.arange(0, BLOCK_K)
-    mask_v = offs_v < head_v_dim
-    mask_k = offs_k < head_k_dim
+    mask_v = dim_mask(offs_v, head_v_dim, EVEN_TILE)
+    mask_k = dim_mask(offs_k, head_k_dim, EVEN_TILE)
 
     slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
     if is_pad:
@@ -51,7 +56,7 @@ def _gdn_update_kernel(
         return
     w, bad_cursor = load_cursor(write_pos_ptr, slot, buffer_len, HAS_CURSOR)  # bad_cursor masks the stores below
     state_ptrs = state_tile_ptrs(state_ptr + slot * stride_state_slot + hv * stride_state_h, offs_v, offs_k,
-                                 stride_state_row, V_INNER)
+                                 STATE_ROW_STRIDE, V_INNER)
     mask_vk = mask_v[:, None] & mask_k[None, :]
     S = tl.load(state_ptrs, mask=mask_vk, other=0.0).to(tl.float32)
     if EARLY_STATE:
@@ -80,9 +85,9 @@ def _gdn_update_kernel(
                 _drain_rows(pid_v * BLOCK_V + part * DRAIN_ROWS + tl.arange(0, DRAIN_ROWS), offs_k, mask_k, w, slot,
                             pid_b, hv, q, k, g, beta, head_v_dim, v_heads_per_k_head, state_ptr, v_ptr, out_ptr,
                             d_cache_ptr, k_cache_ptr, g_cache_ptr, stride_state_slot, stride_state_h,
-                            stride_state_row, stride_v_b, stride_v_h, stride_out_b, stride_out_h, stride_dc_slot,
+                            STATE_ROW_STRIDE, stride_v_b, stride_v_h, stride_out_b, stride_out_h, stride_dc_slot,
                             stride_dc_h, stride_dc_l, stride_kc_slot, stride_kc_h, stride_kc_l, stride_gc_slot,
-                            stride_gc_h, V_INNER, BLOCK_L)
+                            stride_gc_h, V_INNER, BLOCK_L, EVEN_TILE)
             return
     S, o = delta_rule_step(S, q, k, v, tl.exp(g), beta)
     tl.store(state_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_vk & ~bad_cursor)
@@ -95,11 +100,11 @@ def _drain_rows(offs_v, offs_k, mask_k, w, slot, pid_b, hv, q, k, g, beta, head_
                 v_ptr, out_ptr, d_cache_ptr, k_cache_ptr, g_cache_ptr, stride_state_slot, stride_state_h,
                 stride_state_row, stride_v_b, stride_v_h, stride_out_b, stride_out_h, stride_dc_slot, stride_dc_h,
                 stride_dc_l, stride_kc_slot, stride_kc_h, stride_kc_l, stride_gc_slot, stride_gc_h,
-                V_INNER: tl.constexpr, BLOCK_L: tl.constexpr):
+                V_INNER: tl.constexpr, BLOCK_L: tl.constexpr, EVEN_TILE: tl.constexpr):
     """The always_flush step of value rows ``offs_v`` of a head whose ring holds ``w > 0``
     entries: the ring's steps on the state in order, then this step (``q``, ``k`` normalised,
     gates ``g``, ``beta``); state, output."""
-    mask_v = offs_v < head_v_dim
+    mask_v = dim_mask(offs_v, head_v_dim, EVEN_TILE)
     state_ptrs = state_tile_ptrs(state_ptr + slot * stride_state_slot + hv * stride_state_h, offs_v, offs_k,
                                  stride_state_row, V_INNER)
     mask_vk = mask_v[:, None] & mask_k[None, :]
@@ -176,9 +181,10 @@ def launch_standard_step(state: torch.Tensor, step, config: LaunchConfig,
         state_ptr=state, write_pos_ptr=write_pos if write_pos is not None else state, num_slots=state.shape[0],
         head_k_dim=step.head_k_dim, head_v_dim=step.head_v_dim,
         v_heads_per_k_head=step.num_v_heads // step.num_k_heads, buffer_len=buffer_len,
-        stride_state_slot=state.stride(0), stride_state_h=state.stride(1), stride_state_row=layout.stride_row,
+        stride_state_slot=state.stride(0), stride_state_h=state.stride(1), STATE_ROW_STRIDE=layout.stride_row,
         **step.kernel_args(),
         BLOCK_V=config.block_p, BLOCK_K=triton.next_power_of_2(step.head_k_dim), HAS_CURSOR=write_pos is not None,
         V_INNER=layout.v_inner, EARLY_STATE=bool(config.early_state),
+        EVEN_TILE=even_tile(step.head_v_dim, config.block_p, step.head_k_dim, triton.next_power_of_2(step.head_k_dim)),
         num_warps=config.num_warps, **maxnreg_option(config.maxnreg), **drain,
     )

@@ -154,27 +154,35 @@ def test_standard(state_dtype):
     run_gdn_standard(GDNScenario(GEOM, 1, state_dtype, torch.bfloat16, seed=9), 8)
 
 
+@pytest.fixture
+def standard_launches(monkeypatch):
+    """The keyword arguments of every launch of the standard kernel, in order (the launches
+    still run)."""
+    launches = []
+    launch = gdn_standard.launch_kernel
+
+    def spy(kernel, grid, **kw):
+        launches.append(kw)
+        return launch(kernel, grid, **kw)
+
+    monkeypatch.setattr(gdn_standard, "launch_kernel", spy)
+    return launches
+
+
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
-def test_standard_kernel_with_its_state_loads_first(state_dtype, monkeypatch):
+def test_standard_kernel_with_its_state_loads_first(state_dtype, standard_launches):
     """``early_state`` (the state tile's loads issued before the step's other loads, behind
     a barrier) reaches the standard kernel on its three routes and leaves each on the
     recurrence: the standard step, ``always_flush`` draining staggered rings, and
     ``standard_step`` on the rings it emptied."""
-    flags = []
-    launch = gdn_standard.launch_kernel
-
-    def spy(kernel, grid, **kw):
-        flags.append(kw["EARLY_STATE"])
-        return launch(kernel, grid, **kw)
-
-    monkeypatch.setattr(gdn_standard, "launch_kernel", spy)
     early = LaunchConfig(8, 1, early_state=1)
     run_gdn_standard(GDNScenario(GEOM, 1, state_dtype, torch.bfloat16, seed=15), 6, config=early)
     run_gdn_replay(GDNScenario(GEOM, 4, state_dtype, torch.bfloat16, seed=16), 5, config=early,
                    route=lambda t: "always_flush" if t == 0 else "standard_step")
+    flags = [kw["EARLY_STATE"] for kw in standard_launches]
     assert len(flags) == 6 + 5 and all(flags), flags
     run_gdn_standard(GDNScenario(GEOM, 1, state_dtype, torch.bfloat16, seed=15), 1, config=LaunchConfig(8, 1))
-    assert flags[-1] is False
+    assert standard_launches[-1]["EARLY_STATE"] is False
 
 
 @pytest.mark.parametrize("geom, even", [
@@ -182,21 +190,16 @@ def test_standard_kernel_with_its_state_loads_first(state_dtype, monkeypatch):
     (GDNGeometry(num_k_heads=1, num_v_heads=3, head_k_dim=24, head_v_dim=40), False),  # K pads to 32
     (GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=20), False),  # V: 2.5 tiles
 ])
-def test_standard_kernel_specialised_on_the_pools_shape(geom, even, monkeypatch):
+def test_standard_kernel_specialised_on_the_pools_shape(geom, even, standard_launches):
     """The standard kernel takes the pool's row stride as a constant (K; V for a V-innermost
     pool) and drops its tile masks only where the tile lies inside the head, and stays on
     the recurrence either way (an uneven tile's masked rows and columns are real memory of
     the next row or head: a dropped mask there would corrupt it)."""
-    seen = []
-    launch = gdn_standard.launch_kernel
+    def seen():
+        return [(kw["EVEN_TILE"], kw["STATE_ROW_STRIDE"], kw["V_INNER"]) for kw in standard_launches]
 
-    def spy(kernel, grid, **kw):
-        seen.append((kw["EVEN_TILE"], kw["STATE_ROW_STRIDE"], kw["V_INNER"]))
-        return launch(kernel, grid, **kw)
-
-    monkeypatch.setattr(gdn_standard, "launch_kernel", spy)
     run_gdn_standard(GDNScenario(geom, 1, seed=17), 3, config=LaunchConfig(8, 1))
-    assert seen == [(even, geom.head_k_dim, False)] * 3
+    assert seen() == [(even, geom.head_k_dim, False)] * 3
     H, HV, K, V = geom.num_k_heads, geom.num_v_heads, geom.head_k_dim, geom.head_v_dim
     pool_kv = torch.zeros(2, HV, K, V, device=DEVICE)  # TensorRT-LLM 1.2's order, taken as its transposed view
     q, k = torch.randn(1, H, K, device=DEVICE), torch.randn(1, H, K, device=DEVICE)
@@ -204,7 +207,7 @@ def test_standard_kernel_specialised_on_the_pools_shape(geom, even, monkeypatch)
                                               torch.randn(1, HV, device=DEVICE), torch.randn(1, HV, device=DEVICE),
                                               -torch.ones(HV, device=DEVICE), torch.zeros(HV, device=DEVICE),
                                               config=LaunchConfig(8, 1))
-    assert seen[-1] == (even, V, True)
+    assert seen()[-1] == (even, V, True)
 
 
 def test_flush_checkpoint_equals_standard_state():

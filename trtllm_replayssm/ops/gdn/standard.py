@@ -175,6 +175,7 @@ def launch_standard_step(state: torch.Tensor, step, config: LaunchConfig,
     what :func:`check_gdn_state_pool` returned for ``state``. With ``rings`` (``d_cache,
     k_cache, g_cache`` of :func:`~.replay.check_gdn_ring`'s layout) a row whose ring is not
     empty replays it on its state first (the ``always_flush`` route)."""
+    block_k = triton.next_power_of_2(step.head_k_dim)
     drain = {} if rings is None else dict(ring_args(*rings), DRAIN=True, BLOCK_L=triton.next_power_of_2(buffer_len),
                                           DRAIN_ROWS=drain_rows(config.block_p))
     launch_kernel(_gdn_update_kernel, grid(step.batch, step.num_v_heads, step.head_v_dim, config),
@@ -183,8 +184,8 @@ def launch_standard_step(state: torch.Tensor, step, config: LaunchConfig,
         v_heads_per_k_head=step.num_v_heads // step.num_k_heads, buffer_len=buffer_len,
         stride_state_slot=state.stride(0), stride_state_h=state.stride(1), STATE_ROW_STRIDE=layout.stride_row,
         **step.kernel_args(),
-        BLOCK_V=config.block_p, BLOCK_K=triton.next_power_of_2(step.head_k_dim), HAS_CURSOR=write_pos is not None,
+        BLOCK_V=config.block_p, BLOCK_K=block_k, HAS_CURSOR=write_pos is not None,
         V_INNER=layout.v_inner, EARLY_STATE=bool(config.early_state),
-        EVEN_TILE=even_tile(step.head_v_dim, config.block_p, step.head_k_dim, triton.next_power_of_2(step.head_k_dim)),
+        EVEN_TILE=even_tile(step.head_v_dim, config.block_p, step.head_k_dim, block_k),
         num_warps=config.num_warps, **maxnreg_option(config.maxnreg), **drain,
     )

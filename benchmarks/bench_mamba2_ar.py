@@ -10,7 +10,8 @@ or a flush-every-step route: ``benchmarking.rig.fastest_baseline``), named in ``
 
     python benchmarks/bench_mamba2_ar.py                      # full run (H200: ~14 min)
     python benchmarks/bench_mamba2_ar.py --models nemotron-3-super --batches 128 --state-dtypes fp32
-    python benchmarks/bench_mamba2_ar.py --from-table --l-sweep   # the table's configs, measured again
+    python benchmarks/bench_mamba2_ar.py --from-table             # the table's configs, measured again
+    python benchmarks/bench_mamba2_ar.py --batches 32 --l-sweep   # a bare --l-sweep: no L sweep
     python benchmarks/bench_mamba2_ar.py --tune standard always_flush  # tune those; the rest as in the table
 
 The compared launches take turns over ``--rounds`` rounds, a capture each, and each
@@ -52,7 +53,8 @@ def main() -> None:
     ap.add_argument("--batches", nargs="+", type=int, default=list(BATCH_POINTS))
     ap.add_argument("--state-dtypes", nargs="+", default=["fp32", "bf16"], choices=list(DTYPES))
     ap.add_argument("--buffer-len", type=int, default=16)
-    ap.add_argument("--l-sweep", nargs="*", type=int, default=[8, 16, 32], help="L values swept at --l-sweep-batch")
+    ap.add_argument("--l-sweep", nargs="*", type=int, default=[8, 16, 32],
+                    help="L values swept at --l-sweep-batch, fp32 (a bare --l-sweep: none)")
     ap.add_argument("--l-sweep-batch", type=int, default=128)
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5, help="rounds of the final side-by-side timing")

@@ -43,7 +43,7 @@ from trtllm_replayssm.benchmarking.probes import DTYPE_NAMES, DTYPES  # noqa: E4
 from trtllm_replayssm.benchmarking.spec import GDN_SPEC_CANDIDATES, MAMBA2_SPEC_CANDIDATES  # noqa: E402
 from trtllm_replayssm.cache import gdn_ring_dtype  # noqa: E402
 from trtllm_replayssm.ops import launch  # noqa: E402
-from trtllm_replayssm.ops.common import fold_precision, one_pass_fold  # noqa: E402
+from trtllm_replayssm.ops.common import even_tile, fold_precision, one_pass_fold  # noqa: E402
 from trtllm_replayssm.ops.launch import clamp_loop_blocks, maxnreg_option  # noqa: E402
 from trtllm_replayssm.ops.gdn import replay as gdn_replay, spec as gdn_spec, standard as gdn_standard  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import replay as m2_replay, replay_fold as m2_replay_fold  # noqa: E402
@@ -163,14 +163,17 @@ def gdn_rows(state_dtype: str, head_dim: int = 128, L: int = 16, ring_dtype: Opt
                                                               DRAIN_ROWS=launch.drain_rows(cfg.block_p),
                                                               EARLY_STATE=bool(cfg.early_state),
                                                               STATE_ROW_STRIDE=head_dim,
-                                                              EVEN_TILE=head_dim % cfg.block_p == 0)
+                                                              EVEN_TILE=even_tile(head_dim, cfg.block_p, head_dim,
+                                                                                  head_dim))
             else:
+                chunks = clamp_loop_blocks(cfg, head_dim).loop_blocks
                 fn, c = gdn_replay._gdn_replay_kernel, dict(
                     common, HAS_FORCE_FLUSH=False, MODE=modes[kernel],
-                    BLOCK_V=cfg.block_p, CHUNKS=clamp_loop_blocks(cfg, head_dim).loop_blocks, BLOCK_L=L,
+                    BLOCK_V=cfg.block_p, CHUNKS=chunks, BLOCK_L=L,
                     FOLD_CHUNK=cfg.fold_chunk, FOLD_DOT=bool(cfg.fold_dot) and kernel == "fold",
                     DOT_PRECISION=fold_precision(kernel == "fold" and one_pass_fold(DTYPES[state_dtype])),
-                    HEADS_PER_PROG=cfg.heads_per_prog if kernel == "fold" else 1, EVEN_TILE=head_dim % cfg.block_p == 0,
+                    HEADS_PER_PROG=cfg.heads_per_prog if kernel == "fold" else 1,
+                    EVEN_TILE=even_tile(head_dim, cfg.block_p * chunks, head_dim, head_dim),
                     LOOP_STAGES=gdn_replay.LOOP_STAGES[modes[kernel]] if state_dtype == "fp32" else None,
                     ROW_BLOCK=cfg.row_block if kernel == "fold" else 1,
                     ROW_PROGS=cfg.row_progs if kernel == "fold" else 0,

@@ -559,6 +559,21 @@ def test_row_list_fold_probe_matches_the_package_fold():
     assert not torch.equal(wrong["ssm_state"], package["ssm_state"])
 
 
+@pytest.mark.parametrize("by_head", [False, True], ids=["rows", "heads"])
+@pytest.mark.parametrize("headdim,buffer_len,block_p", [(16, 4, 8), (12, 8, 4)])
+def test_rolling_flush_probe_matches_the_recurrence(by_head, headdim, buffer_len, block_p):
+    """``probe_rolling_flush.py``: its step (1/L of the rows, or heads, fold every step on a
+    circular ring) follows an fp64 recurrence over 3 cycles with staggered cursors, a
+    padding row, a forced flush mid-way and of every row at the end (the checkpoints then
+    equal the recurrence's state), leaves unused slots bit-identical, and a corrupted cached
+    x shows in the errors."""
+    probe = load_script("probe_rolling_flush")
+    res = probe.check(headdim, buffer_len, block_p, by_head=by_head)
+    assert res["output_error"] < 1e-4 and res["state_error"] < 1e-5 and res["unused_slots_unchanged"], res
+    bad = probe.check(headdim, buffer_len, block_p, by_head=by_head, corrupt=True)
+    assert bad["output_error"] > 1e-2 and bad["state_error"] > 1e-4, bad
+
+
 def test_probe_case_arguments_and_rigs():
     """``benchmarking.probes``: the probes' shared arguments, and one rig a case in order."""
     import argparse

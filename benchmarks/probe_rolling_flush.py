@@ -333,17 +333,30 @@ def rolling_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplu
     return step.out
 
 
-def advance_rolling(write_pos: torch.Tensor, fill: torch.Tensor, slots: torch.Tensor, buffer_len: int,
-                    force_flush: Optional[torch.Tensor] = None) -> None:
-    """After a step (every layer ran): ``write_pos`` one on (mod L) and ``fill`` one more
-    (at most L - 1), or 0 where the row was force-flushed, for the batch's real ``slots``
-    (no padding). Device ops only (capturable)."""
-    wp = (write_pos[slots] + 1) % buffer_len
-    n = torch.clamp(fill[slots] + 1, max=buffer_len - 1)
-    if force_flush is not None:
-        n = torch.where(force_flush != 0, torch.zeros_like(n), n)
-    write_pos[slots] = wp.to(write_pos.dtype)
-    fill[slots] = n.to(fill.dtype)
+@triton.jit
+def _advance_kernel(write_pos_ptr, fill_ptr, slot_idx_ptr, force_flush_ptr, batch, pad_slot_id, L: tl.constexpr,
+                    HAS_FORCE_FLUSH: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    slot = tl.load(slot_idx_ptr + rows, mask=rows < batch, other=pad_slot_id).to(tl.int64)
+    ok = (rows < batch) & (slot != pad_slot_id)
+    w = tl.load(write_pos_ptr + slot, mask=ok, other=0)
+    n = tl.minimum(tl.load(fill_ptr + slot, mask=ok, other=0) + 1, L - 1)
+    if HAS_FORCE_FLUSH:
+        n = tl.where(tl.load(force_flush_ptr + rows, mask=ok, other=0) != 0, 0, n)
+    tl.store(write_pos_ptr + slot, (w + 1) % L, mask=ok)
+    tl.store(fill_ptr + slot, n, mask=ok)
+
+
+def advance_rolling(write_pos: torch.Tensor, fill: torch.Tensor, state_batch_indices: torch.Tensor, buffer_len: int,
+                    force_flush: Optional[torch.Tensor] = None, pad_slot_id: int = -1) -> None:
+    """After a step (every layer ran), for the batch's rows but padding: ``write_pos`` one on
+    (mod L), ``fill`` one more (at most L - 1) or 0 where the row was force-flushed. One
+    launch, as the package's cursor advance (capturable)."""
+    batch, block = state_batch_indices.numel(), 128
+    _advance_kernel[(triton.cdiv(batch, block),)](write_pos, fill, state_batch_indices,
+                                                  force_flush if force_flush is not None else write_pos, batch,
+                                                  pad_slot_id, L=buffer_len, HAS_FORCE_FLUSH=force_flush is not None,
+                                                  BLOCK=block)
 
 
 # ---- numerics: against an fp64 recurrence ------------------------------------------------------
@@ -392,7 +405,7 @@ def check(headdim: int = 16, buffer_len: int = 4, block_p: int = 8, cycles: int 
                                  dt_bias=dt_bias, dt_softplus=True)
         ref[real] = new
         err_y = max(err_y, (out[rows].double() - y).abs().max().item())
-        advance_rolling(write_pos, fill, real, L, force[rows])
+        advance_rolling(write_pos, fill, slot_idx, L, force)
         if corrupt and t == L:
             # The last token's entry, in the window of every row (head) that did not fold it.
             x_cache[real[0], :, (int(write_pos[real[0]]) - 1) % L] += 1.0
@@ -425,7 +438,7 @@ def time_rolling_cycle_us(rig, block_p: int, num_warps: int, fill: torch.Tensor,
             for layer in range(rig.n_layers):
                 rolling_step(cache.ssm_state[layer], **rig.step, **cache.ring_kwargs(layer) | dict(fill=fill),
                              block_p=block_p, num_warps=num_warps, by_head=by_head)
-            advance_rolling(cache.write_pos, fill, rig.slot_idx.long(), L)
+            advance_rolling(cache.write_pos, fill, rig.slot_idx, L)
 
     saved = cache.write_pos.clone()
     cache.write_pos.copy_(even_phases(cache.write_pos.numel(), L, seed=0).to(cache.write_pos.dtype))

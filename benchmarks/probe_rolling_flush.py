@@ -215,6 +215,7 @@ def _rolling_heads_kernel(
     DT_SOFTPLUS: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr, L: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr, CHUNK: tl.constexpr,
     FOLDS: tl.constexpr, EVEN_ROWS: tl.constexpr, EVEN_COLS: tl.constexpr, FOLD_ROWS: tl.constexpr = 8,
+    FOLDING: tl.constexpr = True,
 ):
     """The rolling flush with a head's rows in step: head ``h`` folds when
     ``(write_pos + h) % L == L - 1``, so a program's rows share one window and a folding
@@ -238,7 +239,7 @@ def _rolling_heads_kernel(
         store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
         return
     phase = (w + pid_h) % L
-    fold = phase == L - 1
+    fold = (phase == L - 1) & FOLDING  # FOLDING off: a timing of the reading programs alone (wrong states)
     if HAS_FORCE_FLUSH:
         fold = fold | (tl.load(force_flush_ptr + pid_b) != 0)
     age = tl.minimum(phase, fill)  # ring entries in the head's window
@@ -310,7 +311,7 @@ def _rolling_heads_kernel(
 def rolling_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False, state_batch_indices=None,
                  pad_slot_id=-1, out=None, *, x_cache, dt_cache, B_cache, write_pos, fill, force_flush=None,
                  block_p: int = 32, num_warps: int = 1, chunk: int = 4, by_head: bool = False,
-                 fold_rows: Optional[int] = None) -> torch.Tensor:
+                 fold_rows: Optional[int] = None, folding: bool = True) -> torch.Tensor:
     """One rolling-flush Mamba2 step for a batch (one layer); the package's step arguments
     and ring; ``fill (slots,)`` int32 in ``[0, L)``. Cursors are advanced once a step, after
     every layer: :func:`advance_rolling`."""
@@ -327,7 +328,8 @@ def rolling_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplu
         **step.kernel_args(),
         HAS_FORCE_FLUSH=force_flush is not None, L=L, BLOCK_P=block_p,
         BLOCK_N=triton.next_power_of_2(step.dstate), BLOCK_L=block_l, CHUNK=min(chunk, block_l),
-        FOLDS=max(2, triton.next_power_of_2(triton.cdiv(block_p, L))), **({"FOLD_ROWS": min(fold_rows or (8 if num_warps > 1 else 4), block_p)} if by_head else {}),
+        FOLDS=max(2, triton.next_power_of_2(triton.cdiv(block_p, L))), **({"FOLD_ROWS": min(fold_rows or (8 if num_warps > 1 else 4), block_p), "FOLDING": folding}
+           if by_head else {}),
         **even_rows_and_cols(step.headdim, block_p, step.dstate, triton.next_power_of_2(step.dstate)),
         num_warps=num_warps)
     return step.out
@@ -425,9 +427,10 @@ CANDIDATES = {"rows": [(16, 1), (32, 4)], "heads": [(16, 1), (32, 1), (32, 2), (
 
 
 def time_rolling_cycle_us(rig, block_p: int, num_warps: int, fill: torch.Tensor, replays: int,
-                          by_head: bool = False) -> float:
+                          by_head: bool = False, folding: bool = True) -> float:
     """Median us a layer-step over whole cycles of the rolling step (cursors staggered, as in
-    a steady state: every slot's ring full)."""
+    a steady state: every slot's ring full). ``folding`` off (heads form): no head folds,
+    what the reading programs cost alone (the states are then wrong)."""
     from trtllm_replayssm.benchmarking.rig import even_phases
     from trtllm_replayssm.benchmarking.timing import capture, time_graph_ms
 
@@ -437,7 +440,7 @@ def time_rolling_cycle_us(rig, block_p: int, num_warps: int, fill: torch.Tensor,
         for _ in range(L):
             for layer in range(rig.n_layers):
                 rolling_step(cache.ssm_state[layer], **rig.step, **cache.ring_kwargs(layer) | dict(fill=fill),
-                             block_p=block_p, num_warps=num_warps, by_head=by_head)
+                             block_p=block_p, num_warps=num_warps, by_head=by_head, folding=folding)
             advance_rolling(cache.write_pos, fill, rig.slot_idx, L)
 
     saved = cache.write_pos.clone()
@@ -482,12 +485,21 @@ def main() -> None:
         us = median_of_rounds(timers, args.rounds)
         base = us[("standard", "aligned")]
         best = min((k for k in us if k[0].startswith("rolling")), key=us.__getitem__)
+        # Where the time goes: the package's non-flush step, and the best heads config's
+        # reading programs with no fold.
+        heads = min((k for k in us if k[0].startswith("rolling heads")), key=us.__getitem__)
+        hbp, hnw = (int(v) for v in heads[0].split()[-1].split("x"))
+        nonflush = rig.time_step_us(Launch("output_only", table["output_only"]["config"], table["fold"]["config"]), 0,
+                                    args.replays)
+        reading = time_rolling_cycle_us(rig, hbp, hnw, fill, args.replays, True, folding=False)
         log.add(model=name, state_dtype=dtype, batch=batch, L=rig.case.buffer_len, standard_us=round(base, 2),
                 output_only_us=round(us[("output_only", "aligned")], 2),
                 output_only_staggered_us=round(us[("output_only", "staggered")], 2),
                 output_only_speedup=round(base / max(us[("output_only", "aligned")],
                                                      us[("output_only", "staggered")]), 3),
+                output_only_nonflush_us=round(nonflush, 2),
                 rolling_best=best[0], rolling_us=round(us[best], 2), rolling_speedup=round(base / us[best], 3),
+                rolling_heads_reading_only_us=round(reading, 2),
                 rolling_all={k[0]: round(t, 2) for k, t in us.items() if k[0].startswith("rolling")})
         del timers
     log.print_table()

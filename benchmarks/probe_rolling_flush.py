@@ -36,6 +36,11 @@ interpreter), and times whole cycles beside the dispatcher table's standard kern
 
     python benchmarks/probe_rolling_flush.py --check              # numerics, tiny shapes
     python benchmarks/probe_rolling_flush.py --out benchmarks/results/rolling_flush.json
+
+Measured on an H100 (``rolling_flush_h100.json``; benchmarks/README.md, "Open performance
+work"): both forms lose to the package's route (fp32, batch 128: 1.43-1.52x against
+1.69-1.70x); the folds cost the heads form's step about twice what the package's fold
+launch costs a step, amortised over its cycle.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ import triton.language as tl
 from trtllm_replayssm.ops.common import dim_mask, even_rows_and_cols, load_slot, store_nan_output
 from trtllm_replayssm.ops.mamba2._common import load_dt, load_output_terms, ring_args, store_output
 from trtllm_replayssm.ops.mamba2.naive import mamba2_step_ref
+from trtllm_replayssm.ops.mamba2.replay import _step_loads
 from trtllm_replayssm.ops.mamba2.step_inputs import check_state_pool, parse_mamba2_step
 
 
@@ -95,7 +101,7 @@ def _fold_row(state_row, xc_row, dtc_base, Bc_base, stride_xc_l, stride_Bc_l, w,
 
 
 @triton.jit(do_not_specialize=["num_slots"])
-def _rolling_rows_kernel(
+def _rolling_step_kernel(
     state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr, write_pos_ptr, fill_ptr, force_flush_ptr,
     x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr,
     num_slots, headdim, dstate, heads_per_group, pad_slot_id,
@@ -106,9 +112,18 @@ def _rolling_rows_kernel(
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
     DT_SOFTPLUS: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr, L: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr, CHUNK: tl.constexpr,
-    FOLDS: tl.constexpr, EVEN_ROWS: tl.constexpr, EVEN_COLS: tl.constexpr,
+    FOLDS: tl.constexpr, EVEN_ROWS: tl.constexpr, EVEN_COLS: tl.constexpr, BY_HEAD: tl.constexpr = False,
+    FOLD_ROWS: tl.constexpr = 8, FOLDING: tl.constexpr = True,
 ):
-    """The ``rows`` form: state row ``p`` folds when ``(write_pos + p) % L == L - 1``."""
+    """One rolling-flush step; ``BY_HEAD`` picks the form.
+
+    ``rows``: state row ``p`` folds when ``(write_pos + p) % L == L - 1``; a program's rows
+    have their own windows, and its folding rows (FOLDS at most) are summed on the ring's
+    walk. ``heads``: head ``h`` folds when ``(write_pos + h) % L == L - 1``; a program's rows
+    share one window, and a folding program rebuilds its tile FOLD_ROWS rows at a time (the
+    ``state_and_output`` walk: fp32 FMAs, one rank-1 update an entry) and stores it, the
+    others take the ``output_only`` walk. ``FOLDING`` off (heads): no head folds, a timing of
+    the reading programs alone (the states are then wrong)."""
     pid_p = tl.program_id(0)
     pid_h = tl.program_id(1)
     pid_b = tl.program_id(2)
@@ -129,68 +144,126 @@ def _rolling_rows_kernel(
     if HAS_FORCE_FLUSH:
         force = tl.load(force_flush_ptr + pid_b) != 0
 
-    g = pid_h // heads_per_group
-    head_state = state_ptr + slot * stride_state_slot + pid_h * stride_state_h
-    S0 = tl.load(head_state + offs_p[:, None] * stride_state_p + offs_n[None, :],
-                 mask=mask_p[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
-    C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-    x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0)
-    xf = x.to(tl.float32)
-    dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h, HAS_DT_BIAS, DT_SOFTPLUS)
-    A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
-    B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n, other=0.0)
-    Bf = B.to(tl.float32)
-    D, z = load_output_terms(offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, stride_D_h, stride_D_p, stride_z_b,
-                             stride_z_h, HAS_D, HAS_Z)
+    if BY_HEAD:
+        phase = (w + pid_h) % L
+        fold = ((phase == L - 1) & FOLDING) | force
+        age = tl.minimum(phase, fill)  # ring entries in the head's window
 
-    # The ring newest first: entry l is l + 1 steps old, at (w - 1 - l) mod L; walked in
-    # chunks of CHUNK entries (a chunk's loads issue together; the tiles stay small), with
-    # the block's folding rows (``(w + p) % L == L - 1``, FOLDS of them at most) summed on the
-    # way: their window is the whole ring.
-    dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
-    xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
-    Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
-    age = tl.minimum((w + offs_p) % L, fill)  # ring entries in each row's window
-    fold_r = (2 * L - 1 - w - p0 % L) % L + tl.arange(0, FOLDS) * L  # the folding rows, in the block
-    fold_ok = (fold_r < BLOCK_P) & (p0 + fold_r < headdim) & (not force)
-    # S_0 C first, decayed entry by entry over each row's window during the walk: a row sum
-    # left for after the walk keeps the checkpoint tile in registers across it, and a
-    # [P, L] tile of the windows' dt sums doubles the launch's registers.
-    s0c = tl.exp(tl.minimum(A * dt, 0.0)) * tl.sum(S0 * C[None, :], axis=1)
-    y = (dt * tl.sum(Bf * C, axis=0)) * xf
-    carry = dt  # dt of the tokens newer than the next chunk, this one included
-    acc = tl.zeros([FOLDS, BLOCK_N], tl.float32)
-    for c in range(0, BLOCK_L // CHUNK):
-        if c * CHUNK < fill:
-            for i in tl.static_range(CHUNK):  # entry by entry: vectors in y's layout, no [P, L] tiles
-                j = c * CHUNK + i
-                carry, dt_j, coef, x_j, B_j = _window_entry(j, fill, w, carry, A, dtc_base, xc_base, Bc_base,
-                                                            stride_xc_l, stride_Bc_l, offs_p, offs_n, mask_p, mask_n, L)
-                in_window = j < age
-                s0c = tl.where(in_window, s0c * tl.exp(tl.minimum(A * dt_j, 0.0)), s0c)
-                y += tl.where(in_window, (coef * tl.sum(B_j * C, axis=0)) * x_j, 0.0)
-                x_fold = tl.load(xc_base + ((w - 1 - j + 2 * L) % L) * stride_xc_l + p0 + fold_r,
-                                 mask=fold_ok & (j < fill), other=0.0).to(tl.float32)
-                acc += (coef * x_fold)[:, None] * B_j[None, :]
-    y += s0c
+        g = pid_h // heads_per_group
+        head_state = state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+        C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0)
+        dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h, HAS_DT_BIAS,
+                     DT_SOFTPLUS)
+        A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
+        B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n, other=0.0)
+        Bf = B.to(tl.float32)
+        dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
+        xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
+        Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
+        # The window's decay from its dt first, so the walk adds onto exp(A T) S_0 (one tile live).
+        offs_l = tl.arange(0, BLOCK_L)
+        T = dt + tl.sum(tl.load(dtc_base + (w - 1 - offs_l + 2 * L) % L, mask=offs_l < age, other=0.0), axis=0)
+        decay = tl.exp(tl.minimum(A * T, 0.0))
+        if fold:
+            # FOLD_ROWS rows at a time: a whole tile rebuilt by rank-1 updates would set the
+            # launch's registers (255 at 32 rows on one warp) for the 15 programs in 16 that only
+            # read.
+            for sub in range(0, BLOCK_P // FOLD_ROWS):
+                offs_q = p0 + sub * FOLD_ROWS + tl.arange(0, FOLD_ROWS)
+                mask_q = dim_mask(offs_q, headdim, EVEN_ROWS)
+                ptrs = head_state + offs_q[:, None] * stride_state_p + offs_n[None, :]
+                x_q = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_q, mask=mask_q, other=0.0)
+                x_qf = x_q.to(tl.float32)
+                S = (decay * tl.load(ptrs, mask=mask_q[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
+                     + (dt * x_qf)[:, None] * Bf[None, :])
+                carry = dt  # dt of the tokens newer than the next entry, this one included
+                for c in range(0, BLOCK_L // CHUNK):
+                    if c * CHUNK < age:
+                        for i in tl.static_range(CHUNK):
+                            carry, dt_j, coef, x_j, B_j = _window_entry(
+                                c * CHUNK + i, age, w, carry, A, dtc_base, xc_base, Bc_base, stride_xc_l, stride_Bc_l,
+                                offs_q, offs_n, mask_q, mask_n, L)
+                            S += (coef * x_j)[:, None] * B_j[None, :]
+                tl.store(ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_q[:, None] & mask_n[None, :])
+                D_q, z_q = load_output_terms(offs_q, mask_q, pid_b, pid_h, D_ptr, z_ptr, stride_D_h, stride_D_p,
+                                             stride_z_b, stride_z_h, HAS_D, HAS_Z)
+                store_output(tl.sum(S * C[None, :], axis=1), x_qf, D_q, z_q, offs_q, mask_q, pid_b, pid_h, out_ptr,
+                             stride_out_b, stride_out_h, HAS_D, HAS_Z)
+        else:
+            S0 = tl.load(head_state + offs_p[:, None] * stride_state_p + offs_n[None, :],
+                         mask=mask_p[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
+            D, z = load_output_terms(offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, stride_D_h, stride_D_p, stride_z_b,
+                                     stride_z_h, HAS_D, HAS_Z)
+            xf = x.to(tl.float32)
+            y = decay * tl.sum(S0 * C[None, :], axis=1) + (dt * tl.sum(Bf * C, axis=0)) * xf
+            carry = dt
+            for c in range(0, BLOCK_L // CHUNK):
+                if c * CHUNK < age:
+                    for i in tl.static_range(CHUNK):
+                        carry, dt_j, coef, x_j, B_j = _window_entry(c * CHUNK + i, age, w, carry, A, dtc_base, xc_base,
+                                                                    Bc_base, stride_xc_l, stride_Bc_l, offs_p, offs_n,
+                                                                    mask_p, mask_n, L)
+                        y += (coef * tl.sum(B_j * C, axis=0)) * x_j
+            store_output(y, xf, D, z, offs_p, mask_p, pid_b, pid_h, out_ptr, stride_out_b, stride_out_h, HAS_D, HAS_Z)
 
-    # Every thread's checkpoint loads are done before a folding row is stored over them.
-    tl.debug_barrier()
-    if force:
-        for r in range(0, BLOCK_P):
-            if p0 + r < headdim:
-                _fold_row(head_state + (p0 + r) * stride_state_p, xc_base + p0 + r, dtc_base, Bc_base, stride_xc_l,
-                          stride_Bc_l, w, tl.minimum((w + p0 + r) % L, fill), A, dt,
-                          tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + p0 + r).to(tl.float32), Bf,
-                          offs_n, mask_n, L, BLOCK_L, CHUNK)
     else:
-        fold_ptrs = head_state + (p0 + fold_r)[:, None] * stride_state_p + offs_n[None, :]
-        fold_mask = fold_ok[:, None] & mask_n[None, :]
-        x_f = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + p0 + fold_r, mask=fold_ok,
-                      other=0.0).to(tl.float32)
-        s0 = tl.load(fold_ptrs, mask=fold_mask, other=0.0).to(tl.float32)
-        s_new = tl.exp(tl.minimum(A * carry, 0.0)) * s0 + acc + (dt * x_f)[:, None] * Bf[None, :]
-        tl.store(fold_ptrs, s_new.to(state_ptr.dtype.element_ty), mask=fold_mask)
+        head_state = state_ptr + slot * stride_state_slot + pid_h * stride_state_h
+        g, _, _, S0, C, x, xf, dt, A, B, Bf, D, z = _step_loads(
+            state_ptr, slot, pid_b, pid_h, heads_per_group, mask_p, mask_n, offs_p, offs_n, x_ptr, dt_ptr, A_ptr,
+            B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, stride_state_slot, stride_state_h, stride_state_p, stride_x_b,
+            stride_x_h, stride_dt_b, stride_dt_h, stride_A_h, stride_B_b, stride_B_g, stride_C_b, stride_C_g,
+            stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_dtb_h, HAS_D, HAS_Z, HAS_DT_BIAS, DT_SOFTPLUS)
+
+        # The ring newest first: entry l is l + 1 steps old, at (w - 1 - l) mod L; walked in
+        # chunks of CHUNK entries (a chunk's loads issue together; the tiles stay small), with
+        # the block's folding rows (``(w + p) % L == L - 1``, FOLDS of them at most) summed on the
+        # way: their window is the whole ring.
+        dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
+        xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
+        Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
+        age = tl.minimum((w + offs_p) % L, fill)  # ring entries in each row's window
+        fold_r = (2 * L - 1 - w - p0 % L) % L + tl.arange(0, FOLDS) * L  # the folding rows, in the block
+        fold_ok = (fold_r < BLOCK_P) & (p0 + fold_r < headdim) & (not force)
+        # S_0 C first, decayed entry by entry over each row's window during the walk: a row sum
+        # left for after the walk keeps the checkpoint tile in registers across it, and a
+        # [P, L] tile of the windows' dt sums doubles the launch's registers.
+        s0c = tl.exp(tl.minimum(A * dt, 0.0)) * tl.sum(S0 * C[None, :], axis=1)
+        y = (dt * tl.sum(Bf * C, axis=0)) * xf
+        carry = dt  # dt of the tokens newer than the next chunk, this one included
+        acc = tl.zeros([FOLDS, BLOCK_N], tl.float32)
+        for c in range(0, BLOCK_L // CHUNK):
+            if c * CHUNK < fill:
+                for i in tl.static_range(CHUNK):  # entry by entry: vectors in y's layout, no [P, L] tiles
+                    j = c * CHUNK + i
+                    carry, dt_j, coef, x_j, B_j = _window_entry(j, fill, w, carry, A, dtc_base, xc_base, Bc_base,
+                                                                stride_xc_l, stride_Bc_l, offs_p, offs_n, mask_p,
+                                                                mask_n, L)
+                    in_window = j < age
+                    s0c = tl.where(in_window, s0c * tl.exp(tl.minimum(A * dt_j, 0.0)), s0c)
+                    y += tl.where(in_window, (coef * tl.sum(B_j * C, axis=0)) * x_j, 0.0)
+                    x_fold = tl.load(xc_base + ((w - 1 - j + 2 * L) % L) * stride_xc_l + p0 + fold_r,
+                                     mask=fold_ok & (j < fill), other=0.0).to(tl.float32)
+                    acc += (coef * x_fold)[:, None] * B_j[None, :]
+        y += s0c
+
+        # Every thread's checkpoint loads are done before a folding row is stored over them.
+        tl.debug_barrier()
+        if force:
+            for r in range(0, BLOCK_P):
+                if p0 + r < headdim:
+                    _fold_row(head_state + (p0 + r) * stride_state_p, xc_base + p0 + r, dtc_base, Bc_base,
+                              stride_xc_l, stride_Bc_l, w, tl.minimum((w + p0 + r) % L, fill), A, dt,
+                              tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + p0 + r).to(tl.float32), Bf,
+                              offs_n, mask_n, L, BLOCK_L, CHUNK)
+        else:
+            fold_ptrs = head_state + (p0 + fold_r)[:, None] * stride_state_p + offs_n[None, :]
+            fold_mask = fold_ok[:, None] & mask_n[None, :]
+            x_f = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + p0 + fold_r, mask=fold_ok,
+                          other=0.0).to(tl.float32)
+            s0 = tl.load(fold_ptrs, mask=fold_mask, other=0.0).to(tl.float32)
+            s_new = tl.exp(tl.minimum(A * carry, 0.0)) * s0 + acc + (dt * x_f)[:, None] * Bf[None, :]
+            tl.store(fold_ptrs, s_new.to(state_ptr.dtype.element_ty), mask=fold_mask)
 
     # The token goes into the ring at w (every step: the ring is circular); no row's window
     # reaches entry w, which is L steps old.
@@ -199,113 +272,8 @@ def _rolling_rows_kernel(
         tl.store(dtc_base + w, dt)
         if pid_h % heads_per_group == 0:
             tl.store(Bc_base + w * stride_Bc_l + offs_n, B.to(B_cache_ptr.dtype.element_ty), mask=mask_n)
-    store_output(y, xf, D, z, offs_p, mask_p, pid_b, pid_h, out_ptr, stride_out_b, stride_out_h, HAS_D, HAS_Z)
-
-
-@triton.jit(do_not_specialize=["num_slots"])
-def _rolling_heads_kernel(
-    state_ptr, x_cache_ptr, dt_cache_ptr, B_cache_ptr, write_pos_ptr, fill_ptr, force_flush_ptr,
-    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, out_ptr, slot_idx_ptr,
-    num_slots, headdim, dstate, heads_per_group, pad_slot_id,
-    stride_state_slot, stride_state_h, stride_state_p,
-    stride_xc_slot, stride_xc_h, stride_xc_l, stride_dtc_slot, stride_dtc_h, stride_Bc_slot, stride_Bc_g, stride_Bc_l,
-    stride_x_b, stride_x_h, stride_dt_b, stride_dt_h, stride_A_h, stride_B_b, stride_B_g, stride_C_b, stride_C_g,
-    stride_D_h, stride_D_p, stride_z_b, stride_z_h, stride_dtb_h, stride_out_b, stride_out_h,
-    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, HAS_SLOT_IDX: tl.constexpr,
-    DT_SOFTPLUS: tl.constexpr, HAS_FORCE_FLUSH: tl.constexpr, L: tl.constexpr,
-    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr, CHUNK: tl.constexpr,
-    FOLDS: tl.constexpr, EVEN_ROWS: tl.constexpr, EVEN_COLS: tl.constexpr, FOLD_ROWS: tl.constexpr = 8,
-    FOLDING: tl.constexpr = True,
-):
-    """The rolling flush with a head's rows in step: head ``h`` folds when
-    ``(write_pos + h) % L == L - 1``, so a program's rows share one window and a folding
-    program rebuilds its tile, FOLD_ROWS rows at a time (the ``state_and_output`` walk: fp32
-    FMAs, one rank-1 update an entry), and stores it; the others take the ``output_only``
-    walk. (FOLDS unused.)"""
-    pid_p = tl.program_id(0)
-    pid_h = tl.program_id(1)
-    pid_b = tl.program_id(2)
-    p0 = pid_p * BLOCK_P
-    offs_p = p0 + tl.arange(0, BLOCK_P)
-    offs_n = tl.arange(0, BLOCK_N)
-    mask_p = dim_mask(offs_p, headdim, EVEN_ROWS)
-    mask_n = dim_mask(offs_n, dstate, EVEN_COLS)
-    slot, is_pad, is_bad = load_slot(slot_idx_ptr, pid_b, num_slots, pad_slot_id, HAS_SLOT_IDX)
-    if is_pad:
-        return
-    w = tl.load(write_pos_ptr + slot)
-    fill = tl.load(fill_ptr + slot)
-    if is_bad | (w < 0) | (w >= L) | (fill < 0) | (fill >= L):
-        store_nan_output(out_ptr, offs_p, mask_p, pid_b, pid_h, stride_out_b, stride_out_h)
-        return
-    phase = (w + pid_h) % L
-    fold = (phase == L - 1) & FOLDING  # FOLDING off: a timing of the reading programs alone (wrong states)
-    if HAS_FORCE_FLUSH:
-        fold = fold | (tl.load(force_flush_ptr + pid_b) != 0)
-    age = tl.minimum(phase, fill)  # ring entries in the head's window
-
-    g = pid_h // heads_per_group
-    head_state = state_ptr + slot * stride_state_slot + pid_h * stride_state_h
-    C = tl.load(C_ptr + pid_b * stride_C_b + g * stride_C_g + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-    x = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_p, mask=mask_p, other=0.0)
-    dt = load_dt(dt_ptr, dt_bias_ptr, pid_b, pid_h, stride_dt_b, stride_dt_h, stride_dtb_h, HAS_DT_BIAS, DT_SOFTPLUS)
-    A = tl.load(A_ptr + pid_h * stride_A_h).to(tl.float32)
-    B = tl.load(B_ptr + pid_b * stride_B_b + g * stride_B_g + offs_n, mask=mask_n, other=0.0)
-    Bf = B.to(tl.float32)
-    dtc_base = dt_cache_ptr + slot * stride_dtc_slot + pid_h * stride_dtc_h
-    xc_base = x_cache_ptr + slot * stride_xc_slot + pid_h * stride_xc_h
-    Bc_base = B_cache_ptr + slot * stride_Bc_slot + g * stride_Bc_g
-    # The window's decay from its dt first, so the walk adds onto exp(A T) S_0 (one tile live).
-    offs_l = tl.arange(0, BLOCK_L)
-    T = dt + tl.sum(tl.load(dtc_base + (w - 1 - offs_l + 2 * L) % L, mask=offs_l < age, other=0.0), axis=0)
-    decay = tl.exp(tl.minimum(A * T, 0.0))
-    if fold:
-        # FOLD_ROWS rows at a time: a whole tile rebuilt by rank-1 updates would set the
-        # launch's registers (255 at 32 rows on one warp) for the 15 programs in 16 that only
-        # read.
-        for sub in range(0, BLOCK_P // FOLD_ROWS):
-            offs_q = p0 + sub * FOLD_ROWS + tl.arange(0, FOLD_ROWS)
-            mask_q = dim_mask(offs_q, headdim, EVEN_ROWS)
-            ptrs = head_state + offs_q[:, None] * stride_state_p + offs_n[None, :]
-            x_q = tl.load(x_ptr + pid_b * stride_x_b + pid_h * stride_x_h + offs_q, mask=mask_q, other=0.0)
-            x_qf = x_q.to(tl.float32)
-            S = (decay * tl.load(ptrs, mask=mask_q[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
-                 + (dt * x_qf)[:, None] * Bf[None, :])
-            carry = dt  # dt of the tokens newer than the next entry, this one included
-            for c in range(0, BLOCK_L // CHUNK):
-                if c * CHUNK < age:
-                    for i in tl.static_range(CHUNK):
-                        carry, dt_j, coef, x_j, B_j = _window_entry(c * CHUNK + i, age, w, carry, A, dtc_base, xc_base,
-                                                                    Bc_base, stride_xc_l, stride_Bc_l, offs_q, offs_n,
-                                                                    mask_q, mask_n, L)
-                        S += (coef * x_j)[:, None] * B_j[None, :]
-            tl.store(ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_q[:, None] & mask_n[None, :])
-            D_q, z_q = load_output_terms(offs_q, mask_q, pid_b, pid_h, D_ptr, z_ptr, stride_D_h, stride_D_p,
-                                         stride_z_b, stride_z_h, HAS_D, HAS_Z)
-            store_output(tl.sum(S * C[None, :], axis=1), x_qf, D_q, z_q, offs_q, mask_q, pid_b, pid_h, out_ptr,
-                         stride_out_b, stride_out_h, HAS_D, HAS_Z)
-    else:
-        S0 = tl.load(head_state + offs_p[:, None] * stride_state_p + offs_n[None, :],
-                     mask=mask_p[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
-        D, z = load_output_terms(offs_p, mask_p, pid_b, pid_h, D_ptr, z_ptr, stride_D_h, stride_D_p, stride_z_b,
-                                 stride_z_h, HAS_D, HAS_Z)
-        xf = x.to(tl.float32)
-        y = decay * tl.sum(S0 * C[None, :], axis=1) + (dt * tl.sum(Bf * C, axis=0)) * xf
-        carry = dt
-        for c in range(0, BLOCK_L // CHUNK):
-            if c * CHUNK < age:
-                for i in tl.static_range(CHUNK):
-                    carry, dt_j, coef, x_j, B_j = _window_entry(c * CHUNK + i, age, w, carry, A, dtc_base, xc_base,
-                                                                Bc_base, stride_xc_l, stride_Bc_l, offs_p, offs_n,
-                                                                mask_p, mask_n, L)
-                    y += (coef * tl.sum(B_j * C, axis=0)) * x_j
+    if not BY_HEAD:  # (the heads form stores its outputs in its branches)
         store_output(y, xf, D, z, offs_p, mask_p, pid_b, pid_h, out_ptr, stride_out_b, stride_out_h, HAS_D, HAS_Z)
-
-    tl.store(xc_base + w * stride_xc_l + offs_p, x.to(x_cache_ptr.dtype.element_ty), mask=mask_p)
-    if pid_p == 0:
-        tl.store(dtc_base + w, dt)
-        if pid_h % heads_per_group == 0:
-            tl.store(Bc_base + w * stride_Bc_l + offs_n, B.to(B_cache_ptr.dtype.element_ty), mask=mask_n)
 
 
 def rolling_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False, state_batch_indices=None,
@@ -319,8 +287,7 @@ def rolling_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplu
     check_state_pool("state", state, step)
     L = x_cache.shape[2]
     block_l = max(2, triton.next_power_of_2(L))
-    kernel = _rolling_heads_kernel if by_head else _rolling_rows_kernel
-    kernel[(triton.cdiv(step.headdim, block_p), step.nheads, step.batch)](
+    _rolling_step_kernel[(triton.cdiv(step.headdim, block_p), step.nheads, step.batch)](
         state, x_cache, dt_cache, B_cache, write_pos, fill, force_flush if force_flush is not None else write_pos,
         num_slots=state.shape[0], headdim=step.headdim, dstate=step.dstate, heads_per_group=step.nheads // step.ngroups,
         stride_state_slot=state.stride(0), stride_state_h=state.stride(1), stride_state_p=state.stride(2),
@@ -328,8 +295,8 @@ def rolling_step(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplu
         **step.kernel_args(),
         HAS_FORCE_FLUSH=force_flush is not None, L=L, BLOCK_P=block_p,
         BLOCK_N=triton.next_power_of_2(step.dstate), BLOCK_L=block_l, CHUNK=min(chunk, block_l),
-        FOLDS=max(2, triton.next_power_of_2(triton.cdiv(block_p, L))), **({"FOLD_ROWS": min(fold_rows or (8 if num_warps > 1 else 4), block_p), "FOLDING": folding}
-           if by_head else {}),
+        FOLDS=max(2, triton.next_power_of_2(triton.cdiv(block_p, L))), BY_HEAD=by_head,
+        FOLD_ROWS=min(fold_rows or (8 if num_warps > 1 else 4), block_p), FOLDING=folding,
         **even_rows_and_cols(step.headdim, block_p, step.dstate, triton.next_power_of_2(step.dstate)),
         num_warps=num_warps)
     return step.out

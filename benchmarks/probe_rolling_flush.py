@@ -332,11 +332,12 @@ def advance_rolling(write_pos: torch.Tensor, fill: torch.Tensor, state_batch_ind
 
 def check(headdim: int = 16, buffer_len: int = 4, block_p: int = 8, cycles: int = 3, state_dtype=torch.float32,
           corrupt: bool = False, device: str = "cpu", seed: int = 0, by_head: bool = False) -> Dict[str, float]:
-    """Run ``cycles`` cycles (plus a forced flush of one row mid-way and of every row at the
-    end) on a small pool with staggered cursors, a padding row and unused slots; returns the
-    largest output and final-state errors against an fp64 recurrence, and whether the
-    slots the batch does not use stayed bit-identical. ``corrupt``: one cached x entry
-    inside a row's window is changed after the first cycle (the errors must then show it)."""
+    """Run ``cycles`` cycles (plus a forced flush of one batch row mid-way and of every row at
+    the end) on a small pool with staggered cursors, a padding row and unused slots; returns
+    the largest output and final-state errors against an fp64 recurrence, and whether the
+    slots the batch does not use stayed bit-identical. ``corrupt``: after the first cycle,
+    one slot's cached x of the last token is changed in every head, inside the window of
+    every part that has not folded it yet (the errors must then show it)."""
     g = torch.Generator().manual_seed(seed)
     H, P, N, G, L, slots_n = 4, headdim, 16, 2, buffer_len, 6
     act = torch.float32

@@ -38,9 +38,9 @@ interpreter), and times whole cycles beside the dispatcher table's standard kern
     python benchmarks/probe_rolling_flush.py --out benchmarks/results/rolling_flush.json
 
 Measured on an H100 (``rolling_flush_h100.json``; benchmarks/README.md, "Open performance
-work"): both forms lose to the package's route (fp32, batch 128: 1.43-1.52x against
-1.69-1.70x); the folds cost the heads form's step about twice what the package's fold
-launch costs a step, amortised over its cycle.
+work"): both forms lose to the package's route (fp32, batch 128: 1.44-1.53x against
+1.71-1.73x). The heads form's folds cost its step 43-52 us, where the package's fold launch
+costs a staggered step 27-28 us.
 """
 
 from __future__ import annotations

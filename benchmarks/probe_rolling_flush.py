@@ -422,7 +422,7 @@ def time_rolling_cycle_us(rig, block_p: int, num_warps: int, fill: torch.Tensor,
 def main() -> None:
     from trtllm_replayssm.benchmarking.probes import SkipLaunches, add_case_args, case_rigs, is_fold_launch
     from trtllm_replayssm.benchmarking.records import ProbeLog
-    from trtllm_replayssm.benchmarking.rig import Launch, median_of_rounds
+    from trtllm_replayssm.benchmarking.rig import Launch, median_of_rounds, time_flush_and_nonflush_steps
     from trtllm_replayssm.ops.launch import device_table_tag, launcher_in_front
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -453,12 +453,13 @@ def main() -> None:
         us = median_of_rounds(timers, args.rounds)
         base = us[("standard", "aligned")]
         best = min((k for k in us if k[0].startswith("rolling")), key=us.__getitem__)
-        # Where the time goes: the package's non-flush step, and the best heads config's
+        # Where the time goes: the package's flush and non-flush steps (as the benchmarks time
+        # them: the non-flush step with every window half full), and the best heads config's
         # reading programs with no fold.
         heads = min((k for k in us if k[0].startswith("rolling heads")), key=us.__getitem__)
         hbp, hnw = (int(v) for v in heads[0].split()[-1].split("x"))
-        nonflush = rig.time_step_us(Launch("output_only", table["output_only"]["config"], table["fold"]["config"]), 0,
-                                    args.replays)
+        flush, nonflush = time_flush_and_nonflush_steps(
+            rig, Launch("output_only", table["output_only"]["config"], table["fold"]["config"]), args.replays)
         reading = time_rolling_cycle_us(rig, hbp, hnw, fill, args.replays, True, folding=False)
         # The package's staggered cycle with its fold launch dropped: the non-flush launch on
         # the 15 rows in 16 that do not flush, so the difference is what the fold costs there.
@@ -470,7 +471,8 @@ def main() -> None:
                 output_only_staggered_us=round(us[("output_only", "staggered")], 2),
                 output_only_speedup=round(base / max(us[("output_only", "aligned")],
                                                      us[("output_only", "staggered")]), 3),
-                output_only_nonflush_us=round(nonflush, 2), output_only_staggered_no_fold_us=round(no_fold, 2),
+                output_only_nonflush_us=round(nonflush, 2), output_only_flush_us=round(flush, 2),
+                output_only_staggered_no_fold_us=round(no_fold, 2),
                 rolling_best=best[0], rolling_us=round(us[best], 2), rolling_speedup=round(base / us[best], 3),
                 rolling_heads_reading_only_us=round(reading, 2),
                 rolling_all={k[0]: round(t, 2) for k, t in us.items() if k[0].startswith("rolling")})

@@ -79,22 +79,15 @@ def _window_entry(j, age, w, carry, A, dtc_base, xc_base, Bc_base, stride_xc_l, 
 def _fold_row(state_row, xc_row, dtc_base, Bc_base, stride_xc_l, stride_Bc_l, w, age, A, dt, x_p, Bf, offs_n, mask_n,
               L: tl.constexpr, BLOCK_L: tl.constexpr, CHUNK: tl.constexpr):
     """Fold one state row ``[N]``: its ``age`` newest ring entries and this token, onto its
-    checkpoint row, stored in place. The ring is walked newest first, CHUNK entries at a
-    time, carrying the dt of the entries already walked (the weights' exponent)."""
-    carry = dt  # dt of the tokens newer than the next entry, this one included
+    checkpoint row, stored in place (the ring walked as :func:`_window_entry` walks it)."""
+    carry = dt
     acc = (dt * x_p) * Bf
     for c in range(0, BLOCK_L // CHUNK):
         if c * CHUNK < age:
-            offs_c = c * CHUNK + tl.arange(0, CHUNK)
-            m = offs_c < age
-            idx = (w - 1 - offs_c + 2 * L) % L
-            dt_c = tl.load(dtc_base + idx, mask=m, other=0.0)
-            coef = dt_c * tl.exp(tl.minimum(A * (carry + tl.cumsum(dt_c, axis=0) - dt_c), 0.0))
-            carry += tl.sum(dt_c, axis=0)
-            x_c = tl.load(xc_row + idx * stride_xc_l, mask=m, other=0.0).to(tl.float32)
-            B_c = tl.load(Bc_base + idx[:, None] * stride_Bc_l + offs_n[None, :], mask=m[:, None] & mask_n[None, :],
-                          other=0.0).to(tl.float32)
-            acc += tl.sum((coef * x_c)[:, None] * B_c, axis=0)
+            for i in tl.static_range(CHUNK):
+                carry, dt_j, coef, x_j, B_j = _window_entry(c * CHUNK + i, age, w, carry, A, dtc_base, xc_row, Bc_base,
+                                                            stride_xc_l, stride_Bc_l, 0, offs_n, True, mask_n, L)
+                acc += (coef * x_j) * B_j
     s0 = tl.load(state_row + offs_n, mask=mask_n, other=0.0).to(tl.float32)
     tl.store(state_row + offs_n, (tl.exp(tl.minimum(A * carry, 0.0)) * s0 + acc).to(state_row.dtype.element_ty),
              mask=mask_n)
@@ -419,6 +412,11 @@ def time_rolling_cycle_us(rig, block_p: int, num_warps: int, fill: torch.Tensor,
     return ms * 1e3 / (L * rig.n_layers)
 
 
+def rolling_label(form: str, block_p: int, num_warps: int) -> str:
+    """A rolling config's name in the records: ``rolling heads 32x1``."""
+    return f"rolling {form} {block_p}x{num_warps}"
+
+
 def main() -> None:
     from trtllm_replayssm.benchmarking.probes import SkipLaunches, add_case_args, case_rigs, is_fold_launch
     from trtllm_replayssm.benchmarking.records import ProbeLog
@@ -441,31 +439,28 @@ def main() -> None:
         fill = torch.zeros_like(rig.cache.write_pos)
         timers = {("standard", "aligned"): lambda: rig.time_cycle_us(Launch("standard", table["standard"]["config"]),
                                                                       args.replays)}
+        package = Launch("output_only", table["output_only"]["config"], table["fold"]["config"])
         for phase in ("aligned", "staggered"):
-            timers[("output_only", phase)] = (lambda s=phase == "staggered": rig.time_cycle_us(
-                Launch("output_only", table["output_only"]["config"], table["fold"]["config"]), args.replays, s))
-        for form, configs in CANDIDATES.items():
-            for bp, nw in configs:
-                if bp <= triton.next_power_of_2(rig.case.geom.headdim):
-                    timers[(f"rolling {form} {bp}x{nw}", "staggered")] = (
-                        lambda bp=bp, nw=nw, by_head=form == "heads": time_rolling_cycle_us(rig, bp, nw, fill,
-                                                                                           args.replays, by_head))
+            timers[("output_only", phase)] = (lambda s=phase == "staggered":
+                                              rig.time_cycle_us(package, args.replays, s))
+        rolling = [(form, bp, nw) for form, configs in CANDIDATES.items() for bp, nw in configs
+                   if bp <= triton.next_power_of_2(rig.case.geom.headdim)]
+        for form, bp, nw in rolling:
+            timers[(form, bp, nw)] = (lambda bp=bp, nw=nw, by_head=form == "heads":
+                                      time_rolling_cycle_us(rig, bp, nw, fill, args.replays, by_head))
         us = median_of_rounds(timers, args.rounds)
         base = us[("standard", "aligned")]
-        best = min((k for k in us if k[0].startswith("rolling")), key=us.__getitem__)
+        best = min(rolling, key=us.__getitem__)
         # Where the time goes: the package's flush and non-flush steps (as the benchmarks time
         # them: the non-flush step with every window half full), and the best heads config's
         # reading programs with no fold.
-        heads = min((k for k in us if k[0].startswith("rolling heads")), key=us.__getitem__)
-        hbp, hnw = (int(v) for v in heads[0].split()[-1].split("x"))
-        flush, nonflush = time_flush_and_nonflush_steps(
-            rig, Launch("output_only", table["output_only"]["config"], table["fold"]["config"]), args.replays)
+        _, hbp, hnw = min((k for k in rolling if k[0] == "heads"), key=us.__getitem__)
+        flush, nonflush = time_flush_and_nonflush_steps(rig, package, args.replays)
         reading = time_rolling_cycle_us(rig, hbp, hnw, fill, args.replays, True, folding=False)
         # The package's staggered cycle with its fold launch dropped: the non-flush launch on
         # the 15 rows in 16 that do not flush, so the difference is what the fold costs there.
         with launcher_in_front(SkipLaunches(is_fold_launch)):
-            no_fold = rig.time_cycle_us(Launch("output_only", table["output_only"]["config"], table["fold"]["config"]),
-                                        args.replays, staggered=True)
+            no_fold = rig.time_cycle_us(package, args.replays, staggered=True)
         log.add(model=name, state_dtype=dtype, batch=batch, L=rig.case.buffer_len, standard_us=round(base, 2),
                 output_only_us=round(us[("output_only", "aligned")], 2),
                 output_only_staggered_us=round(us[("output_only", "staggered")], 2),
@@ -473,9 +468,9 @@ def main() -> None:
                                                      us[("output_only", "staggered")]), 3),
                 output_only_nonflush_us=round(nonflush, 2), output_only_flush_us=round(flush, 2),
                 output_only_staggered_no_fold_us=round(no_fold, 2),
-                rolling_best=best[0], rolling_us=round(us[best], 2), rolling_speedup=round(base / us[best], 3),
-                rolling_heads_reading_only_us=round(reading, 2),
-                rolling_all={k[0]: round(t, 2) for k, t in us.items() if k[0].startswith("rolling")})
+                rolling_best=rolling_label(*best), rolling_us=round(us[best], 2),
+                rolling_speedup=round(base / us[best], 3), rolling_heads_reading_only_us=round(reading, 2),
+                rolling_all={rolling_label(*k): round(us[k], 2) for k in rolling})
         del timers
     log.print_table()
 

@@ -23,3 +23,14 @@ def check_accepted_tokens(out: torch.Tensor, rows: List[int], accepted: torch.Te
                 if s != pad:
                     err = rel_err(out[r, t].cpu(), y[r].double().cpu())
                     assert err <= tol, f"{where} row {r} token {t}: the {name} kernel differs by {err:.3g}"
+
+
+# Slot cursors a verify step must refuse (NaN outputs, state and ring untouched), as
+# (cursor, its value given Bh and the ring's length buf), for T = 2: the first write_pos
+# whose drafts overflow the ring's capacity Bh + T, and each cursor just outside its range.
+BAD_SPEC_CURSORS = {
+    "drafts_past_capacity": ("write_pos", lambda Bh, buf: Bh + 1),
+    "write_pos_below_0": ("write_pos", lambda Bh, buf: -1),
+    "origin_past_ring": ("origin", lambda Bh, buf: buf),
+    "origin_below_0": ("origin", lambda Bh, buf: -1),
+}

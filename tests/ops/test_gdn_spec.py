@@ -6,7 +6,7 @@ import torch
 
 from conftest import requires_cuda
 from mamba2_harness import DEVICE, rel_err, same_bits, tolerance
-from spec_harness import check_accepted_tokens
+from spec_harness import BAD_SPEC_CURSORS, check_accepted_tokens
 from trtllm_replayssm.benchmarking.spec import GDN_SPEC_CANDIDATES
 from trtllm_replayssm.ops.launch import LaunchConfig
 from trtllm_replayssm.cache import GDNGeometry
@@ -326,9 +326,10 @@ def test_standard_spec_baseline_with_promote():
     assert torch.equal(state[[1, 3]], untouched)
 
 
+@pytest.mark.parametrize("bad_cursor", BAD_SPEC_CURSORS.values(), ids=BAD_SPEC_CURSORS.keys())
 @pytest.mark.parametrize("split_fold", [1, 2, 3])
-def test_bad_slot_or_cursor_gives_nan_and_changes_nothing(split_fold):
-    """A row whose slot is out of range or whose drafts would overflow the ring gets NaN
+def test_bad_slot_or_cursor_gives_nan_and_changes_nothing(split_fold, bad_cursor):
+    """A row whose slot is out of range or whose cursors are (``BAD_SPEC_CURSORS``) gets NaN
     outputs (from one launch: the flush rows' own launch of split_fold 2 skips it) and
     leaves its state and ring alone; the good row is served."""
     H, HV, K, V, T, Bh = GEOM.num_k_heads, GEOM.num_v_heads, GEOM.head_k_dim, GEOM.head_v_dim, 2, 4
@@ -336,8 +337,10 @@ def test_bad_slot_or_cursor_gives_nan_and_changes_nothing(split_fold):
     state = torch.randn(3, HV, V, K, device=DEVICE)
     rings = dict(d_ring=torch.zeros(3, HV, buf, V, device=DEVICE), k_ring=torch.zeros(3, H, buf, K, device=DEVICE),
                  g_ring=torch.zeros(3, HV, buf, device=DEVICE))
-    wp = torch.tensor([0, Bh + 1, 0], dtype=torch.int32, device=DEVICE)  # slot 1: drafts would overflow the ring
-    cur = dict(write_pos=wp, origin=torch.zeros_like(wp), is_flush=torch.ones(3, dtype=torch.int8, device=DEVICE))
+    wp, origin = torch.zeros(3, dtype=torch.int32, device=DEVICE), torch.zeros(3, dtype=torch.int32, device=DEVICE)
+    cursor, value = bad_cursor
+    (wp if cursor == "write_pos" else origin)[1] = value(Bh, buf)  # slot 1's
+    cur = dict(write_pos=wp, origin=origin, is_flush=torch.ones(3, dtype=torch.int8, device=DEVICE))
     before = state.clone()
     rand = lambda *shape: torch.randn(*shape, device=DEVICE)  # noqa: E731
     out = gdn_replayssm_spec_decode(

@@ -11,7 +11,7 @@ import torch
 
 from conftest import requires_cuda
 from mamba2_harness import DEVICE, rel_err, same_bits, tolerance
-from spec_harness import check_accepted_tokens
+from spec_harness import BAD_SPEC_CURSORS, check_accepted_tokens
 from trtllm_replayssm.benchmarking.spec import MAMBA2_SPEC_CANDIDATES
 from trtllm_replayssm.ops.launch import LaunchConfig
 from trtllm_replayssm.cache import Mamba2Geometry
@@ -263,6 +263,38 @@ def test_bad_sizes():
         commit_replayssm_spec(wp, wp.clone(), fl, wp, num_tokens=4, history_len=16.0)
 
 
+def test_cursor_ops_against_a_plain_reference():
+    """commit and reset over 300 rows (three programs of 128) with random cursors, padding,
+    slots outside the pool and accepted counts outside [1, T], which leave their slot
+    alone. The flush test ``wp + 2T > Bh + T`` meets its boundary: after a commit at wp = 2
+    (T = 2, Bh = 4), after a reset (wp = 0) where T = Bh."""
+    g = torch.Generator().manual_seed(5)
+    T, Bh = 2, 4
+    slots, batch, buf = 320, 300, ring_capacity(T, Bh)
+    i32 = dict(dtype=torch.int32)
+    wp = torch.randint(0, Bh + 1, (slots,), generator=g, **i32)
+    origin = torch.randint(0, buf, (slots,), generator=g, **i32)
+    flush = torch.randint(0, 2, (slots,), generator=g, dtype=torch.int8)
+    rows = torch.randperm(slots, generator=g)[:batch].to(torch.int32)
+    rows[:3] = torch.tensor([PAD, slots, -2], **i32)
+    accepted = torch.randint(-1, T + 2, (batch,), generator=g, **i32)
+    expected = [wp.clone(), origin.clone(), flush.clone()]
+    for r, c in zip(rows.tolist(), accepted.tolist()):
+        if 0 <= r < slots and 1 <= c <= T:
+            was_flush = bool(flush[r])
+            expected[1][r] = (origin[r] + wp[r]) % buf if was_flush else origin[r]
+            expected[0][r] = c if was_flush else wp[r] + c
+            expected[2][r] = int(expected[0][r] + 2 * T > Bh + T)
+    cursors = [t.to(DEVICE) for t in (wp, origin, flush)]
+    commit_replayssm_spec(*cursors, accepted.to(DEVICE), T, Bh, rows.to(DEVICE), PAD)
+    for name, got, want in zip(("write_pos", "origin", "is_flush"), cursors, expected):
+        assert torch.equal(got.cpu(), want), f"commit: {name}"
+    reset_replayssm_spec_cursors(*cursors, rows.to(DEVICE), T, T)
+    fresh = [r for r in rows.tolist() if 0 <= r < slots]
+    expected[0][fresh], expected[1][fresh], expected[2][fresh] = 0, 0, 0
+    for name, got, want in zip(("write_pos", "origin", "is_flush"), cursors, expected):
+        assert torch.equal(got.cpu(), want), f"reset: {name}"
+
 def test_strided_token_inputs_are_rejected():
     """x whose headdim is not unit-stride (e.g. a transposed conv output) must raise, not be
     read with the flattened copy's strides."""
@@ -395,10 +427,12 @@ def test_flush_row_block_keeps_enough_programs(monkeypatch):
     assert m2_spec_module.flush_row_block(8, 3) == 1
 
 
+@pytest.mark.parametrize("bad_cursor", BAD_SPEC_CURSORS.values(), ids=BAD_SPEC_CURSORS.keys())
 @pytest.mark.parametrize("split_fold, row_block", [(0, 1), (1, 1), (2, 1), (3, 1), (1, 2), (2, 2), (3, 2)])
-def test_bad_slot_or_cursor_gives_nan_and_changes_nothing(monkeypatch, split_fold, row_block):
-    """Every row flushing, so the bad rows reach the flush rows' launches too (with blocks
-    of 2 rows: the second block's second row lies past the batch)."""
+def test_bad_slot_or_cursor_gives_nan_and_changes_nothing(monkeypatch, split_fold, row_block, bad_cursor):
+    """Row 1's cursors (``BAD_SPEC_CURSORS``) and row 2's slot are out of range. Every row
+    flushing, so the bad rows reach the flush rows' launches too (with blocks of 2 rows: the
+    second block's second row lies past the batch)."""
     monkeypatch.setattr(m2_spec_module, "FLUSH_ROW_BLOCK", row_block)
     monkeypatch.setattr(m2_spec_module, "FLUSH_MIN_PROGRAMS", 0)
     H, P, N, G, T, Bh = GEOM.nheads, GEOM.headdim, GEOM.dstate, GEOM.ngroups, 2, 4
@@ -406,8 +440,10 @@ def test_bad_slot_or_cursor_gives_nan_and_changes_nothing(monkeypatch, split_fol
     state = torch.randn(3, H, P, N, device=DEVICE)
     rings = dict(x_ring=torch.zeros(3, H, buf, P, device=DEVICE), dt_ring=torch.zeros(3, H, buf, device=DEVICE),
                  B_ring=torch.zeros(3, G, buf, N, device=DEVICE))
-    wp = torch.tensor([0, Bh + 1, 0], dtype=torch.int32, device=DEVICE)  # slot 1: drafts would overflow the ring
-    cur = dict(write_pos=wp, origin=torch.zeros_like(wp), is_flush=torch.ones(3, dtype=torch.int8, device=DEVICE))
+    wp, origin = torch.zeros(3, dtype=torch.int32, device=DEVICE), torch.zeros(3, dtype=torch.int32, device=DEVICE)
+    cursor, value = bad_cursor
+    (wp if cursor == "write_pos" else origin)[1] = value(Bh, buf)  # slot 1's
+    cur = dict(write_pos=wp, origin=origin, is_flush=torch.ones(3, dtype=torch.int8, device=DEVICE))
     before = state.clone()
     out = selective_state_update_replayssm_spec(
         state, torch.randn(3, T, H, P, device=DEVICE), torch.randn(3, T, H, device=DEVICE), -torch.rand(H, device=DEVICE),

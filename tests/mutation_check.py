@@ -1,0 +1,186 @@
+"""Mutation check: do the tests fail when a kernel's guard or formula is wrong?
+
+Each mutant below changes one expression of the package (a bound, an index, a weight, an
+append). For each, this script applies it in place, runs the tests it names, restores the
+file and reports whether the tests caught it. A mutant the tests pass is a gap in them (or
+an equivalent change: then drop it, saying why). It takes a minute or two a mutant in the
+interpreter, so it is run by hand when tests or guarded code change, not by CI:
+
+    TRITON_INTERPRET=1 python tests/mutation_check.py [--only NAME ...] [--list]
+
+A mutant whose text is no longer in its file is reported as stale: update it with the code.
+It refuses to touch a file with uncommitted changes, so ``git checkout`` restores any file
+a killed run leaves mutated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Tuple
+
+REPO = Path(__file__).resolve().parents[1]
+OPS = "trtllm_replayssm/ops"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str  # relative to the repository
+    old: str
+    new: str
+    tests: Tuple[str, ...]
+    nth: Optional[int] = None  # the occurrence of ``old`` to change (None: it must be unique)
+
+
+CURSORS = ("tests/ops/test_cursors.py",)
+GDN = ("tests/ops/test_gdn.py",)
+MAMBA2 = ("tests/ops/test_mamba2_replay.py", "tests/ops/test_fold.py")
+SPEC = ("tests/ops/test_mamba2_spec.py", "tests/ops/test_gdn_spec.py")
+ROW_RANGE = "rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)"
+
+MUTANTS = (
+    # Slot and cursor guards: a bad one lets a row read and write outside its slot or ring.
+    Mutant("gdn_replay_cursor_upper", f"{OPS}/gdn/replay.py", "if (w < 0) | (w >= buffer_len):",
+           "if (w < 0) | (w > buffer_len):", CURSORS),
+    Mutant("gdn_replay_cursor_lower", f"{OPS}/gdn/replay.py", "if (w < 0) | (w >= buffer_len):",
+           "if (w >= buffer_len):", CURSORS),
+    Mutant("mamba2_replay_cursor_upper", f"{OPS}/mamba2/replay.py", "if (w < 0) | (w >= buffer_len):",
+           "if (w < 0) | (w > buffer_len):", CURSORS),
+    Mutant("standard_cursor_upper", f"{OPS}/common.py", "bad = (w < 0) | (w >= buffer_len)",
+           "bad = (w < 0) | (w > buffer_len)", CURSORS),
+    Mutant("standard_cursor_lower", f"{OPS}/common.py", "bad = (w < 0) | (w >= buffer_len)",
+           "bad = (w >= buffer_len)", CURSORS),
+    Mutant("row_cursor_upper", f"{OPS}/common.py", "valid = valid & (w >= 0) & (w < buffer_len)",
+           "valid = valid & (w >= 0) & (w <= buffer_len)", CURSORS),
+    Mutant("row_cursor_lower", f"{OPS}/common.py", "valid = valid & (w >= 0) & (w < buffer_len)",
+           "valid = valid & (w < buffer_len)", CURSORS),
+    Mutant("slot_upper", f"{OPS}/common.py", "(slot >= num_slots))", "(slot > num_slots))", CURSORS),
+    Mutant("slot_lower", f"{OPS}/common.py", "is_bad = (not is_pad) & ((slot < 0) | (slot >= num_slots))",
+           "is_bad = (not is_pad) & ((slot >= num_slots))", CURSORS),
+    Mutant("row_slot_upper", f"{OPS}/common.py", "(slot >= 0) & (slot < num_slots)",
+           "(slot >= 0) & (slot <= num_slots)", CURSORS, nth=0),
+    Mutant("row_slot_lower", f"{OPS}/common.py", "(slot >= 0) & (slot < num_slots)", "(slot < num_slots)",
+           CURSORS, nth=0),
+    Mutant("standard_store_ignores_bad_cursor", f"{OPS}/gdn/standard.py", "mask=mask_vk & ~bad_cursor)",
+           "mask=mask_vk)", GDN),
+    # Cursor ops.
+    Mutant("advance_flush_all_skips_0", f"{OPS}/cursors.py", "flush = w >= 0", "flush = w > 0", CURSORS),
+    Mutant("advance_one_program", f"{OPS}/cursors.py", ROW_RANGE, "rows = tl.arange(0, BLOCK)", CURSORS, nth=0),
+    Mutant("reset_one_program", f"{OPS}/cursors.py", ROW_RANGE, "rows = tl.arange(0, BLOCK)", CURSORS, nth=1),
+    # GDN replay: ring weights, appends, flush selection, the fold.
+    Mutant("gdn_decay_exclusive", f"{OPS}/gdn/replay.py", "tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0))",
+           "tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0) + g_hist, 0.0))", GDN),
+    Mutant("gdn_nonflush_d_without_alpha", f"{OPS}/gdn/replay.py", "d = beta * (v - alpha * Sk)",
+           "d = beta * (v - Sk)", GDN),
+    Mutant("gdn_fma_fold_weight_order", f"{OPS}/gdn/replay.py",
+           "seen += tl.load(gc_base + j, mask=m, other=0.0)\n"
+           "                                    coef = tl.exp(tl.minimum(G - seen, 0.0))",
+           "coef = tl.exp(tl.minimum(G - seen, 0.0))\n"
+           "                                    seen += tl.load(gc_base + j, mask=m, other=0.0)", GDN),
+    Mutant("gdn_dot_fold_without_decay", f"{OPS}/gdn/replay.py", "S += tl.dot(D_hist * decay[None, :], K_hist",
+           "S += tl.dot(D_hist, K_hist", GDN),
+    Mutant("gdn_flush_position", f"{OPS}/gdn/replay.py", "is_flush = w == buffer_len - 1",
+           "is_flush = w == buffer_len - 2", GDN),
+    Mutant("gdn_force_flush_ignored", f"{OPS}/gdn/replay.py",
+           "is_flush = is_flush | (tl.load(force_flush_ptr + pid_b) != 0)", "is_flush = is_flush", GDN),
+    Mutant("gdn_g_append", f"{OPS}/gdn/replay.py", "tl.store(gc_base + w, g)", "tl.store(gc_base + w, g * 0.999)",
+           GDN),
+    Mutant("gdn_prefetch_stops_early", f"{OPS}/gdn/replay.py", "c + 1 < CHUNKS, EVEN_TILE, V_INNER)",
+           "c + 1 < CHUNKS - 1, EVEN_TILE, V_INNER)", GDN),
+    Mutant("gdn_drain_decay_order", f"{OPS}/gdn/standard.py",
+           "S = S * tl.exp(tl.load(gc_base + j)) + d_j[:, None] * k_j[None, :]",
+           "S = (S + d_j[:, None] * k_j[None, :]) * tl.exp(tl.load(gc_base + j))", GDN),
+    Mutant("gdn_l2norm_eps", f"{OPS}/gdn/_common.py", "k = k * tl.rsqrt(tl.sum(k * k, axis=0) + 1e-6)",
+           "k = k * tl.rsqrt(tl.sum(k * k, axis=0) + 1e-2)", GDN),
+    # Mamba2 replay: both non-flush paths (row blocks, then the main one) and the fold.
+    *(Mutant(f"mamba2_{path}_{what}", f"{OPS}/mamba2/replay.py", old, new, MAMBA2, nth=nth)
+      for nth, path in enumerate(("row_blocks", "main"))
+      for what, old, new in (
+          ("coef_exclusive", "A * (total - tl.cumsum(dt_ring, axis=0))",
+           "A * (total - tl.cumsum(dt_ring, axis=0) + dt_ring)"),
+          ("decay_without_dt", "decay0 = tl.exp(tl.minimum(A * total, 0.0))",
+           "decay0 = tl.exp(tl.minimum(A * (total - dt), 0.0))"),
+          ("dt_append", "tl.store(dtc_base + w, dt)", "tl.store(dtc_base + w, dt * 0.999)"))),
+    Mutant("mamba2_fold_weight_exclusive", f"{OPS}/mamba2/replay_fold.py", "after = total - tl.cumsum(dt_ring, axis=0)",
+           "after = total - tl.cumsum(dt_ring, axis=0) + dt_ring", MAMBA2),
+    Mutant("mamba2_ring_entry_weight", f"{OPS}/mamba2/replay.py",
+           "coef_j = dt_j * tl.exp(tl.minimum(A * (total - seen), 0.0))",
+           "coef_j = dt_j * tl.exp(tl.minimum(A * (total - seen + dt_j), 0.0))", MAMBA2),
+    # Speculative verify: cursor ranges, commit and reset.
+    Mutant("spec_drafts_past_capacity", f"{OPS}/common.py", "(wp + num_tokens > capacity)",
+           "(wp + num_tokens > capacity + 1)", SPEC),
+    Mutant("spec_origin_upper", f"{OPS}/common.py", "(origin >= BUF)", "(origin > BUF)", SPEC),
+    Mutant("spec_write_pos_lower", f"{OPS}/common.py", "return (wp < 0) | (wp + num_tokens",
+           "return (wp + num_tokens", SPEC),
+    Mutant("spec_origin_lower", f"{OPS}/common.py", "| (origin < 0) | (origin >= BUF)", "| (origin >= BUF)", SPEC),
+    Mutant("commit_accepted_upper", f"{OPS}/mamba2/spec.py", "(c <= num_tokens)", "(c <= num_tokens + 1)", SPEC),
+    Mutant("commit_accepted_zero", f"{OPS}/mamba2/spec.py", "valid & (c > 0) &", "valid & (c >= 0) &", SPEC),
+    Mutant("commit_flush_threshold", f"{OPS}/mamba2/spec.py", "(new_wp + 2 * num_tokens > capacity)",
+           "(new_wp + 2 * num_tokens >= capacity)", SPEC),
+    Mutant("reset_flush_threshold", f"{OPS}/mamba2/spec.py", "(zero + 2 * num_tokens > capacity)",
+           "(zero + 2 * num_tokens >= capacity)", SPEC),
+    Mutant("commit_one_program", f"{OPS}/mamba2/spec.py", ROW_RANGE, "rows = tl.arange(0, BLOCK)", SPEC, nth=0),
+)
+
+
+def mutated(src: str, m: Mutant) -> Optional[str]:
+    """``src`` with the mutant applied, or None where its text is not (uniquely) there."""
+    count = src.count(m.old)
+    if m.nth is None:
+        return src.replace(m.old, m.new) if count == 1 else None
+    if count <= m.nth:
+        return None
+    at = -1
+    for _ in range(m.nth + 1):
+        at = src.index(m.old, at + 1)
+    return src[:at] + m.new + src[at + len(m.old):]
+
+
+def run(m: Mutant) -> str:
+    """'caught', 'SURVIVED' or 'stale'."""
+    path = REPO / m.path
+    src = path.read_text()
+    changed = mutated(src, m)
+    if changed is None:
+        return "stale"
+    path.write_text(changed)
+    try:
+        result = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-q", "-x", "-p", "no:cacheprovider",
+                                 *m.tests], cwd=REPO, capture_output=True, text=True,
+                                env={**os.environ, "TRITON_INTERPRET": "1"})
+    finally:
+        path.write_text(src)
+    return "caught" if result.returncode != 0 else "SURVIVED"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="run these mutants only")
+    ap.add_argument("--list", action="store_true", help="list the mutants (and any stale one) and exit")
+    args = ap.parse_args()
+    chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
+    if args.list:
+        stale = [m.name for m in chosen if mutated((REPO / m.path).read_text(), m) is None]
+        for m in chosen:
+            print(f"{m.name:40s} {m.path}" + ("  (stale)" if m.name in stale else ""))
+        return 1 if stale else 0
+    dirty = subprocess.run(["git", "diff", "--name-only", "--", *sorted({m.path for m in chosen})], cwd=REPO,
+                           capture_output=True, text=True, check=True).stdout.split()
+    if dirty:
+        sys.exit(f"uncommitted changes in {', '.join(dirty)}: commit or stash them first")
+    verdicts = {}
+    for m in chosen:
+        verdicts[m.name] = run(m)
+        print(f"{m.name:40s} {verdicts[m.name]}", flush=True)
+    bad = [name for name, v in verdicts.items() if v != "caught"]
+    print(f"{len(verdicts) - len(bad)} of {len(verdicts)} caught" + (f"; not: {', '.join(bad)}" if bad else ""))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

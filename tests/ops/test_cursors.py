@@ -37,24 +37,24 @@ def test_reset_zeroes_only_given_slots():
     assert wp.tolist() == [3, 0, 1, 0]
 
 
-
 def test_cursor_ops_over_several_programs():
     """A batch of 300 rows spans three programs of the cursor kernels (128 rows each): every
     row moves, in any order of slots, against a plain reference."""
     g = torch.Generator().manual_seed(3)
-    slots, batch, L = 320, 300, 16
-    wp = torch.randint(0, L, (slots,), generator=g, dtype=torch.int32)
+    slots, batch, ring = 320, 300, 16
+    wp = torch.randint(0, ring, (slots,), generator=g, dtype=torch.int32)
     rows = torch.randperm(slots, generator=g)[:batch].to(torch.int32)
     ff = (torch.rand(batch, generator=g) < 0.2).to(torch.int8)
     expected = wp.clone()
-    flush = (wp[rows.long()] == L - 1) | (ff != 0)
+    flush = (wp[rows.long()] == ring - 1) | (ff != 0)
     expected[rows.long()] = torch.where(flush, 0, wp[rows.long()] + 1)
     wp_dev = wp.to(DEVICE)
-    rs.advance_write_pos(wp_dev, L, rows.to(DEVICE), force_flush=ff.to(DEVICE))
+    rs.advance_write_pos(wp_dev, ring, rows.to(DEVICE), force_flush=ff.to(DEVICE))
     assert torch.equal(wp_dev.cpu(), expected)
     rs.reset_write_pos(wp_dev, rows.to(DEVICE))
     expected[rows.long()] = 0
     assert torch.equal(wp_dev.cpu(), expected)
+
 
 # The non-flush launch's own config, and one whose programs run blocks of rows one after
 # another (the second run partly past headdim 8): the NaN rows must cover every block.

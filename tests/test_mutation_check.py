@@ -1,0 +1,23 @@
+"""The mutation catalogue (``tests/mutation_check.py``, run by hand) stays in step with the code."""
+
+import mutation_check as mc
+
+
+def test_every_mutant_still_applies():
+    """A guard or formula whose text changed leaves its mutant stale: update it with the code."""
+    stale = [m.name for m in mc.MUTANTS if mc.mutated((mc.REPO / m.path).read_text(), m) is None]
+    assert not stale, f"stale mutants: {stale}"
+
+
+def test_mutants_are_named_once_and_name_existing_tests():
+    names = [m.name for m in mc.MUTANTS]
+    assert len(names) == len(set(names))
+    missing = {t for m in mc.MUTANTS for t in m.tests if not (mc.REPO / t).exists()}
+    assert not missing, f"mutants name tests that do not exist: {sorted(missing)}"
+
+
+def test_a_mutant_changes_its_file():
+    m = mc.Mutant("x", "f.py", "a < b", "a <= b", (), nth=1)
+    assert mc.mutated("a < b; a < b", m) == "a < b; a <= b"
+    assert mc.mutated("a < b", m) is None
+    assert mc.mutated("a < b; a < b", mc.Mutant("x", "f.py", "a < b", "c", ())) is None  # not unique

@@ -142,6 +142,11 @@ def mutated(src: str, m: Mutant) -> Optional[str]:
     return src[:at] + m.new + src[at + len(m.old):]
 
 
+def stale(mutants) -> list:
+    """Names of the ``mutants`` whose text is no longer (uniquely) in their file."""
+    return [m.name for m in mutants if mutated((REPO / m.path).read_text(), m) is None]
+
+
 def run(m: Mutant) -> str:
     """'caught', 'SURVIVED' or 'stale'."""
     path = REPO / m.path
@@ -166,10 +171,10 @@ def main() -> int:
     args = ap.parse_args()
     chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
     if args.list:
-        stale = [m.name for m in chosen if mutated((REPO / m.path).read_text(), m) is None]
+        out_of_date = stale(chosen)
         for m in chosen:
-            print(f"{m.name:40s} {m.path}" + ("  (stale)" if m.name in stale else ""))
-        return 1 if stale else 0
+            print(f"{m.name:40s} {m.path}" + ("  (stale)" if m.name in out_of_date else ""))
+        return 1 if out_of_date else 0
     dirty = subprocess.run(["git", "diff", "--name-only", "--", *sorted({m.path for m in chosen})], cwd=REPO,
                            capture_output=True, text=True, check=True).stdout.split()
     if dirty:

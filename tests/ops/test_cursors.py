@@ -75,21 +75,18 @@ POOL = slice(2, 5)
 KEPT = [0, 1, 3, 4, 5, 6]
 
 
-def _randomised(cache, names):
-    """Fill the cache's ``names`` (state, rings) with random values, so a changed byte shows."""
+def _set_up(cache, names, write_pos_value, slot_value):
+    """Random values in the cache's ``names`` (state, rings), so a changed byte shows; pool
+    slot 1's cursor set to ``write_pos_value``. Returns the pool's state and ring arguments,
+    the cache's tensors and cursors as they stand before the step, and the rows' slots (pool
+    slots 0 and 1, or 0 and ``slot_value``)."""
     for name in names:
         getattr(cache, name).normal_()
-
-
-def _snapshot(cache, names):
-    return {name: getattr(cache, name).clone() for name in names + ("write_pos",)}
-
-
-def _pool(cache, write_pos_value):
-    """The pool's state and ring arguments; pool slot 1's cursor set to ``write_pos_value``."""
     if write_pos_value is not None:
         cache.write_pos[POOL][1] = write_pos_value
-    return cache.ssm_state[0, POOL], {name: t[POOL] for name, t in cache.ring_kwargs(0).items()}
+    state, rings = cache.ssm_state[0, POOL], {name: t[POOL] for name, t in cache.ring_kwargs(0).items()}
+    before = {name: getattr(cache, name).clone() for name in names + ("write_pos",)}
+    return state, rings, before, torch.tensor([0, 1 if slot_value is None else slot_value], **I32)
 
 
 def _force_flush(on: bool):
@@ -102,11 +99,8 @@ def _mamba2_step(write_pos_value=None, slot_value=None, config=None, route="outp
     tensors before the step (cursors as set), and the outputs."""
     geom = Mamba2Geometry(nheads=2, headdim=8, dstate=16, ngroups=1)
     cache = Mamba2ReplayCache(geom, 1, 7, L, torch.float32, torch.float32, DEVICE)
-    names = ("ssm_state", "x_cache", "dt_cache", "B_cache")
-    _randomised(cache, names)
-    state, rings = _pool(cache, write_pos_value)
-    before = _snapshot(cache, names)
-    idx = torch.tensor([0, 1 if slot_value is None else slot_value], **I32)
+    state, rings, before, idx = _set_up(cache, ("ssm_state", "x_cache", "dt_cache", "B_cache"),
+                                        write_pos_value, slot_value)
     out = rs.selective_state_update_replayssm(
         state, torch.randn(2, 2, 8, device=DEVICE), torch.randn(2, 2, device=DEVICE),
         -torch.rand(2, device=DEVICE), torch.randn(2, 1, 16, device=DEVICE), torch.randn(2, 1, 16, device=DEVICE),
@@ -118,11 +112,8 @@ def _gdn_step(write_pos_value=None, slot_value=None, route="output_only", force_
     """As :func:`_mamba2_step`, for GDN."""
     H, HV, K, V = GDN_GEOM.num_k_heads, GDN_GEOM.num_v_heads, GDN_GEOM.head_k_dim, GDN_GEOM.head_v_dim
     cache = GDNReplayCache(GDN_GEOM, 1, 7, L, device=DEVICE)
-    names = ("ssm_state", "d_cache", "k_cache", "g_cache")
-    _randomised(cache, names)
-    state, rings = _pool(cache, write_pos_value)
-    before = _snapshot(cache, names)
-    idx = torch.tensor([0, 1 if slot_value is None else slot_value], **I32)
+    state, rings, before, idx = _set_up(cache, ("ssm_state", "d_cache", "k_cache", "g_cache"),
+                                        write_pos_value, slot_value)
     rand = lambda *shape: torch.randn(*shape, device=DEVICE)  # noqa: E731
     out = rs.fused_recurrent_gated_delta_rule_replayssm(
         state, rand(2, H, K), rand(2, H, K), rand(2, HV, V), rand(2, HV), rand(2, HV), rand(HV), rand(HV),

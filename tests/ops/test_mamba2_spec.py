@@ -295,6 +295,7 @@ def test_cursor_ops_against_a_plain_reference():
     for name, got, want in zip(("write_pos", "origin", "is_flush"), cursors, expected):
         assert torch.equal(got.cpu(), want), f"reset: {name}"
 
+
 def test_strided_token_inputs_are_rejected():
     """x whose headdim is not unit-stride (e.g. a transposed conv output) must raise, not be
     read with the flattened copy's strides."""

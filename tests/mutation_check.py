@@ -1,11 +1,11 @@
-"""Mutation check: do the tests fail when a kernel's guard or formula is wrong?
+"""Mutation check: do the tests fail when a guard, formula or routing rule is wrong?
 
 Each mutant below changes one expression of the package (a bound, an index, a weight, an
-append). For each, this script applies it in place, runs the tests it names, restores the
-file and reports whether the tests caught it. A mutant the tests pass is a gap in them (or
-an equivalent change: then drop it, saying why). It takes 5-80 s a mutant in the interpreter
-(16 minutes for all on 2 cores), so it is run by hand when tests or guarded code change, not
-by CI:
+append, a routing condition of the engine glue). For each, this script applies it in place,
+runs the tests it names, restores the file and reports whether the tests caught it. A
+mutant the tests pass is a gap in them (or an equivalent change: then drop it, saying why).
+It takes 5-80 s a mutant in the interpreter (about 25 minutes for all on 2 cores), so it is
+run by hand when tests or guarded code change, not by CI:
 
     TRITON_INTERPRET=1 python tests/mutation_check.py [--only NAME ...] [--list]
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Optional, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
-OPS = "trtllm_replayssm/ops"
+OPS, INTEGRATION = "trtllm_replayssm/ops", "trtllm_replayssm/integration"
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,10 @@ class Mutant:
 CURSORS = ("tests/ops/test_cursors.py",)
 GDN = ("tests/ops/test_gdn.py",)
 MAMBA2 = ("tests/ops/test_mamba2_replay.py", "tests/ops/test_fold.py")
-SPEC = ("tests/ops/test_mamba2_spec.py", "tests/ops/test_gdn_spec.py")
+MAMBA2_SPEC, GDN_SPEC = ("tests/ops/test_mamba2_spec.py",), ("tests/ops/test_gdn_spec.py",)
+SPEC = MAMBA2_SPEC + GDN_SPEC
+LIFECYCLE = ("tests/integration/test_lifecycle.py",)
+HOOKS = ("tests/integration/test_hooks.py", "tests/integration/test_era_main.py")
 ROW_RANGE = "rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)"
 
 MUTANTS = (
@@ -126,6 +129,77 @@ MUTANTS = (
     Mutant("reset_flush_threshold", f"{OPS}/mamba2/spec.py", "(zero + 2 * num_tokens > capacity)",
            "(zero + 2 * num_tokens >= capacity)", SPEC),
     Mutant("commit_one_program", f"{OPS}/mamba2/spec.py", ROW_RANGE, "rows = tl.arange(0, BLOCK)", SPEC, nth=0),
+    # GDN verify: the drafts' gates and solve, the history's weights, the fold, the appends
+    # (spec_dot.py: every tl.dot path; spec_state_apart.py: split_fold 3; spec_chunked.py:
+    # the FMA kernel).
+    Mutant("gdn_spec_decay_exclusive", f"{OPS}/gdn/spec_dot.py",
+           "is_key[None, :] & (offs_u[None, :] <= tok[:, None]), g_u[None, :]",
+           "is_key[None, :] & (offs_u[None, :] < tok[:, None]), g_u[None, :]", GDN_SPEC),
+    Mutant("gdn_spec_solve_takes_diagonal", f"{OPS}/gdn/spec_dot.py", "key_block & (offs_u[None, :] < offs_u[:, None])",
+           "key_block & (offs_u[None, :] <= offs_u[:, None])", GDN_SPEC),
+    Mutant("gdn_spec_query_skips_own_draft", f"{OPS}/gdn/spec_dot.py",
+           "is_key[None, :] & (offs_u[None, :] <= tok[:, None]) & mask_u[None, :]",
+           "is_key[None, :] & (offs_u[None, :] < tok[:, None]) & mask_u[None, :]", GDN_SPEC),
+    Mutant("gdn_spec_solve_short_series", f"{OPS}/gdn/spec_dot.py", "if NUM_TOKENS > 4:", "if NUM_TOKENS > 8:",
+           GDN_SPEC),
+    Mutant("gdn_spec_history_decay_exclusive", f"{OPS}/gdn/spec_dot.py",
+           "tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0), 0.0))",
+           "tl.exp(tl.minimum(G - tl.cumsum(g_hist, axis=0) + g_hist, 0.0))", GDN_SPEC),
+    Mutant("gdn_spec_fold_without_decay", f"{OPS}/gdn/spec_dot.py", "S_h = tl.exp(G) * S0 +", "S_h = S0 +", GDN_SPEC),
+    Mutant("gdn_spec_dot_residual_without_decay", f"{OPS}/gdn/spec_dot.py", "(Vd - tl.exp(A_u)[None, :] * SX)",
+           "(Vd - SX)", GDN_SPEC),
+    Mutant("gdn_spec_dot_keys_unnormalised", f"{OPS}/gdn/spec_dot.py",
+           "(Xf * col_scale[None, :]).to(k_ring_ptr.dtype.element_ty)", "Xf.to(k_ring_ptr.dtype.element_ty)",
+           GDN_SPEC),
+    Mutant("gdn_spec_ring_part_without_history_decay", f"{OPS}/gdn/spec_state_apart.py",
+           "(decay_A * tl.exp(G) * col_scale)", "(decay_A * col_scale)", GDN_SPEC),
+    Mutant("gdn_spec_ring_part_residual_without_decay", f"{OPS}/gdn/spec_state_apart.py",
+           "(Vd - decay_A[None, :] * Hs)", "(Vd - Hs)", GDN_SPEC),
+    *(Mutant(f"gdn_spec_{launch}_append_position", f"{OPS}/gdn/spec_state_apart.py",
+             "phys_u = (origin + wp + tok) & (BUF - 1)", "phys_u = (origin + wp + tok + 1) & (BUF - 1)", GDN_SPEC,
+             nth=nth) for nth, launch in enumerate(("ring_part", "state_product"))),
+    Mutant("gdn_spec_chunked_solve_without_beta", f"{OPS}/gdn/spec_chunked.py",
+           "M = tl.where(lower, beta[:, None] * tl.exp(", "M = tl.where(lower, tl.exp(", GDN_SPEC),
+    Mutant("gdn_spec_chunked_query_skips_own_draft", f"{OPS}/gdn/spec_chunked.py",
+           "W = tl.where(offs_t[None, :] <= offs_t[:, None]", "W = tl.where(offs_t[None, :] < offs_t[:, None]",
+           GDN_SPEC),
+    Mutant("gdn_spec_chunked_query_without_scale", f"{OPS}/gdn/spec_chunked.py", "inv_q = inv_q * tl.rsqrt(",
+           "inv_q = tl.rsqrt(", GDN_SPEC),
+    Mutant("gdn_spec_chunked_decay_exclusive", f"{OPS}/gdn/spec_chunked.py", "A_t = tl.cumsum(g_dr, axis=0)",
+           "A_t = tl.cumsum(g_dr, axis=0) - g_dr", GDN_SPEC),
+    Mutant("gdn_spec_chunked_keys_unnormalised", f"{OPS}/gdn/spec_chunked.py", "(Kc * inv_k[:, None]).to(",
+           "Kc.to(", GDN_SPEC),
+    # Mamba2 verify.
+    Mutant("mamba2_spec_skips_own_token", f"{OPS}/mamba2/spec.py", "causal = offs_t[:, None] <= offs_t[None, :]",
+           "causal = offs_t[:, None] < offs_t[None, :]", MAMBA2_SPEC),
+    Mutant("mamba2_spec_history_coef_exclusive", f"{OPS}/mamba2/spec.py", "A * (H - tl.cumsum(dt_hist, axis=0))",
+           "A * (H - tl.cumsum(dt_hist, axis=0) + dt_hist)", MAMBA2_SPEC),
+    Mutant("mamba2_spec_fold_without_decay", f"{OPS}/mamba2/spec.py",
+           "S0 = S0 * tl.exp(tl.minimum(A * H, 0.0)) + small_matmul(", "S0 = S0 + small_matmul(", MAMBA2_SPEC),
+    Mutant("mamba2_spec_state_decay_without_history", f"{OPS}/mamba2/spec.py",
+           "state_decay = tl.exp(tl.minimum(A * (H + D_cum), 0.0))",
+           "state_decay = tl.exp(tl.minimum(A * D_cum, 0.0))", MAMBA2_SPEC),
+    Mutant("mamba2_spec_draft_decay_reversed", f"{OPS}/mamba2/spec.py", "A * (D_cum[None, :] - D_cum[:, None])",
+           "A * (D_cum[:, None] - D_cum[None, :])", MAMBA2_SPEC),
+    Mutant("mamba2_spec_dt_append", f"{OPS}/mamba2/spec.py", "tl.store(dtr_base + phys_t, dt_dr, mask=mask_t)",
+           "tl.store(dtr_base + phys_t, dt_dr * 0.999, mask=mask_t)", MAMBA2_SPEC),
+    Mutant("mamba2_spec_state_product_without_decay", f"{OPS}/mamba2/spec.py",
+           "store_gated_output(Y * decay[None, :] + part", "store_gated_output(Y + part", MAMBA2_SPEC),
+    # The engine glue: slot lifecycle, the hooks' call routing, the memory estimate.
+    Mutant("lifecycle_auto_keeps_standard_step", f"{INTEGRATION}/lifecycle.py",
+           'self._step_route = "always_flush" if route == "standard_step" else route', "self._step_route = route",
+           LIFECYCLE),
+    Mutant("lifecycle_make_exact_folds_padding", f"{INTEGRATION}/lifecycle.py",
+           "slots = slots[slots != self.pad_slot_id]", "slots = slots", LIFECYCLE),
+    Mutant("lifecycle_restore_reads_one_column", f"{INTEGRATION}/lifecycle.py",
+           "cursor[idx] = self.cursor_mirror[idx, column]", "cursor[idx] = self.cursor_mirror[idx, 0]", LIFECYCLE),
+    Mutant("hooks_step_ends_on_first_layer", f"{INTEGRATION}/hooks.py", "i == len(layers) - 1", "i == 0", HOOKS),
+    Mutant("hooks_gdn_takes_multi_token_packed", f"{INTEGRATION}/hooks.py",
+           "== q.shape[1] + 1 == initial_state_indices.shape[0] + 1", "== q.shape[1] + 1", HOOKS),
+    Mutant("hooks_mamba2_takes_intermediate_states", f"{INTEGRATION}/hooks.py",
+           "or disable_state_update or intermediate_states_buffer is not None", "or disable_state_update", HOOKS),
+    Mutant("memory_spec_cursor_bytes", f"{INTEGRATION}/memory.py", "more = 4 + 1", "more = 4",
+           ("tests/integration/test_memory.py",)),
 )
 
 
@@ -173,7 +247,7 @@ def main() -> int:
     if args.list:
         out_of_date = stale(chosen)
         for m in chosen:
-            print(f"{m.name:40s} {m.path}" + ("  (stale)" if m.name in out_of_date else ""))
+            print(f"{m.name:44s} {m.path}" + ("  (stale)" if m.name in out_of_date else ""))
         return 1 if out_of_date else 0
     dirty = subprocess.run(["git", "diff", "--name-only", "--", *sorted({m.path for m in chosen})], cwd=REPO,
                            capture_output=True, text=True, check=True).stdout.split()
@@ -182,7 +256,7 @@ def main() -> int:
     verdicts = {}
     for m in chosen:
         verdicts[m.name] = run(m)
-        print(f"{m.name:40s} {verdicts[m.name]}", flush=True)
+        print(f"{m.name:44s} {verdicts[m.name]}", flush=True)
     bad = [name for name, v in verdicts.items() if v != "caught"]
     print(f"{len(verdicts) - len(bad)} of {len(verdicts)} caught" + (f"; not: {', '.join(bad)}" if bad else ""))
     return 1 if bad else 0

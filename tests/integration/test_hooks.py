@@ -52,6 +52,12 @@ def test_mamba2_hook_matches_standard_and_falls_back():
     before = pool.clone()
     update(twin[0], **kw)  # an unregistered pool goes to the original
     assert calls == [3] and torch.equal(pool, before)
+    # A registered pool's call with arguments the replay step does not take (a verify's
+    # intermediate states, cache steps) goes to the original too.
+    wp = replay.write_pos.clone()
+    update(pool[1], **kw, intermediate_states_buffer=torch.zeros(3, 1, 4, 8, 16, device=DEVICE))
+    update(pool[1], **kw, cache_steps=1)
+    assert calls == [3, 3, 3] and torch.equal(replay.write_pos, wp)
 
 
 GDN_L = 4
@@ -109,6 +115,12 @@ def test_gdn_hook_takes_the_packed_varlen_decode_layout():
     update(A_log=A_log, a=a, dt_bias=dtb, softplus_beta=1.0, softplus_threshold=20.0, q=q, k=k, v=v, b=b,
            initial_state_source=pool[0], initial_state_indices=idx[:1], cu_seqlens=two_tokens)
     assert len(calls) == 1
+    # One token a sequence, but a state index count that is not the sequences': not a
+    # decode call the hook can serve, so the engine's function gets it as it came.
+    three = torch.tensor([2, 0, 1], dtype=torch.int32, device=DEVICE)
+    update(A_log=A_log, a=a, dt_bias=dtb, softplus_beta=1.0, softplus_threshold=20.0, q=q, k=k, v=v, b=b,
+           initial_state_source=pool[0], initial_state_indices=three, cu_seqlens=cu)
+    assert len(calls) == 2 and calls[1]["initial_state_indices"] is three
 
 
 def test_gdn_state_order_is_read_from_the_kernel():

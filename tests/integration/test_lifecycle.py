@@ -7,6 +7,7 @@ import torch
 
 from mamba2_harness import DEVICE
 from trtllm_replayssm.cache import GDNGeometry, Mamba2Geometry
+from trtllm_replayssm.integration import lifecycle
 from trtllm_replayssm.integration.lifecycle import ReplaySlots
 from trtllm_replayssm.ops.gdn import fused_sigmoid_gating_delta_rule_update
 from trtllm_replayssm.ops.mamba2 import selective_state_update
@@ -106,8 +107,68 @@ def test_gdn_decode_step_against_standard():
         replay.after_step(idx)
         for r in (0, 2):
             assert _rel(o_rep[r], o_std[r]) < 1e-4, f"step {step} row {r}"
+    # A padding row's -1 is no slot: as an index it would be the last slot (3, with entries
+    # in its ring), folded and left in its ring to be folded again.
+    assert int(replay.write_pos[3]) > 0
+    last = pool[0, 3].clone()
+    replay.make_exact([pool[0]], torch.tensor([1, PAD], device=DEVICE))
+    assert torch.equal(pool[0, 3], last) and int(replay.write_pos[1]) == 0
     replay.make_exact([pool[0]], torch.tensor([3, 1], device=DEVICE))
     assert _rel(pool[0, 3], twin[0, 3]) < 1e-5 and _rel(pool[0, 1], twin[0, 1]) < 1e-5
+
+
+def _routes_by_batch(rows_from: int):
+    """A stand-in for the measured dispatcher, which switches route by batch size:
+    ``standard_step`` from ``rows_from`` rows on, ``output_only`` below."""
+    return lambda state, x, _: "standard_step" if x.shape[0] >= rows_from else "output_only"
+
+
+# Steps of two rows (a replay route) and of four (the dispatcher's standard_step), so that
+# slots reach a standard step with entries in their rings, across several flushes.
+SMALL, LARGE = [2, 0], [2, PAD, 1, 0]
+AUTO_STEPS = [SMALL] * 2 + [LARGE] + [SMALL] * 5 + [LARGE] + [SMALL] * 3
+
+
+def test_mamba2_auto_route_follows_the_batch(monkeypatch):
+    """``route="auto"``: a step takes the dispatcher's route for its batch, and its
+    ``standard_step`` runs as ``always_flush``: a slot may come from replay steps with a
+    non-empty ring, which ``standard_step`` would ignore and ``always_flush`` folds."""
+    monkeypatch.setattr(lifecycle, "choose_route", _routes_by_batch(3))
+    g = torch.Generator().manual_seed(4)
+    eng = Mamba2Engine(g)
+    replay = ReplaySlots(eng.geom, 2, SLOTS, 4, act_dtype=torch.float32, device=DEVICE, route="auto")
+    for s in (2, 0, 1):
+        eng.prefill(s)
+    replay.on_slots_assigned(torch.tensor([2, 0, 1], dtype=torch.int32, device=DEVICE))
+    for step, rows in enumerate(AUTO_STEPS):
+        _check(eng.step(replay, rows), rows, step)
+    assert int(replay.write_pos[0]) > 0  # (the last steps left entries to fold)
+    replay.make_exact([eng.pool[0], eng.pool[1]], torch.tensor([0, 1, 2], device=DEVICE), A=eng.A)
+    assert _rel(eng.pool, eng.twin) < 1e-5
+
+
+def test_gdn_auto_route_follows_the_batch(monkeypatch):
+    """GDN's ``route="auto"``, as the Mamba2 test above."""
+    monkeypatch.setattr(lifecycle, "choose_gdn_route", _routes_by_batch(3))
+    geom = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=8)
+    g = torch.Generator().manual_seed(5)
+    pool = (torch.randn(1, SLOTS, 2, 8, 16, generator=g) * 0.3).to(DEVICE)
+    twin = pool.clone()
+    replay = ReplaySlots(geom, 1, SLOTS, 4, device=DEVICE, route="auto")
+    replay.on_slots_assigned(torch.tensor([2, 0, 1], dtype=torch.int32, device=DEVICE))
+    A_log, dtb = torch.randn(2, generator=g).to(DEVICE) * 0.5, torch.randn(2, generator=g).to(DEVICE)
+    for step, rows in enumerate(AUTO_STEPS):
+        idx = torch.tensor(rows, dtype=torch.int32, device=DEVICE)
+        args = [torch.randn(len(rows), *s, generator=g).to(DEVICE) for s in ((1, 16), (1, 16), (2, 8), (2,), (2,))]
+        o_std = fused_sigmoid_gating_delta_rule_update(twin[0], *args, A_log, dtb, initial_state_indices=idx)
+        o_rep = replay.gdn_step(0, pool[0], *args, A_log, dtb, initial_state_indices=idx)
+        replay.after_step(idx)
+        for r, s in enumerate(rows):
+            if s != PAD:
+                assert _rel(o_rep[r], o_std[r]) < 1e-4, f"step {step} row {r}"
+    assert int(replay.write_pos[0]) > 0
+    replay.make_exact([pool[0]], torch.tensor([0, 1, 2], device=DEVICE))
+    assert _rel(pool, twin) < 1e-5
 
 
 def test_speculative_verify_and_commit():
@@ -141,6 +202,28 @@ def test_speculative_verify_and_commit():
         promote_spec_state(twin[0], inter, accepted, idx, PAD)
         assert int(replay.write_pos[0]) == int(before[0]) and int(replay.write_pos[3]) == int(before[3])
     assert flushes >= 2  # slot 2's ring went round
+
+
+def test_cursors_come_back_from_the_mirror():
+    """An engine that moves a request's pages to another slot moves its row of the cursor
+    mirror with them; ``restore_cursors`` gives the new slot each of the old slot's
+    verify cursors (write_pos, origin, is_flush) and leaves the other slots alone."""
+    geom = Mamba2Geometry(nheads=2, headdim=8, dstate=16, ngroups=1)
+    mirror = torch.zeros(SLOTS, 4, dtype=torch.int32, device=DEVICE)
+    replay = ReplaySlots(geom, 1, SLOTS, act_dtype=torch.float32, device=DEVICE, spec=(2, 4), cursor_mirror=mirror)
+    idx = torch.tensor([1, 2], dtype=torch.int32, device=DEVICE)
+    replay.on_slots_assigned(idx)
+    for accepted in ([2, 1], [1, 2], [2, 2], [1, 1], [2, 1]):
+        replay.commit(torch.tensor(accepted, dtype=torch.int32, device=DEVICE), idx)
+
+    def cursors(slot):
+        return [int(replay.write_pos[slot]), int(replay.origin[slot]), int(replay.is_flush[slot])]
+
+    moved, kept = cursors(1), cursors(2)
+    assert len(set(moved)) == 3  # (three different values: a column read for another cannot pass)
+    mirror[3] = mirror[1]
+    replay.restore_cursors(torch.tensor([3], device=DEVICE))
+    assert cursors(3) == moved and cursors(2) == kept
 
 
 def test_bad_arguments_raise_at_construction():

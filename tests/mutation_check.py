@@ -44,6 +44,7 @@ MAMBA2 = ("tests/ops/test_mamba2_replay.py", "tests/ops/test_fold.py")
 MAMBA2_SPEC, GDN_SPEC = ("tests/ops/test_mamba2_spec.py",), ("tests/ops/test_gdn_spec.py",)
 SPEC = MAMBA2_SPEC + GDN_SPEC
 LIFECYCLE = ("tests/integration/test_lifecycle.py",)
+LAUNCH = ("tests/ops/test_launch.py",)
 HOOKS = ("tests/integration/test_hooks.py", "tests/integration/test_era_main.py")
 ROW_RANGE = "rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)"
 
@@ -185,6 +186,16 @@ MUTANTS = (
            "tl.store(dtr_base + phys_t, dt_dr * 0.999, mask=mask_t)", MAMBA2_SPEC),
     Mutant("mamba2_spec_state_product_without_decay", f"{OPS}/mamba2/spec.py",
            "store_gated_output(Y * decay[None, :] + part", "store_gated_output(Y + part", MAMBA2_SPEC),
+    # The dispatcher: which measured row, which route's config; the cursors after a flush route.
+    Mutant("dispatch_linear_distance", f"{OPS}/launch.py", "abs(math.log2(p) - math.log2(max(batch, 1)))",
+           "abs(p - batch)", LAUNCH),
+    Mutant("dispatch_ignores_heads", f"{OPS}/launch.py", "size, of = batch * nheads,", "size, of = batch,", LAUNCH),
+    Mutant("dispatch_nearest_batch_at_work", f"{OPS}/launch.py",
+           "return next(r for r in at_point if r[\"batch\"] == nearest)", "return at_point[-1]", LAUNCH),
+    Mutant("standard_step_takes_its_own_config", f"{OPS}/launch.py",
+           'return "standard" if route == "standard_step" else route', "return route", LAUNCH),
+    Mutant("flush_route_keeps_cursors", "trtllm_replayssm/cache.py", "flush_all=route in FLUSH_EVERY_STEP",
+           "flush_all=False", LIFECYCLE + ("tests/test_cache.py",)),
     # The engine glue: slot lifecycle, the hooks' call routing, the memory estimate.
     Mutant("lifecycle_auto_keeps_standard_step", f"{INTEGRATION}/lifecycle.py",
            'self._step_route = "always_flush" if route == "standard_step" else route', "self._step_route = route",

@@ -95,6 +95,45 @@ def test_nearest_batch_lookup():
     assert (cfg.block_p, cfg.num_warps) == (want[128]["block_p"], want[128]["num_warps"])
 
 
+def test_nearest_batch_point_is_nearest_in_log_scale():
+    """Batch 20 is nearer 32 than 8 by ratio (1.6x against 2.5x) though 12 from each; 80 is
+    nearer 128; a tie in ratio (16 between 8 and 32) takes the first point, as the C
+    library's ``find_case`` does."""
+    assert [launch.nearest_batch_point(BATCH_POINTS, b) for b in (20, 80, 16, 3, 0, 1000)] == [32, 128, 8, 4, 1, 512]
+
+
+@pytest.mark.parametrize("route", ["standard_step", "always_flush"])
+def test_routes_that_flush_every_step_take_their_tables_configs(tmp_path, monkeypatch, route):
+    """Without a config, ``standard_step`` launches on the standard kernel's measured row
+    (it is that kernel with a cursor check, and the tables keep no row for it) and
+    ``always_flush`` on its own route's. Seen by a launcher in front that launches nothing."""
+    import trtllm_replayssm as rs
+    from mamba2_harness import DEVICE
+    from trtllm_replayssm.cache import Mamba2Geometry, Mamba2ReplayCache
+
+    rows = {"standard": dict(block_p=8, num_warps=1), "always_flush": dict(block_p=4, num_warps=2)}
+    table = {launch.table_key(kernel, torch.float32, torch.float32, 8, 16): [dict(batch=2, **row)]
+             for kernel, row in rows.items()}
+    tag = launch.device_table_tag(torch.device(DEVICE))
+    (tmp_path / launch.table_file_name(tag, "mamba2")).write_text(json.dumps(table))
+    monkeypatch.setenv(launch.TUNED_DIR_ENV, str(tmp_path))
+    launch._load_table.cache_clear()
+    cache = Mamba2ReplayCache(Mamba2Geometry(nheads=2, headdim=8, dstate=16, ngroups=1), 1, 2, 4, torch.float32,
+                              torch.float32, DEVICE)
+    seen = []
+    try:
+        with launch.launcher_in_front(lambda kernel, grid, kwargs: seen.append(kwargs) or True):
+            rs.selective_state_update_replayssm(
+                cache.ssm_state[0], torch.randn(2, 2, 8, device=DEVICE), torch.randn(2, 2, device=DEVICE),
+                -torch.rand(2, device=DEVICE), torch.randn(2, 1, 16, device=DEVICE),
+                torch.randn(2, 1, 16, device=DEVICE), route=route, **cache.ring_kwargs(0))
+    finally:
+        monkeypatch.undo()
+        launch._load_table.cache_clear()
+    want = rows["standard" if route == "standard_step" else route]
+    assert (seen[0]["BLOCK_P"], seen[0]["num_warps"]) == (want["block_p"], want["num_warps"])
+
+
 def test_small_batch_never_takes_a_losing_replay_route():
     """At batch 1 the dispatcher falls back to a route that flushes every step (standard cost)."""
     for sd in (torch.float32, torch.bfloat16):

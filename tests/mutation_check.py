@@ -44,6 +44,7 @@ MAMBA2 = ("tests/ops/test_mamba2_replay.py", "tests/ops/test_fold.py")
 MAMBA2_SPEC, GDN_SPEC = ("tests/ops/test_mamba2_spec.py",), ("tests/ops/test_gdn_spec.py",)
 SPEC = MAMBA2_SPEC + GDN_SPEC
 LIFECYCLE = ("tests/integration/test_lifecycle.py",)
+VALIDATION = ("tests/ops/test_mamba2_bad_input.py", "tests/ops/test_gdn.py", "tests/ops/test_slot_strided_pools.py")
 LAUNCH = ("tests/ops/test_launch.py",)
 HOOKS = ("tests/integration/test_hooks.py", "tests/integration/test_era_main.py")
 ROW_RANGE = "rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)"
@@ -186,6 +187,19 @@ MUTANTS = (
            "tl.store(dtr_base + phys_t, dt_dr * 0.999, mask=mask_t)", MAMBA2_SPEC),
     Mutant("mamba2_spec_state_product_without_decay", f"{OPS}/mamba2/spec.py",
            "store_gated_output(Y * decay[None, :] + part", "store_gated_output(Y + part", MAMBA2_SPEC),
+    # Argument checks: a layout the kernels would misread must raise.
+    Mutant("vector_stride_unchecked", "trtllm_replayssm/_validation.py", "if t.shape[0] > 1 and t.stride(0) != 1:",
+           "if t.shape[0] > 1 and t.stride(0) < 1:", VALIDATION),
+    Mutant("last_dim_stride_unchecked", "trtllm_replayssm/_validation.py", "if t.shape[-1] > 1 and t.stride(-1) != 1:",
+           "if t.shape[-1] > 1 and t.stride(-1) < 1:", VALIDATION),
+    Mutant("slot_block_gaps_allowed", "trtllm_replayssm/_validation.py", "if size != 1 and stride != packed:",
+           "if size != 1 and stride < packed:", VALIDATION),
+    Mutant("slots_may_overlap", "trtllm_replayssm/_validation.py", "t.shape[0] <= 1 or t.stride(0) >= packed",
+           "t.shape[0] <= 1 or t.stride(0) >= 1", VALIDATION),
+    Mutant("broadcast_dims_unchecked", "trtllm_replayssm/_validation.py", "if t.shape[d] > 1 and t.stride(d) != 0:",
+           "if t.shape[d] > 1 and t.stride(d) < 0:", VALIDATION),
+    Mutant("buffer_len_past_max", "trtllm_replayssm/_validation.py", "if not 1 <= buffer_len <= max_len:",
+           "if not 1 <= buffer_len <= max_len + 1:", VALIDATION + ("tests/test_cache.py",)),
     # The dispatcher: which measured row, which route's config; the cursors after a flush route.
     Mutant("dispatch_linear_distance", f"{OPS}/launch.py", "abs(math.log2(p) - math.log2(max(batch, 1)))",
            "abs(p - batch)", LAUNCH),

@@ -45,6 +45,7 @@ MAMBA2_SPEC, GDN_SPEC = ("tests/ops/test_mamba2_spec.py",), ("tests/ops/test_gdn
 SPEC = MAMBA2_SPEC + GDN_SPEC
 LIFECYCLE = ("tests/integration/test_lifecycle.py",)
 VALIDATION = ("tests/ops/test_mamba2_bad_input.py", "tests/ops/test_gdn.py", "tests/ops/test_slot_strided_pools.py")
+ERA_MAIN = ("tests/integration/test_era_main.py",)
 LAUNCH = ("tests/ops/test_launch.py",)
 HOOKS = ("tests/integration/test_hooks.py", "tests/integration/test_era_main.py")
 ROW_RANGE = "rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)"
@@ -223,6 +224,15 @@ MUTANTS = (
            "== q.shape[1] + 1 == initial_state_indices.shape[0] + 1", "== q.shape[1] + 1", HOOKS),
     Mutant("hooks_mamba2_takes_intermediate_states", f"{INTEGRATION}/hooks.py",
            "or disable_state_update or intermediate_states_buffer is not None", "or disable_state_update", HOOKS),
+    Mutant("era_main_pages_unaligned", f"{INTEGRATION}/era_main.py",
+           "return -(-block_bytes(block, dtype) // PAGE_ALIGN) * PAGE_ALIGN", "return block_bytes(block, dtype)",
+           ERA_MAIN),
+    Mutant("era_main_verify_without_bonus", f"{INTEGRATION}/era_main.py", "T = draft + 1", "T = draft", ERA_MAIN),
+    Mutant("era_main_budget_below_tokens", f"{INTEGRATION}/era_main.py", "or not T <= opts.buffer_len:",
+           "or not T <= opts.buffer_len + 1:", ERA_MAIN),
+    Mutant("era_main_takes_draft_trees", f"{INTEGRATION}/era_main.py", "or total != draft or", "or", ERA_MAIN),
+    Mutant("era_main_gdn_order_ignored", f"{INTEGRATION}/era_main.py",
+           'V, K = (b, c) if gdn_order == "HV,V,K" else (c, b)', "V, K = (b, c)", ERA_MAIN),
     Mutant("memory_spec_cursor_bytes", f"{INTEGRATION}/memory.py", "more = 4 + 1", "more = 4",
            ("tests/integration/test_memory.py",)),
 )

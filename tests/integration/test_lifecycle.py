@@ -20,6 +20,9 @@ def _rel(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
+RING_LEN = 4
+
+
 class Mamba2Engine:
     """Two Mamba2 layers; the engine's pool and a standard twin of it."""
 
@@ -52,6 +55,39 @@ class Mamba2Engine:
         replay.after_step(idx)
         return ys
 
+    def replay_slots(self, **kw) -> ReplaySlots:
+        return ReplaySlots(self.geom, 2, SLOTS, RING_LEN, act_dtype=torch.float32, device=DEVICE, **kw)
+
+    def make_exact(self, replay: ReplaySlots, slots):
+        replay.make_exact(list(self.pool), torch.tensor(slots, device=DEVICE), A=self.A)
+
+
+class GDNEngine:
+    """One GDN layer, as :class:`Mamba2Engine` (its pool random from the start)."""
+
+    geom = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=8)
+
+    def __init__(self, g):
+        self.g = g
+        self.pool = (torch.randn(1, SLOTS, 2, 8, 16, generator=g) * 0.3).to(DEVICE)
+        self.twin = self.pool.clone()
+        self.A_log, self.dt_bias = torch.randn(2, generator=g).to(DEVICE) * 0.5, torch.randn(2, generator=g).to(DEVICE)
+
+    def step(self, replay: ReplaySlots, rows):
+        idx = torch.tensor(rows, dtype=torch.int32, device=DEVICE)
+        args = [torch.randn(len(rows), *s, generator=self.g).to(DEVICE) for s in ((1, 16), (1, 16), (2, 8), (2,), (2,))]
+        o_std = fused_sigmoid_gating_delta_rule_update(self.twin[0], *args, self.A_log, self.dt_bias,
+                                                       initial_state_indices=idx)
+        o_rep = replay.gdn_step(0, self.pool[0], *args, self.A_log, self.dt_bias, initial_state_indices=idx)
+        replay.after_step(idx)
+        return [(o_rep, o_std)]
+
+    def replay_slots(self, **kw) -> ReplaySlots:
+        return ReplaySlots(self.geom, 1, SLOTS, RING_LEN, device=DEVICE, **kw)
+
+    def make_exact(self, replay: ReplaySlots, slots):
+        replay.make_exact(list(self.pool), torch.tensor(slots, device=DEVICE))
+
 
 def _check(ys, rows, step):
     for y_rep, y_std in ys:
@@ -63,8 +99,7 @@ def _check(ys, rows, step):
 def test_mamba2_slot_lifecycle():
     g = torch.Generator().manual_seed(0)
     eng = Mamba2Engine(g)
-    L = 4
-    replay = ReplaySlots(eng.geom, 2, SLOTS, L, act_dtype=torch.float32, device=DEVICE)
+    replay = eng.replay_slots()
     assert replay.extra_bytes() > 0
     for s in (2, 0):
         eng.prefill(s)
@@ -80,7 +115,7 @@ def test_mamba2_slot_lifecycle():
         _check(eng.step(replay, rows), rows, 10 + step)
     # A mixed batch: slot 0's exact state is needed (the chunked kernel reads the pool).
     assert int(replay.write_pos[0]) > 0
-    replay.make_exact([eng.pool[0], eng.pool[1]], torch.tensor([0, PAD], device=DEVICE), A=eng.A)
+    eng.make_exact(replay, [0, PAD])
     assert _rel(eng.pool[:, 0], eng.twin[:, 0]) < 1e-5 and int(replay.write_pos[0]) == 0
     # Slot 2 is freed and given to a new request.
     eng.prefill(2)
@@ -92,28 +127,20 @@ def test_mamba2_slot_lifecycle():
 
 
 def test_gdn_decode_step_against_standard():
-    geom = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=8)
-    g = torch.Generator().manual_seed(1)
-    pool = (torch.randn(1, SLOTS, 2, 8, 16, generator=g) * 0.3).to(DEVICE)
-    twin = pool.clone()
-    replay = ReplaySlots(geom, 1, SLOTS, 4, device=DEVICE)
+    eng = GDNEngine(torch.Generator().manual_seed(1))
+    pool, twin = eng.pool, eng.twin
+    replay = eng.replay_slots()
     replay.on_slots_assigned(torch.tensor([3, 1], dtype=torch.int32, device=DEVICE))
-    idx = torch.tensor([3, PAD, 1], dtype=torch.int32, device=DEVICE)
-    A_log, dtb = torch.randn(2, generator=g).to(DEVICE) * 0.5, torch.randn(2, generator=g).to(DEVICE)
+    rows = [3, PAD, 1]
     for step in range(7):
-        args = [torch.randn(3, *s, generator=g).to(DEVICE) for s in ((1, 16), (1, 16), (2, 8), (2,), (2,))]
-        o_std = fused_sigmoid_gating_delta_rule_update(twin[0], *args, A_log, dtb, initial_state_indices=idx)
-        o_rep = replay.gdn_step(0, pool[0], *args, A_log, dtb, initial_state_indices=idx)
-        replay.after_step(idx)
-        for r in (0, 2):
-            assert _rel(o_rep[r], o_std[r]) < 1e-4, f"step {step} row {r}"
+        _check(eng.step(replay, rows), rows, step)
     # A padding row's -1 is no slot: as an index it would be the last slot (3, with entries
     # in its ring), folded and left in its ring to be folded again.
     assert int(replay.write_pos[3]) > 0
     last = pool[0, 3].clone()
-    replay.make_exact([pool[0]], torch.tensor([1, PAD], device=DEVICE))
+    eng.make_exact(replay, [1, PAD])
     assert torch.equal(pool[0, 3], last) and int(replay.write_pos[1]) == 0
-    replay.make_exact([pool[0]], torch.tensor([3, 1], device=DEVICE))
+    eng.make_exact(replay, [3, 1])
     assert _rel(pool[0, 3], twin[0, 3]) < 1e-5 and _rel(pool[0, 1], twin[0, 1]) < 1e-5
 
 
@@ -129,46 +156,21 @@ SMALL, LARGE = [2, 0], [2, PAD, 1, 0]
 AUTO_STEPS = [SMALL] * 2 + [LARGE] + [SMALL] * 5 + [LARGE] + [SMALL] * 3
 
 
-def test_mamba2_auto_route_follows_the_batch(monkeypatch):
+@pytest.mark.parametrize("engine, dispatcher", [(Mamba2Engine, "choose_route"), (GDNEngine, "choose_gdn_route")],
+                         ids=["mamba2", "gdn"])
+def test_auto_route_follows_the_batch(monkeypatch, engine, dispatcher):
     """``route="auto"``: a step takes the dispatcher's route for its batch, and its
     ``standard_step`` runs as ``always_flush``: a slot may come from replay steps with a
     non-empty ring, which ``standard_step`` would ignore and ``always_flush`` folds."""
-    monkeypatch.setattr(lifecycle, "choose_route", _routes_by_batch(3))
-    g = torch.Generator().manual_seed(4)
-    eng = Mamba2Engine(g)
-    replay = ReplaySlots(eng.geom, 2, SLOTS, 4, act_dtype=torch.float32, device=DEVICE, route="auto")
-    for s in (2, 0, 1):
-        eng.prefill(s)
+    monkeypatch.setattr(lifecycle, dispatcher, _routes_by_batch(3))
+    eng = engine(torch.Generator().manual_seed(4))
+    replay = eng.replay_slots(route="auto")
     replay.on_slots_assigned(torch.tensor([2, 0, 1], dtype=torch.int32, device=DEVICE))
     for step, rows in enumerate(AUTO_STEPS):
         _check(eng.step(replay, rows), rows, step)
     assert int(replay.write_pos[0]) > 0  # (the last steps left entries to fold)
-    replay.make_exact([eng.pool[0], eng.pool[1]], torch.tensor([0, 1, 2], device=DEVICE), A=eng.A)
+    eng.make_exact(replay, [0, 1, 2])
     assert _rel(eng.pool, eng.twin) < 1e-5
-
-
-def test_gdn_auto_route_follows_the_batch(monkeypatch):
-    """GDN's ``route="auto"``, as the Mamba2 test above."""
-    monkeypatch.setattr(lifecycle, "choose_gdn_route", _routes_by_batch(3))
-    geom = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=8)
-    g = torch.Generator().manual_seed(5)
-    pool = (torch.randn(1, SLOTS, 2, 8, 16, generator=g) * 0.3).to(DEVICE)
-    twin = pool.clone()
-    replay = ReplaySlots(geom, 1, SLOTS, 4, device=DEVICE, route="auto")
-    replay.on_slots_assigned(torch.tensor([2, 0, 1], dtype=torch.int32, device=DEVICE))
-    A_log, dtb = torch.randn(2, generator=g).to(DEVICE) * 0.5, torch.randn(2, generator=g).to(DEVICE)
-    for step, rows in enumerate(AUTO_STEPS):
-        idx = torch.tensor(rows, dtype=torch.int32, device=DEVICE)
-        args = [torch.randn(len(rows), *s, generator=g).to(DEVICE) for s in ((1, 16), (1, 16), (2, 8), (2,), (2,))]
-        o_std = fused_sigmoid_gating_delta_rule_update(twin[0], *args, A_log, dtb, initial_state_indices=idx)
-        o_rep = replay.gdn_step(0, pool[0], *args, A_log, dtb, initial_state_indices=idx)
-        replay.after_step(idx)
-        for r, s in enumerate(rows):
-            if s != PAD:
-                assert _rel(o_rep[r], o_std[r]) < 1e-4, f"step {step} row {r}"
-    assert int(replay.write_pos[0]) > 0
-    replay.make_exact([pool[0]], torch.tensor([0, 1, 2], device=DEVICE))
-    assert _rel(pool, twin) < 1e-5
 
 
 def test_speculative_verify_and_commit():

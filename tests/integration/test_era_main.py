@@ -12,7 +12,7 @@ import torch
 from mamba2_harness import DEVICE
 from trtllm_replayssm.cache import GDNGeometry, Mamba2Geometry
 from trtllm_replayssm.integration import apply as apply_mod
-from trtllm_replayssm.integration.era_main import CURSOR_BLOCK, page_bytes, ring_bytes_per_slot
+from trtllm_replayssm.integration.era_main import CURSOR_BLOCK, page_bytes, ring_bytes_per_slot, ring_geometry
 from trtllm_replayssm.integration.eras import UnsupportedTensorRTLLM, detect_era
 from trtllm_replayssm.ops.gdn import fused_sigmoid_gating_delta_rule_update as gdn_standard
 from trtllm_replayssm.ops.mamba2 import selective_state_update as mamba2_standard
@@ -422,8 +422,19 @@ def test_main_speculative_refusals(main_trtllm):
     apply_mod.apply_replayssm(buffer_len=4, speculative=True)
     with pytest.raises(UnsupportedTensorRTLLM, match="one draft length"):
         _manager(spec_config=SimpleNamespace(max_draft_len=2, max_total_draft_tokens=6))
-    with pytest.raises(UnsupportedTensorRTLLM, match="BUFFER_LEN >= drafts"):
-        _manager(spec_config=SimpleNamespace(max_draft_len=5, max_total_draft_tokens=5))
+    for drafts in (5, 4):  # 4: one token more than the history budget of 4
+        with pytest.raises(UnsupportedTensorRTLLM, match="BUFFER_LEN >= drafts"):
+            _manager(spec_config=SimpleNamespace(max_draft_len=drafts, max_total_draft_tokens=drafts))
+    _manager(spec_config=SimpleNamespace(max_draft_len=3))  # T = 4 drafts and bonus: the budget exactly
+
+
+def test_ring_geometry_reads_the_gdn_pools_order():
+    """The manager's GDN state shape is (HV, V, K) on main and (HV, K, V) in the 1.2 era:
+    the rings' geometry takes K and V from where the order puts them."""
+    context = SimpleNamespace(ssm_state_shape=(8, 64, 128), n_groups_per_rank=2)
+    assert ring_geometry(context, "gdn", "HV,V,K") == GDNGeometry(2, 8, head_k_dim=128, head_v_dim=64)
+    assert ring_geometry(context, "gdn", "HV,K,V") == GDNGeometry(2, 8, head_k_dim=64, head_v_dim=128)
+    assert ring_geometry(context, "mamba2", None) == Mamba2Geometry(nheads=8, headdim=64, dstate=128, ngroups=2)
 
 
 def test_spec_path_refuses_an_autoregressive_call_on_verify_rings(main_trtllm):

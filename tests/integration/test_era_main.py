@@ -425,7 +425,7 @@ def test_main_speculative_refusals(main_trtllm):
     for drafts in (5, 4):  # 4: one token more than the history budget of 4
         with pytest.raises(UnsupportedTensorRTLLM, match="BUFFER_LEN >= drafts"):
             _manager(spec_config=SimpleNamespace(max_draft_len=drafts, max_total_draft_tokens=drafts))
-    _manager(spec_config=SimpleNamespace(max_draft_len=3))  # T = 4 drafts and bonus: the budget exactly
+    _manager(spec_config=SimpleNamespace(max_draft_len=3))  # 3 drafts and the bonus token: T = 4, the budget
 
 
 def test_ring_geometry_reads_the_gdn_pools_order():

@@ -46,6 +46,7 @@ SPEC = MAMBA2_SPEC + GDN_SPEC
 LIFECYCLE = ("tests/integration/test_lifecycle.py",)
 VALIDATION = ("tests/ops/test_mamba2_bad_input.py", "tests/ops/test_gdn.py", "tests/ops/test_slot_strided_pools.py")
 ERA_MAIN = ("tests/integration/test_era_main.py",)
+TORCH_FOLD = ("tests/ops/test_fold.py", "tests/integration/test_lifecycle.py")
 LAUNCH = ("tests/ops/test_launch.py",)
 HOOKS = ("tests/integration/test_hooks.py", "tests/integration/test_era_main.py")
 ROW_RANGE = "rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)"
@@ -118,6 +119,19 @@ MUTANTS = (
     Mutant("mamba2_ring_entry_weight", f"{OPS}/mamba2/replay.py",
            "coef_j = dt_j * tl.exp(tl.minimum(A * (total - seen), 0.0))",
            "coef_j = dt_j * tl.exp(tl.minimum(A * (total - seen + dt_j), 0.0))", MAMBA2),
+    # The engine's exact state outside a step (make_exact): the rings folded in PyTorch.
+    Mutant("torch_fold_takes_entry_at_cursor", f"{OPS}/fold.py", "[None, :] < write_pos[slots].long()[:, None]",
+           "[None, :] <= write_pos[slots].long()[:, None]", TORCH_FOLD),
+    Mutant("torch_fold_mamba2_weight_inclusive", f"{OPS}/fold.py", "after = dt.sum(-1, keepdim=True) - dt.cumsum(-1)",
+           "after = dt.sum(-1, keepdim=True) - dt.cumsum(-1) + dt", TORCH_FOLD),
+    Mutant("torch_fold_mamba2_groups_cycled", f"{OPS}/fold.py",
+           "B_cache[slots].float().repeat_interleave(H // B_cache.shape[1], dim=1)",
+           "B_cache[slots].float().repeat(1, H // B_cache.shape[1], 1, 1)", TORCH_FOLD),
+    Mutant("torch_fold_gdn_stale_entries", f"{OPS}/fold.py", "g.cumsum(-1)) * m[:, None, :]", "g.cumsum(-1))",
+           TORCH_FOLD),
+    Mutant("torch_fold_gdn_key_heads_cycled", f"{OPS}/fold.py",
+           "k_cache[slots].float().repeat_interleave(HV // k_cache.shape[1], dim=1)",
+           "k_cache[slots].float().repeat(1, HV // k_cache.shape[1], 1, 1)", TORCH_FOLD),
     # Speculative verify: cursor ranges, commit and reset.
     Mutant("spec_drafts_past_capacity", f"{OPS}/common.py", "(wp + num_tokens > capacity)",
            "(wp + num_tokens > capacity + 1)", SPEC),

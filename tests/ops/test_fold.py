@@ -35,16 +35,17 @@ def test_mamba2_fold_equals_standard_state():
 
 
 def test_gdn_fold_equals_standard_state():
-    g = GDNGeometry(num_k_heads=1, num_v_heads=2, head_k_dim=16, head_v_dim=8)
+    # Two key heads of two value heads each: value head hv reads key head hv // 2.
+    g = GDNGeometry(num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=8)
     L, slots_n, steps = 8, 2, 6
     cache = GDNReplayCache(g, 1, slots_n, L, torch.float32, device=DEVICE)
     cache.ssm_state.normal_().mul_(0.3)
     std = cache.ssm_state[0].clone()
-    A_log, dtb = torch.randn(2, device=DEVICE) * 0.5, torch.randn(2, device=DEVICE)
+    A_log, dtb = torch.randn(4, device=DEVICE) * 0.5, torch.randn(4, device=DEVICE)
     for _ in range(steps):
-        args = (torch.randn(slots_n, 1, 16, device=DEVICE), torch.randn(slots_n, 1, 16, device=DEVICE),
-                torch.randn(slots_n, 2, 8, device=DEVICE), torch.randn(slots_n, 2, device=DEVICE),
-                torch.randn(slots_n, 2, device=DEVICE), A_log, dtb)
+        args = (torch.randn(slots_n, 2, 16, device=DEVICE), torch.randn(slots_n, 2, 16, device=DEVICE),
+                torch.randn(slots_n, 4, 8, device=DEVICE), torch.randn(slots_n, 4, device=DEVICE),
+                torch.randn(slots_n, 4, device=DEVICE), A_log, dtb)
         fused_sigmoid_gating_delta_rule_update(std, *args)
         fused_recurrent_gated_delta_rule_replayssm(cache.ssm_state[0], *args, route="output_only",
                                                    **cache.ring_kwargs(0))

@@ -186,6 +186,12 @@ MUTANTS = (
            "A_t = tl.cumsum(g_dr, axis=0) - g_dr", GDN_SPEC),
     Mutant("gdn_spec_chunked_keys_unnormalised", f"{OPS}/gdn/spec_chunked.py", "(Kc * inv_k[:, None]).to(",
            "Kc.to(", GDN_SPEC),
+    # Which key head a value head reads (one key head would hide it).
+    *(Mutant(f"gdn_spec_{name}_first_key_head", f"{OPS}/gdn/{module}", old, "h = 0", GDN_SPEC)
+      for name, module, old in (("dot", "spec_dot.py", "h = hv0 // v_heads_per_k_head"),
+                                ("chunked", "spec_chunked.py", "h = hv // v_heads_per_k_head"),
+                                ("ring_part", "spec_state_apart.py", "h = hv0 // v_heads_per_k_head"),
+                                ("state_product", "spec_state_apart.py", "h = hv // v_heads_per_k_head"))),
     # Mamba2 verify.
     Mutant("mamba2_spec_skips_own_token", f"{OPS}/mamba2/spec.py", "causal = offs_t[:, None] <= offs_t[None, :]",
            "causal = offs_t[:, None] < offs_t[None, :]", MAMBA2_SPEC),

@@ -109,9 +109,11 @@ def test_flush_rows_fold_in_their_own_launch():
 @pytest.mark.parametrize("split_fold", [0, 1])
 def test_chunked_fma_verify(monkeypatch, split_fold):
     """The chunked FMA kernel's own verify (tiles too small for tl.dot, or VERIFY_ON_DOT
-    off), with the fold in the same launch or apart."""
+    off), with the fold in the same launch or apart; two key heads of two value heads."""
     monkeypatch.setattr(gdn_spec_module, "VERIFY_ON_DOT", False)
-    flushes = run_gdn_spec_fuzz(T=3, Bh=5, steps=16, seed=9, config=LaunchConfig(16, 4, split_fold=split_fold))
+    geom = GDNGeometry(num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=16)
+    flushes = run_gdn_spec_fuzz(T=3, Bh=5, steps=16, seed=9, geom=geom,
+                                config=LaunchConfig(16, 4, split_fold=split_fold))
     assert min(flushes.values()) >= 1, flushes
 
 

@@ -4,7 +4,7 @@ Each mutant below changes one expression of the package (a bound, an index, a we
 append, a routing condition of the engine glue). For each, this script applies it in place,
 runs the tests it names, restores the file and reports whether the tests caught it. A
 mutant the tests pass is a gap in them (or an equivalent change: then drop it, saying why).
-It takes 5-80 s a mutant in the interpreter (about 30 minutes for all on 2 cores), so it is
+It takes 5-80 s a mutant in the interpreter (about 35 minutes for all on 2 cores), so it is
 run by hand when tests or guarded code change, not by CI:
 
     TRITON_INTERPRET=1 python tests/mutation_check.py [--only NAME ...] [--list]
@@ -132,6 +132,15 @@ MUTANTS = (
     Mutant("torch_fold_gdn_key_heads_cycled", f"{OPS}/fold.py",
            "k_cache[slots].float().repeat_interleave(HV // k_cache.shape[1], dim=1)",
            "k_cache[slots].float().repeat(1, HV // k_cache.shape[1], 1, 1)", TORCH_FOLD),
+    # Which B group a Mamba2 head reads.
+    *(Mutant(f"mamba2_{name}_first_group", f"{OPS}/mamba2/{module}", old, "g = 0", tests, nth=nth)
+      for name, module, old, nth, tests in (
+          ("replay_row_blocks", "replay.py", "g = pid_h // heads_per_group", 0, MAMBA2),
+          ("replay_main", "replay.py", "g = pid_h // heads_per_group", 1, MAMBA2),
+          ("fold", "replay_fold.py", "g = pid_h // heads_per_group", None, MAMBA2),
+          ("standard", "standard.py", "g = pid_h // heads_per_group", None, ("tests/ops/test_mamba2_standard.py",)),
+          ("verify", "spec.py", "g = h0 // heads_per_group", None, MAMBA2_SPEC),
+          ("verify_state_product", "spec.py", "g = pid_h // heads_per_group", None, MAMBA2_SPEC))),
     # Speculative verify: cursor ranges, commit and reset.
     Mutant("spec_drafts_past_capacity", f"{OPS}/common.py", "(wp + num_tokens > capacity)",
            "(wp + num_tokens > capacity + 1)", SPEC),

@@ -1,5 +1,6 @@
 """Launch decisions: the measured table, its fallbacks, the route dispatcher."""
 
+import contextlib
 import json
 from importlib import resources
 
@@ -24,6 +25,19 @@ def _shipped(family):
 
 def _read_shipped(name):
     return json.loads(resources.files("trtllm_replayssm").joinpath(f"tuned/{name}").read_text())
+
+
+@contextlib.contextmanager
+def _tables_from(folder):
+    """Inside the block the dispatcher reads its tables from ``folder`` (``TUNED_DIR_ENV``);
+    its cache of tables is emptied on the way in and out, so no other test sees them."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(launch.TUNED_DIR_ENV, str(folder))
+        launch._load_table.cache_clear()
+        try:
+            yield
+        finally:
+            launch._load_table.cache_clear()
 
 
 def test_table_covers_benchmarked_shapes():
@@ -103,7 +117,7 @@ def test_nearest_batch_point_is_nearest_in_log_scale():
 
 
 @pytest.mark.parametrize("route", ["standard_step", "always_flush"])
-def test_routes_that_flush_every_step_take_their_tables_configs(tmp_path, monkeypatch, route):
+def test_routes_that_flush_every_step_take_their_tables_configs(tmp_path, route):
     """Without a config, ``standard_step`` launches on the standard kernel's measured row
     (it is that kernel with a cursor check, and the tables keep no row for it) and
     ``always_flush`` on its own route's. Seen by a launcher in front that launches nothing."""
@@ -116,20 +130,14 @@ def test_routes_that_flush_every_step_take_their_tables_configs(tmp_path, monkey
              for kernel, row in rows.items()}
     tag = launch.device_table_tag(torch.device(DEVICE))
     (tmp_path / launch.table_file_name(tag, "mamba2")).write_text(json.dumps(table))
-    monkeypatch.setenv(launch.TUNED_DIR_ENV, str(tmp_path))
-    launch._load_table.cache_clear()
     cache = Mamba2ReplayCache(Mamba2Geometry(nheads=2, headdim=8, dstate=16, ngroups=1), 1, 2, 4, torch.float32,
                               torch.float32, DEVICE)
     seen = []
-    try:
-        with launch.launcher_in_front(lambda kernel, grid, kwargs: seen.append(kwargs) or True):
-            rs.selective_state_update_replayssm(
-                cache.ssm_state[0], torch.randn(2, 2, 8, device=DEVICE), torch.randn(2, 2, device=DEVICE),
-                -torch.rand(2, device=DEVICE), torch.randn(2, 1, 16, device=DEVICE),
-                torch.randn(2, 1, 16, device=DEVICE), route=route, **cache.ring_kwargs(0))
-    finally:
-        monkeypatch.undo()
-        launch._load_table.cache_clear()
+    with _tables_from(tmp_path), launch.launcher_in_front(lambda kernel, grid, kwargs: seen.append(kwargs) or True):
+        rs.selective_state_update_replayssm(
+            cache.ssm_state[0], torch.randn(2, 2, 8, device=DEVICE), torch.randn(2, 2, device=DEVICE),
+            -torch.rand(2, device=DEVICE), torch.randn(2, 1, 16, device=DEVICE), torch.randn(2, 1, 16, device=DEVICE),
+            route=route, **cache.ring_kwargs(0))
     want = rows["standard" if route == "standard_step" else route]
     assert (seen[0]["BLOCK_P"], seen[0]["num_warps"]) == (want["block_p"], want["num_warps"])
 
@@ -147,7 +155,7 @@ def test_unknown_device_falls_back(arch):
     assert cfg == launch.default_config("output_only", 80, 4)
 
 
-def test_rows_carry_their_work_and_models_of_one_head_shape_keep_their_routes(tmp_path, monkeypatch):
+def test_rows_carry_their_work_and_models_of_one_head_shape_keep_their_routes(tmp_path):
     """Qwen3.5-4B (32 value heads) and -122B (64) share the GDN key (K = V = 128): the
     dispatcher matches batch x heads, so at batch 8 each gets the route measured for it,
     not whichever model wrote the table last. (A table of its own: which routes the
@@ -160,18 +168,13 @@ def test_rows_carry_their_work_and_models_of_one_head_shape_keep_their_routes(tm
     rows = [dict(batch=8, head_rows=256, route="always_flush"), dict(batch=8, head_rows=512, route="output_only"),
             dict(batch=32, head_rows=1024, route="output_only")]
     (tmp_path / "gdn_sm90.json").write_text(json.dumps({key: rows}))
-    monkeypatch.setenv(launch.TUNED_DIR_ENV, str(tmp_path))
-    launch._load_table.cache_clear()
-    try:
+    with _tables_from(tmp_path):
         route = lambda nheads: launch.select_route("sm90", torch.float32, torch.bfloat16, 128, 128, 8, family="gdn",
                                                    nheads=nheads)
         assert route(32) == "always_flush"
         assert route(64) == "output_only"
         # Without the heads, the batch is matched: the first row measured at batch 8.
         assert launch.select_route("sm90", torch.float32, torch.bfloat16, 128, 128, 8, family="gdn") == "always_flush"
-    finally:
-        monkeypatch.delenv(launch.TUNED_DIR_ENV)
-        launch._load_table.cache_clear()
 
 
 @pytest.mark.parametrize("name, tag", [("NVIDIA H100 80GB HBM3", "sm90_h100_80gb_hbm3"), ("NVIDIA H200", "sm90"),
@@ -180,23 +183,18 @@ def test_a_gpu_other_than_its_archs_reference_has_tables_of_its_own(name, tag):
     assert launch.table_tag("sm90", name) == tag and launch.tag_arch(tag) == "sm90"
 
 
-def test_a_gpus_own_table_comes_before_its_archs(tmp_path, monkeypatch):
+def test_a_gpus_own_table_comes_before_its_archs(tmp_path):
     """An H100 reads ``gdn_sm90_h100_80gb_hbm3.json``, and a GPU of the arch without a
     table of its own reads ``gdn_sm90.json``."""
     key = launch.table_key("route", torch.float32, torch.bfloat16, 128, 128)
     (tmp_path / "gdn_sm90.json").write_text(json.dumps({key: [dict(batch=4, head_rows=128, route="always_flush")]}))
     (tmp_path / "gdn_sm90_h100_80gb_hbm3.json").write_text(
         json.dumps({key: [dict(batch=4, head_rows=128, route="output_only")]}))
-    monkeypatch.setenv(launch.TUNED_DIR_ENV, str(tmp_path))
-    launch._load_table.cache_clear()
-    try:
+    with _tables_from(tmp_path):
         route = lambda tag: launch.select_route(tag, torch.float32, torch.bfloat16, 128, 128, 4, family="gdn",
                                                 nheads=32)
         assert route("sm90_h100_80gb_hbm3") == "output_only"
         assert route("sm90_h100_pcie") == route("sm90") == "always_flush"
-    finally:
-        monkeypatch.undo()
-        launch._load_table.cache_clear()
 
 
 class _LibraryBuiltFrom:
@@ -230,7 +228,7 @@ def test_device_table_tag_names_the_gpu_unless_the_aot_library_serves(monkeypatc
     assert launch.device_table_tag(cuda0) == "sm90_h100_80gb_hbm3"
 
 
-def test_one_work_at_two_batch_sizes_keeps_a_row_for_each(tmp_path, monkeypatch):
+def test_one_work_at_two_batch_sizes_keeps_a_row_for_each(tmp_path):
     """Qwen3.5-4B at batch 256 and -122B at 128 both run 8192 head rows: a tuning run of
     one keeps the other's row, and each model gets the row measured at its batch size
     (a fold's row blocks run over batch rows); a batch with no row of its own at that
@@ -246,34 +244,23 @@ def test_one_work_at_two_batch_sizes_keeps_a_row_for_each(tmp_path, monkeypatch)
     assert [(r["batch"], r["head_rows"], r["row_block"]) for r in table[key_of("fold")]] == [(128, 8192, 8),
                                                                                              (256, 8192, 128)]
     (tmp_path / "gdn_sm90.json").write_text(json.dumps(table))
-    monkeypatch.setenv(launch.TUNED_DIR_ENV, str(tmp_path))
-    launch._load_table.cache_clear()
-    try:
+    with _tables_from(tmp_path):
         fold = lambda batch, nheads: launch.select_config("fold", "sm90", torch.float32, torch.bfloat16, 128, 128,
                                                           batch, family="gdn", nheads=nheads).row_block
         assert fold(256, 32) == 128 and fold(128, 64) == 8
         assert fold(512, 16) == 128 and fold(64, 128) == 8
         assert launch.select_route("sm90", torch.float32, torch.bfloat16, 128, 128, 256, family="gdn",
                                    nheads=32) == "output_only"
-    finally:
-        monkeypatch.delenv(launch.TUNED_DIR_ENV)
-        launch._load_table.cache_clear()
 
 
-def test_tables_from_another_folder(tmp_path, monkeypatch):
+def test_tables_from_another_folder(tmp_path):
     """``REPLAYSSM_TUNED_DIR``: the dispatcher reads that folder's tables (a tuning run's)."""
     key = launch.table_key("route", torch.float32, torch.bfloat16, 64, 128)
     (tmp_path / "mamba2_sm90.json").write_text(json.dumps({key: [{"batch": 128, "route": "state_and_output"}]}))
-    monkeypatch.setenv(launch.TUNED_DIR_ENV, str(tmp_path))
-    launch._load_table.cache_clear()
-    try:
+    with _tables_from(tmp_path):
         assert launch.select_route("sm90", torch.float32, torch.bfloat16, 64, 128, 128) == "state_and_output"
-        monkeypatch.setenv(launch.TUNED_DIR_ENV, str(tmp_path / "missing"))
-        launch._load_table.cache_clear()
+    with _tables_from(tmp_path / "missing"):
         assert launch.select_route("sm90", torch.float32, torch.bfloat16, 64, 128, 128) == "output_only"  # no table
-    finally:
-        monkeypatch.undo()
-        launch._load_table.cache_clear()
     assert launch.select_route("sm90", torch.float32, torch.bfloat16, 64, 128, 128) == "output_only"
 
 

@@ -34,3 +34,14 @@ BAD_SPEC_CURSORS = {
     "origin_past_ring": ("origin", lambda Bh, buf: buf),
     "origin_below_0": ("origin", lambda Bh, buf: -1),
 }
+
+
+def cursors_with_bad_row(bad_cursor, Bh: int, buf: int, slots: int = 3) -> Dict[str, torch.Tensor]:
+    """Verify cursors of ``slots`` slots, every slot flushing from an empty history, but
+    slot 1 with ``bad_cursor`` (an entry of :data:`BAD_SPEC_CURSORS`)."""
+    cur = dict(write_pos=torch.zeros(slots, dtype=torch.int32, device=DEVICE),
+               origin=torch.zeros(slots, dtype=torch.int32, device=DEVICE),
+               is_flush=torch.ones(slots, dtype=torch.int8, device=DEVICE))
+    name, value = bad_cursor
+    cur[name][1] = value(Bh, buf)
+    return cur

@@ -6,7 +6,7 @@ import torch
 
 from conftest import requires_cuda
 from mamba2_harness import DEVICE, rel_err, same_bits, tolerance
-from spec_harness import BAD_SPEC_CURSORS, check_accepted_tokens
+from spec_harness import BAD_SPEC_CURSORS, check_accepted_tokens, cursors_with_bad_row
 from trtllm_replayssm.benchmarking.spec import GDN_SPEC_CANDIDATES
 from trtllm_replayssm.ops.launch import LaunchConfig
 from trtllm_replayssm.cache import GDNGeometry
@@ -339,10 +339,7 @@ def test_bad_slot_or_cursor_gives_nan_and_changes_nothing(split_fold, bad_cursor
     state = torch.randn(3, HV, V, K, device=DEVICE)
     rings = dict(d_ring=torch.zeros(3, HV, buf, V, device=DEVICE), k_ring=torch.zeros(3, H, buf, K, device=DEVICE),
                  g_ring=torch.zeros(3, HV, buf, device=DEVICE))
-    wp, origin = torch.zeros(3, dtype=torch.int32, device=DEVICE), torch.zeros(3, dtype=torch.int32, device=DEVICE)
-    cursor, value = bad_cursor
-    (wp if cursor == "write_pos" else origin)[1] = value(Bh, buf)  # slot 1's
-    cur = dict(write_pos=wp, origin=origin, is_flush=torch.ones(3, dtype=torch.int8, device=DEVICE))
+    cur = cursors_with_bad_row(bad_cursor, Bh, buf)
     before = state.clone()
     rand = lambda *shape: torch.randn(*shape, device=DEVICE)  # noqa: E731
     out = gdn_replayssm_spec_decode(

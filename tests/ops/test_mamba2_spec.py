@@ -11,7 +11,7 @@ import torch
 
 from conftest import requires_cuda
 from mamba2_harness import DEVICE, rel_err, same_bits, tolerance
-from spec_harness import BAD_SPEC_CURSORS, check_accepted_tokens
+from spec_harness import BAD_SPEC_CURSORS, check_accepted_tokens, cursors_with_bad_row
 from trtllm_replayssm.benchmarking.spec import MAMBA2_SPEC_CANDIDATES
 from trtllm_replayssm.ops.launch import LaunchConfig
 from trtllm_replayssm.cache import Mamba2Geometry
@@ -441,10 +441,7 @@ def test_bad_slot_or_cursor_gives_nan_and_changes_nothing(monkeypatch, split_fol
     state = torch.randn(3, H, P, N, device=DEVICE)
     rings = dict(x_ring=torch.zeros(3, H, buf, P, device=DEVICE), dt_ring=torch.zeros(3, H, buf, device=DEVICE),
                  B_ring=torch.zeros(3, G, buf, N, device=DEVICE))
-    wp, origin = torch.zeros(3, dtype=torch.int32, device=DEVICE), torch.zeros(3, dtype=torch.int32, device=DEVICE)
-    cursor, value = bad_cursor
-    (wp if cursor == "write_pos" else origin)[1] = value(Bh, buf)  # slot 1's
-    cur = dict(write_pos=wp, origin=origin, is_flush=torch.ones(3, dtype=torch.int8, device=DEVICE))
+    cur = cursors_with_bad_row(bad_cursor, Bh, buf)
     before = state.clone()
     out = selective_state_update_replayssm_spec(
         state, torch.randn(3, T, H, P, device=DEVICE), torch.randn(3, T, H, device=DEVICE), -torch.rand(H, device=DEVICE),

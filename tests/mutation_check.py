@@ -49,6 +49,10 @@ ERA_MAIN = ("tests/integration/test_era_main.py",)
 TORCH_FOLD = ("tests/ops/test_fold.py", "tests/integration/test_lifecycle.py")
 LAUNCH = ("tests/ops/test_launch.py",)
 HOOKS = ("tests/integration/test_hooks.py", "tests/integration/test_era_main.py")
+# The C launcher's argument checks, as the CPU sees them (the library is rebuilt with the mutant).
+C_LAUNCHER = "plugins/replayssm_kernels/replayssm_kernels.c"
+C_ABI = tuple(f"tests/aot/test_aot_build.py::test_c_abi_{t}" for t in (
+    "rejects_bad_calls_with_codes", "gdn_checks", "cursor_checks", "speculative_ops_check_their_arguments"))
 ROW_RANGE = "rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)"
 
 MUTANTS = (
@@ -264,6 +268,42 @@ MUTANTS = (
            'V, K = (b, c) if gdn_order == "HV,V,K" else (c, b)', "V, K = (b, c)", ERA_MAIN),
     Mutant("memory_spec_cursor_bytes", f"{INTEGRATION}/memory.py", "more = 4 + 1", "more = 4",
            ("tests/integration/test_memory.py",)),
+    # The C launcher: what it refuses before it launches anything.
+    Mutant("c_mamba2_ring_len_upper", C_LAUNCHER, "(a->buffer_len < 1 || a->buffer_len > 64)",
+           "(a->buffer_len < 1 || a->buffer_len > 65)", C_ABI, nth=0),
+    Mutant("c_mamba2_ring_len_lower", C_LAUNCHER, "(a->buffer_len < 1 || a->buffer_len > 64)",
+           "(a->buffer_len > 64)", C_ABI, nth=0),
+    Mutant("c_gdn_ring_len_upper", C_LAUNCHER, "(a->buffer_len < 1 || a->buffer_len > 64)",
+           "(a->buffer_len < 1 || a->buffer_len > 65)", C_ABI, nth=1),
+    Mutant("c_mamba2_cursor_pointer", C_LAUNCHER, "!a->B_cache || !a->write_pos))", "!a->B_cache))", C_ABI),
+    Mutant("c_mamba2_standard_takes_rings", C_LAUNCHER, "if (!standard && (!a->x_cache", "if ((!a->x_cache", C_ABI),
+    Mutant("c_gdn_ring_pointer", C_LAUNCHER, "!a->g_cache || !a->write_pos))", "!a->write_pos))", C_ABI),
+    Mutant("c_gdn_standard_takes_rings", C_LAUNCHER, "if (!standard && (!a->d_cache", "if ((!a->d_cache", C_ABI),
+    Mutant("c_gdn_ring_dtype", C_LAUNCHER, "if (!sd || !ad || !rd || !route)", "if (!sd || !ad || !route)", C_ABI),
+    Mutant("c_mamba2_groups_divide", C_LAUNCHER, "a->ngroups < 1 ||\n      a->nheads % a->ngroups != 0)",
+           "a->ngroups < 1)", C_ABI),
+    Mutant("c_gdn_heads_divide", C_LAUNCHER, "a->num_v_heads % a->num_k_heads != 0 ||", "", C_ABI, nth=0),
+    Mutant("c_gdn_state_rows_packed", C_LAUNCHER, "a->stride_state[2] != a->head_k_dim ||", "", C_ABI),
+    Mutant("c_gdn_state_heads_packed", C_LAUNCHER, "a->stride_state[1] != a->head_v_dim * a->head_k_dim ||", "",
+           C_ABI),
+    Mutant("c_gdn_state_slots_overlap", C_LAUNCHER,
+           "a->stride_state[0] < a->num_v_heads * a->head_v_dim * a->head_k_dim)",
+           "a->stride_state[0] < a->head_v_dim * a->head_k_dim)", C_ABI),
+    Mutant("c_gdn_state_slots_touch", C_LAUNCHER,
+           "a->stride_state[0] < a->num_v_heads * a->head_v_dim * a->head_k_dim)",
+           "a->stride_state[0] != a->num_v_heads * a->head_v_dim * a->head_k_dim)", C_ABI),
+    Mutant("c_advance_ring_len_upper", C_LAUNCHER, "buffer_len < 1 || buffer_len > 64)",
+           "buffer_len < 1 || buffer_len > 65)", C_ABI),
+    Mutant("c_advance_without_slots", C_LAUNCHER, "if (num_slots < 1 || batch < 0 || buffer_len",
+           "if (batch < 0 || buffer_len", C_ABI),
+    Mutant("c_spec_tokens_upper", C_LAUNCHER, "if (T < 1 || T > 8)", "if (T < 1 || T > 9)", C_ABI),
+    Mutant("c_spec_history_below_tokens", C_LAUNCHER, "if (history < T || history > 64)", "if (history > 64)",
+           C_ABI),
+    Mutant("c_spec_history_upper", C_LAUNCHER, "if (history < T || history > 64)",
+           "if (history < T || history > 65)", C_ABI),
+    Mutant("c_gdn_spec_workspace", C_LAUNCHER, "if (!a->workspace)", "if (0)", C_ABI, nth=1),
+    Mutant("c_mamba2_spec_workspace_decay", C_LAUNCHER, "+ 4 * batch * num_tokens * nheads; /* part, decay */",
+           "; /* part, decay */", C_ABI),
 )
 
 

@@ -343,40 +343,83 @@ def _mamba2_args(**over):
     return a
 
 
+NO_DRIVER = 4  # a valid call on a machine without the CUDA driver: it got past every argument check
+
+
+def _status(fn, args, expected: int) -> int:
+    if expected == NO_DRIVER and ctypes.util.find_library("cuda"):
+        pytest.skip("this machine has a CUDA driver: valid calls go on to launch (tests/aot/test_aot_cuda.py)")
+    return fn(ctypes.byref(args), None)
+
+
 @pytest.mark.parametrize("over, status", [
     (dict(state=None), 1),            # a required pointer is NULL
+    (dict(x_cache=None), 1),          # a replay route's ring
+    (dict(write_pos=None), 1),
     (dict(buffer_len=65), 1),         # L outside [1, 64]
+    (dict(buffer_len=0), 1),
     (dict(nheads=12, ngroups=8), 1),  # groups must divide heads
     (dict(route=9), 1),               # unknown route
     (dict(D=None), 2),                # outside the AOT build's call (TensorRT-LLM's: D, dt_bias, ...)
     (dict(dt_softplus=0), 2),
-    (dict(), 4),                      # a valid call, but this machine has no CUDA driver
+    (dict(), NO_DRIVER),
+    (dict(buffer_len=64), NO_DRIVER),
+    (dict(route=ROUTE_CODES["standard"], x_cache=None, dt_cache=None, B_cache=None, write_pos=None, buffer_len=0),
+     NO_DRIVER),                      # the standard kernel has no ring
 ])
 def test_c_abi_rejects_bad_calls_with_codes(lib, over, status):
-    if status == 4 and ctypes.util.find_library("cuda"):
-        pytest.skip("this machine has a CUDA driver")
-    got = lib.lib.rs_mamba2_step(ctypes.byref(_mamba2_args(**over)), None)
+    got = _status(lib.lib.rs_mamba2_step, _mamba2_args(**over), status)
     assert got == status, lib.last_error()
     assert lib.last_error()
 
 
-def test_c_abi_gdn_and_cursor_checks(lib):
+def _gdn_args(**over):
     a = GDNStepArgs()
-    a.batch, a.num_slots, a.num_k_heads, a.num_v_heads = 2, 4, 3, 32  # H does not divide HV
     for name in ("state", "q", "k", "v", "a", "b", "A_log", "dt_bias", "out", "slot_idx", "d_cache", "k_cache",
                  "g_cache", "write_pos"):
         setattr(a, name, 4096)
-    a.head_k_dim = a.head_v_dim = 128
-    a.buffer_len = 16
-    assert lib.lib.rs_gdn_step(ctypes.byref(a), None) == 1
-    assert "divide" in lib.last_error()
-    a.num_k_heads = 16
-    a.stride_state[:] = (32 * 128 * 128, 128 * 128, 136)  # padded v rows: the kernels take packed blocks
-    assert lib.lib.rs_gdn_step(ctypes.byref(a), None) == 2
-    assert "packed" in lib.last_error()
-    assert lib.lib.rs_advance_write_pos(None, 8, 16, 4096, None, 4, -1, 0, None) == 1
-    assert lib.lib.rs_advance_write_pos(4096, 8, 0, 4096, None, 4, -1, 0, None) == 1  # L = 0
+    a.batch, a.num_slots, a.num_k_heads, a.num_v_heads, a.head_k_dim, a.head_v_dim = 2, 4, 16, 32, 128, 128
+    a.buffer_len, a.pad_slot_id, a.route = 16, -1, ROUTE_CODES["output_only"]
+    a.stride_state[:] = (32 * 128 * 128, 128 * 128, 128)
+    for k, v in over.items():
+        if k == "stride_state":
+            a.stride_state[:] = v
+        else:
+            setattr(a, k, v)
+    return a
 
+
+@pytest.mark.parametrize("over, status, says", [
+    (dict(num_k_heads=3), 1, "divide"),  # H does not divide HV
+    (dict(buffer_len=65), 1, "buffer_len"),
+    (dict(g_cache=None), 1, "ring"),
+    (dict(state_dtype=7), 1, "dtype"),
+    (dict(ring_dtype=7), 1, "dtype"),
+    (dict(slot_idx=None), 2, "slot indices"),
+    # the kernels take each slot's (HV, V, K) block packed: padded rows, padded heads, slots that overlap
+    (dict(stride_state=(32 * 128 * 136, 128 * 136, 136)), 2, "packed"),
+    (dict(stride_state=(32 * 128 * 128, 128 * 128, 136)), 2, "packed"),
+    (dict(stride_state=(32 * 136 * 128, 136 * 128, 128)), 2, "packed"),
+    (dict(stride_state=(32 * 128 * 128 - 128, 128 * 128, 128)), 2, "packed"),
+    (dict(stride_state=(32 * 128 * 128 + 512, 128 * 128, 128)), NO_DRIVER, ""),  # slots apart: fine
+    (dict(), NO_DRIVER, ""),
+    (dict(route=ROUTE_CODES["standard"], d_cache=None, k_cache=None, g_cache=None, write_pos=None, buffer_len=0),
+     NO_DRIVER, ""),
+])
+def test_c_abi_gdn_checks(lib, over, status, says):
+    assert _status(lib.lib.rs_gdn_step, _gdn_args(**over), status) == status, lib.last_error()
+    assert says in lib.last_error()
+
+
+def test_c_abi_cursor_checks(lib):
+    assert lib.lib.rs_advance_write_pos(None, 8, 16, 4096, None, 4, -1, 0, None) == 1
+    for L in (0, 65):
+        assert lib.lib.rs_advance_write_pos(4096, 8, L, 4096, None, 4, -1, 0, None) == 1, L
+    assert lib.lib.rs_advance_write_pos(4096, 0, 16, 4096, None, 4, -1, 0, None) == 1  # no slots
+    assert lib.lib.rs_reset_write_pos(4096, 8, None, 4, -1, None) == 1
+    assert lib.lib.rs_reset_write_pos(4096, 8, 4096, -1, -1, None) == 1
+    if not ctypes.util.find_library("cuda"):
+        assert lib.lib.rs_advance_write_pos(4096, 8, 64, 4096, None, 4, -1, 0, None) == NO_DRIVER
 
 
 def test_tensorrt_plugins_compile(trt_plugins):
@@ -422,11 +465,19 @@ def test_c_abi_speculative_ops_check_their_arguments(lib):
     g = GDNSpecArgs()
     g.num_tokens, g.history_len = 4, 16
     assert lib.lib.rs_gdn_spec_verify(ctypes.byref(g), None) == 1  # null pointers
+    for name in ("state", "q", "k", "v", "a", "b", "A_log", "dt_bias", "out", "slot_idx", "d_ring", "k_ring", "g_ring",
+                 "write_pos", "origin", "is_flush"):
+        setattr(g, name, 4096)
+    assert lib.lib.rs_gdn_spec_verify(ctypes.byref(g), None) == 1 and "workspace" in lib.last_error()
     assert lib.lib.rs_gdn_spec_workspace_size(4, 4, 64, 128) == 4 * gdn_spec_workspace_numel(4, 4, 64, 128)
     assert lib.lib.rs_commit_spec(4096, 4096, 4096, 8, None, 4096, 4, 4, 16, -1, None) == 1
-    assert lib.lib.rs_reset_spec(4096, 4096, 4096, 8, 4096, 2, 4, 70, -1, None) == 1  # history > 64
-    if not ctypes.util.find_library("cuda"):
-        assert lib.lib.rs_mamba2_spec_verify(ctypes.byref(m), None) == 4  # valid: needs the driver
+    assert lib.lib.rs_commit_spec(4096, 4096, 4096, 8, 4096, 4096, 4, 9, 16, -1, None) == 1  # T > 8
+    assert lib.lib.rs_reset_spec(4096, 4096, 4096, 8, 4096, 2, 4, 65, -1, None) == 1  # history > 64
+    assert lib.lib.rs_reset_spec(4096, 4096, 4096, 8, 4096, 2, 4, 3, -1, None) == 1  # history < T
+    if not ctypes.util.find_library("cuda"):  # valid: they need the driver
+        assert lib.lib.rs_mamba2_spec_verify(ctypes.byref(m), None) == NO_DRIVER
+        assert lib.lib.rs_reset_spec(4096, 4096, 4096, 8, 4096, 2, 8, 64, -1, None) == NO_DRIVER
+        assert lib.lib.rs_commit_spec(4096, 4096, 4096, 8, 4096, 4096, 4, 8, 8, -1, None) == NO_DRIVER
 
 
 

@@ -4,7 +4,7 @@ Each mutant below changes one expression of the package (a bound, an index, a we
 append, a routing condition of the engine glue). For each, this script applies it in place,
 runs the tests it names, restores the file and reports whether the tests caught it. A
 mutant the tests pass is a gap in them (or an equivalent change: then drop it, saying why).
-It takes 5-80 s a mutant in the interpreter (about 35 minutes for all on 2 cores), so it is
+It takes 5-80 s a mutant in the interpreter (about 45 minutes for all on 2 cores), so it is
 run by hand when tests or guarded code change, not by CI:
 
     TRITON_INTERPRET=1 python tests/mutation_check.py [--only NAME ...] [--list]

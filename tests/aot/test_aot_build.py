@@ -344,10 +344,11 @@ def _mamba2_args(**over):
 
 
 NO_DRIVER = 4  # a valid call on a machine without the CUDA driver: it got past every argument check
+HAS_DRIVER = ctypes.util.find_library("cuda") is not None
 
 
 def _status(fn, args, expected: int) -> int:
-    if expected == NO_DRIVER and ctypes.util.find_library("cuda"):
+    if expected == NO_DRIVER and HAS_DRIVER:
         pytest.skip("this machine has a CUDA driver: valid calls go on to launch (tests/aot/test_aot_cuda.py)")
     return fn(ctypes.byref(args), None)
 
@@ -382,10 +383,7 @@ def _gdn_args(**over):
     a.buffer_len, a.pad_slot_id, a.route = 16, -1, ROUTE_CODES["output_only"]
     a.stride_state[:] = (32 * 128 * 128, 128 * 128, 128)
     for k, v in over.items():
-        if k == "stride_state":
-            a.stride_state[:] = v
-        else:
-            setattr(a, k, v)
+        setattr(a, k, v)  # (a tuple fills an array field such as stride_state)
     return a
 
 
@@ -418,7 +416,7 @@ def test_c_abi_cursor_checks(lib):
     assert lib.lib.rs_advance_write_pos(4096, 0, 16, 4096, None, 4, -1, 0, None) == 1  # no slots
     assert lib.lib.rs_reset_write_pos(4096, 8, None, 4, -1, None) == 1
     assert lib.lib.rs_reset_write_pos(4096, 8, 4096, -1, -1, None) == 1
-    if not ctypes.util.find_library("cuda"):
+    if not HAS_DRIVER:
         assert lib.lib.rs_advance_write_pos(4096, 8, 64, 4096, None, 4, -1, 0, None) == NO_DRIVER
 
 
@@ -474,7 +472,7 @@ def test_c_abi_speculative_ops_check_their_arguments(lib):
     assert lib.lib.rs_commit_spec(4096, 4096, 4096, 8, 4096, 4096, 4, 9, 16, -1, None) == 1  # T > 8
     assert lib.lib.rs_reset_spec(4096, 4096, 4096, 8, 4096, 2, 4, 65, -1, None) == 1  # history > 64
     assert lib.lib.rs_reset_spec(4096, 4096, 4096, 8, 4096, 2, 4, 3, -1, None) == 1  # history < T
-    if not ctypes.util.find_library("cuda"):  # valid: they need the driver
+    if not HAS_DRIVER:  # valid: they need the driver
         assert lib.lib.rs_mamba2_spec_verify(ctypes.byref(m), None) == NO_DRIVER
         assert lib.lib.rs_reset_spec(4096, 4096, 4096, 8, 4096, 2, 8, 64, -1, None) == NO_DRIVER
         assert lib.lib.rs_commit_spec(4096, 4096, 4096, 8, 4096, 4096, 4, 8, 8, -1, None) == NO_DRIVER
